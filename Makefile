@@ -1,0 +1,46 @@
+# ctxview: `make run` serves the demo, `make test` runs the whole suite.
+# Both create the virtualenv and install everything on first use.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint bench clean browser
+
+$(STAMP): requirements.txt sdk/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -e sdk
+	touch $(STAMP)
+
+# Headless Chromium for the browser tests (Debian's package; Playwright's own
+# browser download does not work offline).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v /usr/bin/chromium >/dev/null 2>&1 || \
+	  { echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+run: $(STAMP)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput
+	DEBUG=$${DEBUG:-1} $(PY) manage.py seed_demo
+	@if [ -n "$$REDIS_URL" ]; then \
+	  echo "REDIS_URL is set: starting a Celery worker and beat"; \
+	  DEBUG=$${DEBUG:-1} $(VENV)/bin/celery -A ctxview worker --beat --loglevel=INFO --concurrency=2 & \
+	fi; \
+	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver $(HOST):$(PORT)
+
+test: $(STAMP) browser
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/ingest.py
+
+clean:
+	rm -rf $(VENV) staticfiles ctxview.sqlite3 ctxview.sqlite3-*

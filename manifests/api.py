@@ -1,0 +1,216 @@
+"""The REST API: manifest ingest and the read endpoints.
+
+DRF handles the HTTP layer (auth, negotiation, pagination, OpenAPI); the manifest
+body itself is validated by ctxkit's msgspec types in ingest.py, about 100x
+cheaper than nested DRF serializers.
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Prefetch, QuerySet
+from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import exceptions, generics, serializers, status
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from ctxkit.manifest import json_schema
+from manifests import ingest
+from manifests.auth import HasIngestScope, HasReadScope
+from manifests.models import Call, Compaction, Run
+from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "request body too large"
+    default_code = "payload_too_large"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, with every error in one shape: {"error": ..., "errors": [{path, message}]}."""
+    if isinstance(exc, ingest.BadRequest):
+        return Response(
+            {"error": exc.message, "errors": [{"path": exc.path, "message": exc.message}]}, status=exc.status
+        )
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(response.data, dict) and "detail" in response.data:
+        message = str(response.data["detail"])
+        response.data = {"error": message, "errors": [{"path": "$", "message": message}]}
+    return response
+
+
+class ManifestBodyParser(BaseParser):
+    """Returns the raw (gunzipped) body; ingest.py validates it. Enforces the size limit
+    on the compressed and on the decompressed body, so a gzip bomb gets a 413 too."""
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> bytes:
+        limit = settings.CTXVIEW_MAX_BODY_BYTES
+        if stream is None:
+            return b""
+        body = stream.read(limit + 1)
+        if len(body) > limit:
+            raise PayloadTooLarge(f"the body is larger than {limit} bytes; send smaller batches")
+        request = (parser_context or {}).get("request")
+        encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower() if request else ""
+        if encoding in ("", "identity"):
+            return body
+        if encoding != "gzip":
+            raise exceptions.UnsupportedMediaType(f"Content-Encoding {encoding}: only gzip is accepted")
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = decompressor.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise exceptions.ParseError(f"the body is not valid gzip: {exc}") from None
+        if len(data) > limit or decompressor.unconsumed_tail:
+            raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes; send smaller batches")
+        return data
+
+
+_result = inline_serializer(
+    "ManifestResult",
+    {
+        "index": serializers.IntegerField(),
+        "call_id": serializers.CharField(allow_null=True),
+        "status": serializers.ChoiceField(["accepted", "duplicate", "rejected"]),
+        "errors": serializers.ListField(child=serializers.DictField(), required=False),
+    },
+)
+_ingest_response = inline_serializer(
+    "IngestResponse",
+    {
+        "accepted": serializers.IntegerField(),
+        "duplicates": serializers.IntegerField(),
+        "rejected": serializers.IntegerField(),
+        "results": _result.__class__(many=True),
+    },
+)
+
+
+class ManifestIngestView(APIView):
+    permission_classes = [HasIngestScope]
+    parser_classes = [ManifestBodyParser]
+
+    @extend_schema(
+        summary="Ingest one context manifest or a batch",
+        description=(
+            "Body: one manifest (schema ctxview.manifest/v1, see /api/v1/schema/manifest.json) or "
+            '{"manifests": [...]} (at most CTXVIEW_MAX_BATCH). Optional Content-Encoding: gzip. '
+            "Idempotent on (project, call_id): a retry is a duplicate; other content under the same "
+            "call_id is rejected as a conflict. 200 when nothing was rejected, 207 when some were, "
+            "400 when all were."
+        ),
+        request={"application/json": {"type": "object"}},
+        responses={200: _ingest_response, 207: _ingest_response, 400: OpenApiResponse(description="bad request")},
+    )
+    def post(self, request: Request) -> Response:
+        body = request.data
+        if not body:
+            raise ingest.BadRequest("the body is empty: send one manifest or {\"manifests\": [...]}")
+        report = ingest.ingest_body(project=request.auth.project, body=body)
+        rejected = report.count(ingest.REJECTED)
+        if rejected == 0:
+            code = status.HTTP_200_OK
+        elif rejected == len(report.results):
+            code = status.HTTP_400_BAD_REQUEST
+        else:
+            code = status.HTTP_207_MULTI_STATUS
+        return Response(report.to_dict(), status=code)
+
+
+def _parse_time(request: Request, name: str) -> datetime | None:
+    raw = request.query_params.get(name)
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ingest.BadRequest(f"{name} must be an ISO 8601 time, e.g. 2026-11-29T10:00:00Z", path=f"?{name}")
+    if value.tzinfo is None:
+        raise ingest.BadRequest(f"{name} needs a time zone, e.g. 2026-11-29T10:00:00Z", path=f"?{name}")
+    return value
+
+
+_filters = [
+    OpenApiParameter("agent", str, description="Only this agent"),
+    OpenApiParameter("model", str, description="Only this model"),
+    OpenApiParameter("since", str, description="ISO 8601 time, inclusive"),
+    OpenApiParameter("until", str, description="ISO 8601 time, exclusive"),
+]
+
+
+class RunListView(generics.ListAPIView):
+    serializer_class = RunSerializer
+    permission_classes = [HasReadScope]
+
+    @extend_schema(summary="Runs of the key's project, newest first", parameters=_filters)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Run]:
+        qs = Run.objects.filter(project=self.request.auth.project)
+        params = self.request.query_params
+        if params.get("agent"):
+            qs = qs.filter(agent=params["agent"])
+        if params.get("model"):
+            qs = qs.filter(model=params["model"])
+        if since := _parse_time(self.request, "since"):
+            qs = qs.filter(last_seen__gte=since)
+        if until := _parse_time(self.request, "until"):
+            qs = qs.filter(first_seen__lt=until)
+        return qs.annotate(call_count=Count("calls")).order_by("-last_seen", "-pk")
+
+
+class RunCallListView(generics.ListAPIView):
+    serializer_class = CallSummarySerializer
+    permission_classes = [HasReadScope]
+
+    @extend_schema(summary="Calls of one run, by step")
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Call]:
+        run = generics.get_object_or_404(Run, project=self.request.auth.project, run_id=self.kwargs["run_id"])
+        return Call.objects.filter(run=run).select_related("run").order_by("step", "started_at", "pk")
+
+
+class CallDetailView(generics.RetrieveAPIView):
+    serializer_class = CallDetailSerializer
+    permission_classes = [HasReadScope]
+
+    @extend_schema(summary="One call with its items, evidence, compactions and context edits")
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_object(self) -> Call:
+        qs = Call.objects.select_related("run").prefetch_related(
+            Prefetch("items", queryset=_ordered_items()),
+            "evidence",
+            Prefetch("compactions", queryset=Compaction.objects.prefetch_related("invariants")),
+            "context_edits",
+        )
+        return generics.get_object_or_404(qs, project=self.request.auth.project, call_id=self.kwargs["call_id"])
+
+
+def _ordered_items() -> QuerySet:
+    from manifests.models import Item
+
+    return Item.objects.order_by("ordinal")
+
+
+@extend_schema(exclude=True)
+def manifest_json_schema(request: Any) -> HttpResponse:
+    """The manifest's JSON Schema, generated from ctxkit.manifest; public, like any spec."""
+    import json
+
+    return HttpResponse(json.dumps(json_schema(), indent=2, sort_keys=True), content_type="application/schema+json")

@@ -1,0 +1,36 @@
+"""Load the demo project: a user, a project, a key, and a few realistic runs,
+sent through the real ingest path (the same service the API calls)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from manifests import demo, services
+from manifests.models import Membership, Project
+
+DEMO_USER = "demo"
+DEMO_PASSWORD = "demo-password"
+
+
+class Command(BaseCommand):
+    help = "Create (or refresh) the demo project with several runs, and print a login and an ingest key."
+
+    def handle(self, *args, **options):
+        User = get_user_model()
+        user, created = User.objects.get_or_create(username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True})
+        if created or not user.check_password(DEMO_PASSWORD):
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        project = Project.objects.filter(slug="demo").first()
+        if project is None:
+            project = services.create_project(name="Demo", owner=user)
+        services.add_member(project=project, user=user, role=Membership.OWNER)
+        _, raw_key = services.create_api_key(project=project, name="demo", can_ingest=True, can_read=True)
+        report = demo.load(project=project)
+        self.stdout.write(
+            f"demo data: {report['accepted']} calls stored, {report['duplicates']} already there\n"
+            f"\n  open     http://127.0.0.1:8000/\n"
+            f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
+            f"  api key  {raw_key}   (ingest + read, project 'demo')\n"
+        )

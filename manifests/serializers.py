@@ -1,0 +1,138 @@
+"""Read-side serializers (the write side validates with ctxkit.manifest)."""
+
+from rest_framework import serializers
+
+from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
+
+
+class RunSerializer(serializers.ModelSerializer):
+    call_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Run
+        fields = ["run_id", "agent", "model", "parent_run_id", "first_seen", "last_seen", "call_count"]
+
+
+class CallSummarySerializer(serializers.ModelSerializer):
+    run_id = serializers.CharField(source="run.run_id", read_only=True)
+    uncached_input_tokens = serializers.IntegerField(read_only=True)
+    cache_hit_ratio = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = Call
+        fields = [
+            "call_id",
+            "run_id",
+            "step",
+            "parent_call_id",
+            "agent",
+            "model",
+            "provider",
+            "started_at",
+            "ended_at",
+            "window",
+            "output_reserve",
+            "safety_margin",
+            "input_cap",
+            "prefix_hash",
+            "prefix_tokens",
+            "input_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+            "uncached_input_tokens",
+            "cache_hit_ratio",
+            "status",
+            "finish_reason",
+            "verified",
+            "item_count",
+            "evidence_count",
+            "evidence_missing",
+            "received_at",
+            "analyzed_at",
+        ]
+
+
+class ItemSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="item_id")
+
+    class Meta:
+        model = Item
+        fields = [
+            "id",
+            "kind",
+            "action",
+            "trust",
+            "priority",
+            "pinned",
+            "zone",
+            "position",
+            "requested_tokens",
+            "granted_tokens",
+            "used_tokens",
+            "reason",
+            "source_ref",
+            "source_version",
+            "content_hash",
+            "group",
+            "text",
+        ]
+
+
+class EvidenceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Evidence
+        fields = ["key", "label", "literal", "expected_item", "present", "found_in", "used"]
+
+
+class InvariantSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Invariant
+        fields = ["name", "ok", "detail", "lost"]
+
+
+class CompactionSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="event_id")
+    invariants = InvariantSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Compaction
+        fields = [
+            "id",
+            "strategy",
+            "trigger",
+            "tokens_before",
+            "tokens_after",
+            "kept_turns",
+            "summary_item",
+            "failed_invariants",
+            "invariants",
+        ]
+
+
+class ContextEditSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ContextEdit
+        fields = ["type", "cleared_count", "cleared_tokens", "kept", "item_ids"]
+
+
+class CallDetailSerializer(CallSummarySerializer):
+    prefix_segments = serializers.JSONField(read_only=True)
+    warnings = serializers.JSONField(read_only=True)
+    items = ItemSerializer(many=True, read_only=True)
+    evidence = EvidenceSerializer(many=True, read_only=True)
+    compactions = CompactionSerializer(many=True, read_only=True)
+    context_edits = ContextEditSerializer(many=True, read_only=True)
+
+    class Meta(CallSummarySerializer.Meta):
+        fields = CallSummarySerializer.Meta.fields + [
+            "builder_name",
+            "builder_version",
+            "prefix_segments",
+            "warnings",
+            "items",
+            "evidence",
+            "compactions",
+            "context_edits",
+        ]

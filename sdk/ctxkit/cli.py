@@ -1,0 +1,92 @@
+"""The ``ctxkit`` command.
+
+``ctxkit count FILE``
+    bytes, characters, CJK characters, estimated tokens and the share of an 8k
+    and a 128k window that the file would take.
+``ctxkit send-spool --dir DIR [--host URL] [--api-key KEY]``
+    send what a client spooled to disk (server down, process ended) now, and
+    exit non-zero if anything is left. Host and key default to ``CTXVIEW_HOST``
+    and ``CTXVIEW_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+DEFAULT_HOST = "http://127.0.0.1:8000"
+
+
+def _count(args: argparse.Namespace) -> int:
+    from ctxkit import tokens  # imported here: `send-spool` must not pay for (or depend on) it
+
+    try:
+        report = tokens.file_report(args.file)
+    except OSError as exc:
+        print(f"ctxkit count: {exc}", file=sys.stderr)
+        return 2
+    print(tokens.format_report(report))
+    return 0
+
+
+def _send_spool(args: argparse.Namespace) -> int:
+    from ctxkit.client import Client
+
+    api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
+    host = args.host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST
+    if not api_key:
+        print("ctxkit send-spool: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)
+        return 2
+    if not os.path.isdir(args.dir):
+        print(f"ctxkit send-spool: {args.dir} is not a directory", file=sys.stderr)
+        return 2
+    client = Client(
+        api_key,
+        host,
+        spool_dir=args.dir,
+        replay=False,  # we drain here, on this thread, and report the counts
+        max_retries=args.retries,
+        timeout=args.timeout,
+        backoff_cap=5.0,
+    )
+    try:
+        counts = client.drain_spool()
+    finally:
+        client.shutdown(timeout=1.0)
+    print(
+        f"sent={counts['sent']} rejected={counts['rejected']} skipped={counts['skipped']} "
+        f"segments_left={counts['left']}"
+    )
+    return 1 if counts["left"] else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxkit", description="ctxkit: context manifests for ctxview.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    count = sub.add_parser("count", help="estimate the tokens of a file and its share of a context window")
+    count.add_argument("file")
+    count.set_defaults(func=_count)
+
+    send = sub.add_parser("send-spool", help="send manifests spooled on disk to the server")
+    send.add_argument("--dir", required=True, help="the client's spool_dir")
+    send.add_argument("--host", default=None, help=f"server URL (env CTXVIEW_HOST, default {DEFAULT_HOST})")
+    send.add_argument("--api-key", default=None, help="API key (env CTXVIEW_API_KEY)")
+    send.add_argument("--retries", type=int, default=3, help="retries per batch on transient errors")
+    send.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout in seconds")
+    send.set_defaults(func=_send_spool)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""The context manifest, schema ``ctxview.manifest/v1``: defined once, here.
+
+Agents build it with ctxkit, the server validates incoming bodies with the same
+types, and the JSON Schema published at ``/api/v1/schema/manifest.json`` (and in
+``docs/manifest.schema.json``) is generated from them. msgspec does the structural
+checks (types, ranges, lengths, enums) at C speed; :func:`semantic_errors` adds the
+few rules that span fields (used <= granted, unique item ids, ...).
+
+Unknown fields are rejected rather than ignored: a typo such as ``input_token``
+would otherwise silently lose data. New optional fields come with a new schema
+version.
+"""
+
+from __future__ import annotations
+
+import typing
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+SCHEMA_V1 = "ctxview.manifest/v1"
+
+# Limits, shared by the SDK (which never builds a manifest the server refuses) and
+# the server (which answers a breach with the JSON path of the field).
+MAX_ITEMS = 2000
+MAX_EVIDENCE = 500
+MAX_COMPACTIONS = 50
+MAX_EDITS = 100
+MAX_SEGMENTS = 64
+MAX_ID = 200
+MAX_NAME = 200
+MAX_REASON = 2000
+MAX_TEXT = 200_000
+MAX_TOKENS = 100_000_000
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID)]
+Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
+Hash = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
+Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+
+ItemKind = Literal[
+    "system",
+    "tools",
+    "task",
+    "constraint",
+    "memory",
+    "history",
+    "tool_result",
+    "retrieval",
+    "summary",
+    "example",
+    "state",
+    "user",
+    "other",
+]
+ITEM_KINDS: tuple[str, ...] = ItemKind.__args__  # type: ignore[attr-defined]
+
+Action = Literal[
+    "keep",
+    "compress",
+    "extract",
+    "summarize",
+    "truncate",
+    "ref",
+    "dedupe",
+    "drop",
+    "hard_cut",
+    "clear",
+]
+ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
+# Actions after which nothing of the item reaches the model.
+ABSENT_ACTIONS = frozenset({"drop", "dedupe", "clear"})
+
+Zone = Literal["head", "middle", "tail"]
+Trust = Literal["trusted", "untrusted"]
+Verified = Literal["yes", "no", "unknown"]
+InvariantName = Literal[
+    "pending_obligations", "active_operations", "user_constraints", "required_evidence"
+]
+INVARIANT_NAMES: tuple[str, ...] = InvariantName.__args__  # type: ignore[attr-defined]
+
+
+class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class Builder(_Struct, kw_only=True):
+    """What built the context: a framework or ctxkit, and its version."""
+
+    name: Name
+    version: Name = ""
+
+
+class Budget(_Struct, kw_only=True):
+    """The token budget of the call (seed 001, 5.1): input_cap = window - reserve - margin."""
+
+    window: Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
+    output_reserve: Tokens = 0
+    safety_margin: Tokens = 0
+    input_cap: Tokens | None = None
+
+    def effective_input_cap(self) -> int:
+        if self.input_cap is not None:
+            return self.input_cap
+        return max(0, self.window - self.output_reserve - self.safety_margin)
+
+
+class PrefixSegment(_Struct, kw_only=True):
+    """One segment of the stable prefix (system, tools, ...) with its own hash,
+    so a cache miss can be pinned to the segment that changed."""
+
+    name: Name
+    hash: Hash
+    tokens: Tokens = 0
+
+
+class Prefix(_Struct, kw_only=True):
+    hash: Hash
+    tokens: Tokens = 0
+    segments: Annotated[list[PrefixSegment], msgspec.Meta(max_length=MAX_SEGMENTS)] = []
+
+
+class Usage(_Struct, kw_only=True):
+    """Usage in one normal form (OpenTelemetry's meaning): input_tokens includes
+    the cached reads and writes; uncached = input - cache_read - cache_write."""
+
+    input_tokens: Tokens = 0
+    cache_read_tokens: Tokens = 0
+    cache_write_tokens: Tokens = 0
+    output_tokens: Tokens = 0
+    reasoning_tokens: Tokens | None = None
+
+
+class Item(_Struct, kw_only=True):
+    """One candidate for the context and what was done with it."""
+
+    id: Id
+    kind: ItemKind
+    action: Action
+    requested_tokens: Tokens
+    granted_tokens: Tokens | None = None
+    used_tokens: Tokens | None = None
+    priority: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+    pinned: bool = False
+    trust: Trust = "trusted"
+    zone: Zone | None = None
+    position: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    reason: Reason = ""
+    source_ref: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+    source_version: Name | None = None
+    content_hash: Hash | None = None
+    group: Id | None = None
+    text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
+
+
+class Evidence(_Struct, kw_only=True):
+    """A required piece of evidence (a key field) and whether it reached the model."""
+
+    key: Id
+    label: Name = ""
+    literal: Annotated[str, msgspec.Meta(max_length=MAX_REASON)] | None = None
+    expected_item: Id | None = None
+    present: bool
+    found_in: Id | None = None
+    used: bool | None = None
+
+
+class Invariant(_Struct, kw_only=True):
+    name: InvariantName
+    ok: bool
+    detail: Reason = ""
+    lost: Annotated[list[Name], msgspec.Meta(max_length=MAX_EVIDENCE)] = []
+
+
+class Compaction(_Struct, kw_only=True):
+    """A compaction event (seed 003/004) and the invariants checked after it."""
+
+    id: Id
+    strategy: Name
+    tokens_before: Tokens
+    tokens_after: Tokens
+    trigger: Name = ""
+    kept_turns: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    summary_item: Id | None = None
+    invariants: Annotated[list[Invariant], msgspec.Meta(max_length=16)] = []
+
+
+class ContextEdit(_Struct, kw_only=True):
+    """A context edit such as clearing old tool results (Anthropic's
+    clear_tool_uses): how many were cleared and how many tokens that freed."""
+
+    type: Name
+    cleared_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    cleared_tokens: Tokens = 0
+    kept: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    item_ids: Annotated[list[Id], msgspec.Meta(max_length=MAX_ITEMS)] = []
+
+
+class Claim(_Struct, kw_only=True):
+    """A claim of the answer and the evidence keys it rests on."""
+
+    text: Reason
+    evidence_keys: Annotated[list[Id], msgspec.Meta(max_length=MAX_EVIDENCE)] = []
+
+
+class Outcome(_Struct, kw_only=True):
+    status: Name = "ok"
+    finish_reason: Name | None = None
+    verified: Verified = "unknown"
+    claims: Annotated[list[Claim], msgspec.Meta(max_length=MAX_EVIDENCE)] | None = None
+
+
+class Manifest(_Struct, kw_only=True):
+    """One model call's context manifest."""
+
+    schema: Literal["ctxview.manifest/v1"]
+    call_id: Id
+    run_id: Id
+    step: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)]
+    model: Name
+    started_at: Timestamp
+    budget: Budget
+    provider: Name = ""
+    agent: Name = "default"
+    parent_call_id: Id | None = None
+    parent_run_id: Id | None = None
+    ended_at: Timestamp | None = None
+    builder: Builder | None = None
+    prefix: Prefix | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
+    items: Annotated[list[Item], msgspec.Meta(max_length=MAX_ITEMS)] = []
+    evidence: Annotated[list[Evidence], msgspec.Meta(max_length=MAX_EVIDENCE)] = []
+    compactions: Annotated[list[Compaction], msgspec.Meta(max_length=MAX_COMPACTIONS)] = []
+    context_edits: Annotated[list[ContextEdit], msgspec.Meta(max_length=MAX_EDITS)] = []
+    outcome: Outcome | None = None
+    warnings: Annotated[list[Reason], msgspec.Meta(max_length=100)] = []
+
+
+# --------------------------------------------------------------------------- #
+# Validation
+
+
+class FieldError(msgspec.Struct, frozen=True):
+    """One bad field: its JSON path (``$.items[3].used_tokens``) and what is wrong."""
+
+    path: str
+    message: str
+
+
+_decoder = msgspec.json.Decoder(Manifest)
+
+
+def decode_manifest(data: bytes) -> Manifest:
+    """Decode and validate one manifest from JSON bytes (raises msgspec errors)."""
+    return _decoder.decode(data)
+
+
+def convert_manifest(obj: Any) -> tuple[Manifest | None, list[FieldError]]:
+    """Validate an already parsed object; return the manifest or every error found."""
+    try:
+        manifest = msgspec.convert(obj, Manifest)
+    except msgspec.ValidationError:
+        return None, structural_errors(obj)
+    errors = semantic_errors(manifest)
+    return (None, errors) if errors else (manifest, [])
+
+
+def structural_errors(obj: Any) -> list[FieldError]:
+    """Every structural error of ``obj`` against Manifest, not just the first.
+
+    msgspec stops at the first error, so after a failure we walk the object and
+    convert each field on its own. This is the slow path, taken only for bad input.
+    """
+    errors: list[FieldError] = []
+    _walk(obj, Manifest, "$", errors)
+    return errors or [FieldError(path="$", message="invalid manifest")]
+
+
+def _walk(obj: Any, struct_type: type[msgspec.Struct], path: str, errors: list[FieldError]) -> None:
+    if not isinstance(obj, dict):
+        _convert_one(obj, struct_type, path, errors)
+        return
+    hints = _hints(struct_type)
+    for key in obj:
+        if key not in hints:
+            errors.append(FieldError(path=f"{path}.{key}", message="unknown field"))
+    for name, (hint, required) in hints.items():
+        sub = f"{path}.{name}"
+        if name not in obj:
+            if required:
+                errors.append(FieldError(path=sub, message="required field is missing"))
+            continue
+        value = obj[name]
+        nested, element, max_length = _shape(hint)
+        if nested is not None and isinstance(value, dict):
+            _walk(value, nested, sub, errors)
+        elif element is not None and isinstance(value, list):
+            if max_length is not None and len(value) > max_length:
+                errors.append(FieldError(path=sub, message=f"has {len(value)} entries; at most {max_length} allowed"))
+            for index, entry in enumerate(value[: (max_length or len(value))]):
+                _walk(entry, element, f"{sub}[{index}]", errors)
+        else:
+            _convert_one(value, hint, sub, errors)
+
+
+def _convert_one(value: Any, hint: Any, path: str, errors: list[FieldError]) -> None:
+    try:
+        msgspec.convert(value, hint)
+    except msgspec.ValidationError as exc:
+        message, _, rest = str(exc).partition(" - at `$")
+        errors.append(FieldError(path=path + rest.rstrip("`"), message=message))
+
+
+_HINTS: dict[type, dict[str, tuple[Any, bool]]] = {}
+
+
+def _hints(struct_type: type[msgspec.Struct]) -> dict[str, tuple[Any, bool]]:
+    """Field name -> (annotated type, required), cached per struct type."""
+    if struct_type not in _HINTS:
+        annotations = typing.get_type_hints(struct_type, include_extras=True)
+        info = msgspec.inspect.type_info(struct_type)
+        _HINTS[struct_type] = {
+            f.encode_name: (annotations[f.name], f.required) for f in info.fields  # type: ignore[attr-defined]
+        }
+    return _HINTS[struct_type]
+
+
+def _shape(hint: Any) -> tuple[Any, Any, int | None]:
+    """(struct type, list element struct type, list max length) of a field's type."""
+    t = msgspec.inspect.type_info(hint)
+    if isinstance(t, msgspec.inspect.UnionType):
+        rest = [x for x in t.types if not isinstance(x, msgspec.inspect.NoneType)]
+        t = rest[0] if len(rest) == 1 else t
+    if isinstance(t, msgspec.inspect.StructType):
+        return t.cls, None, None
+    if isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.StructType):
+        return None, t.item_type.cls, t.max_length
+    return None, None, None
+
+
+def semantic_errors(m: Manifest) -> list[FieldError]:
+    """Rules that span fields; msgspec has already checked every field alone."""
+    errors: list[FieldError] = []
+    if m.ended_at is not None and m.ended_at < m.started_at:
+        errors.append(FieldError(path="$.ended_at", message="ended_at is before started_at"))
+    b = m.budget
+    if b.output_reserve + b.safety_margin > b.window:
+        errors.append(
+            FieldError(path="$.budget.output_reserve", message="output_reserve + safety_margin exceed the window")
+        )
+    u = m.usage
+    if u.cache_read_tokens + u.cache_write_tokens > u.input_tokens:
+        errors.append(
+            FieldError(
+                path="$.usage.cache_read_tokens",
+                message="cache_read_tokens + cache_write_tokens exceed input_tokens; input_tokens must include "
+                "cached tokens (for Anthropic add cache_read_input_tokens and cache_creation_input_tokens)",
+            )
+        )
+    if u.reasoning_tokens is not None and u.reasoning_tokens > u.output_tokens:
+        errors.append(FieldError(path="$.usage.reasoning_tokens", message="reasoning_tokens exceed output_tokens"))
+    seen: set[str] = set()
+    for index, item in enumerate(m.items):
+        path = f"$.items[{index}]"
+        if item.id in seen:
+            errors.append(FieldError(path=f"{path}.id", message=f"duplicate item id {item.id!r}"))
+        seen.add(item.id)
+        if item.used_tokens is not None and item.granted_tokens is not None and item.used_tokens > item.granted_tokens:
+            errors.append(
+                FieldError(
+                    path=f"{path}.used_tokens",
+                    message=f"used_tokens ({item.used_tokens}) exceed granted_tokens ({item.granted_tokens})",
+                )
+            )
+    for index, ev in enumerate(m.evidence):
+        for field in ("expected_item", "found_in"):
+            ref = getattr(ev, field)
+            if ref is not None and ref not in seen:
+                errors.append(
+                    FieldError(path=f"$.evidence[{index}].{field}", message=f"no item with id {ref!r} in $.items")
+                )
+    return errors
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a v1 manifest, generated from the types above."""
+    schema = msgspec.json.schema(Manifest)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "/api/v1/schema/manifest.json"
+    schema["title"] = "ctxview context manifest v1"
+    return schema
+
+
+def encode(manifest: Manifest) -> bytes:
+    return msgspec.json.encode(manifest)

@@ -1,0 +1,481 @@
+"""ctxkit.Client against a real HTTP server on 127.0.0.1 that implements the
+ingestion contract (idempotent on call_id, per-manifest results, 207 when mixed)
+and can be told to fail, hang, stop and restart on the same port."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import msgspec
+import pytest
+
+from ctxkit.client import Client, backoff_delay, parse_retry_after
+from ctxkit.manifest import Budget, Item, Manifest, convert_manifest
+from ctxkit.spool import Spool
+
+API_KEY = "test-key"
+
+
+def make_manifest(call_id: str, items: int = 0) -> Manifest:
+    return Manifest(
+        schema="ctxview.manifest/v1",
+        call_id=call_id,
+        run_id="r1",
+        step=0,
+        model="m",
+        started_at=datetime.now(UTC),
+        budget=Budget(window=8000),
+        items=[Item(id=f"i{n}", kind="history", action="keep", requested_tokens=10) for n in range(items)],
+    )
+
+
+class FakeServer:
+    """POST /api/v1/manifests with the server's contract, in a thread."""
+
+    def __init__(self, api_key: str = API_KEY) -> None:
+        self.api_key = api_key
+        self.lock = threading.Lock()
+        self.stored: dict[str, dict] = {}
+        self.duplicates = 0
+        self.requests: list[dict] = []  # one per request: encoding, raw_size, count, status
+        self.failures: list[tuple[int, str | None]] = []
+        self.hang = threading.Event()
+        self.hang.set()  # set = answer at once; clear it to make handlers wait
+        self.arrived = threading.Event()
+        self.port = 0
+        self.httpd: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                server.handle(self)
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        httpd.daemon_threads = True
+        self.port = httpd.server_address[1]
+        self.httpd = httpd
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+    def fail_next(self, count: int, status: int, retry_after: str | None = None) -> None:
+        with self.lock:
+            self.failures.extend([(status, retry_after)] * count)
+
+    def ids(self) -> set[str]:
+        with self.lock:
+            return set(self.stored)
+
+    def wait_for(self, count: int, timeout: float = 5.0) -> bool:
+        return wait_until(lambda: len(self.ids()) >= count, timeout)
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        raw = h.rfile.read(int(h.headers.get("Content-Length", "0")))
+        self.arrived.set()
+        self.hang.wait(10)
+        record = {"encoding": h.headers.get("Content-Encoding"), "count": 0, "raw_size": len(raw)}
+        with self.lock:
+            self.requests.append(record)
+            failure = self.failures.pop(0) if self.failures else None
+        if failure is not None:
+            record["status"] = failure[0]
+            extra = {"Retry-After": failure[1]} if failure[1] else {}
+            return self.answer(h, failure[0], {"error": "told to fail"}, extra)
+        if h.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return self.answer(h, 401, {"error": "bad key"})
+        if h.headers.get("Content-Type") != "application/json":
+            return self.answer(h, 415, {"error": "wrong type"})
+        if record["encoding"] == "gzip":
+            raw = gzip.decompress(raw)
+        record["raw_size"] = len(raw)
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return self.answer(h, 400, {"error": "malformed"})
+        batch = doc["manifests"] if isinstance(doc, dict) and "manifests" in doc else [doc]
+        record["count"] = len(batch)
+        results = []
+        with self.lock:
+            for obj in batch:
+                manifest, errors = convert_manifest(obj)
+                if manifest is None:
+                    results.append({"call_id": None, "status": "rejected", "errors": [e.path for e in errors]})
+                elif manifest.call_id in self.stored:
+                    self.duplicates += 1
+                    results.append({"call_id": manifest.call_id, "status": "duplicate", "errors": []})
+                else:
+                    self.stored[manifest.call_id] = obj
+                    results.append({"call_id": manifest.call_id, "status": "accepted", "errors": []})
+        counts = {s: sum(r["status"] == s for r in results) for s in ("accepted", "duplicate", "rejected")}
+        body = {"results": results, "accepted": counts["accepted"], "duplicates": counts["duplicate"]}
+        body["rejected"] = counts["rejected"]
+        record["status"] = 207 if counts["rejected"] and len(results) > counts["rejected"] else 200
+        self.answer(h, record["status"], body)
+
+    @staticmethod
+    def answer(h: BaseHTTPRequestHandler, status: int, body: dict, headers: dict | None = None) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            h.send_header(key, value)
+        h.end_headers()
+        h.wfile.write(data)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def dead_url() -> str:
+    """A local port nobody listens on: connections are refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    srv = FakeServer()
+    yield srv
+    srv.hang.set()
+    srv.stop()
+
+
+@pytest.fixture
+def clients() -> Iterator[Callable[..., Client]]:
+    """Make clients with fast test defaults; shut them all down afterwards."""
+    made: list[Client] = []
+
+    def make(host: str, **kwargs: object) -> Client:
+        options: dict = {"flush_interval": 0.05, "backoff_base": 0.001, "backoff_cap": 0.01, "timeout": 5.0}
+        options.update(kwargs)
+        client = Client(API_KEY, host, **options)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.shutdown(timeout=1.0)
+
+
+def test_it_delivers_captured_manifests_and_counts_them(server: FakeServer, clients) -> None:
+    client = clients(server.url)
+    for n in range(5):
+        assert client.capture(make_manifest(f"c{n}")) is True
+    assert client.flush(5) is True
+    assert server.ids() == {f"c{n}" for n in range(5)}
+    stats = client.stats()
+    assert (stats["captured"], stats["sent"], stats["dropped"], stats["rejected"]) == (5, 5, 0, 0)
+
+
+def test_capture_never_raises_on_garbage_and_bad_items_do_not_sink_the_batch(server: FakeServer, clients) -> None:
+    client = clients(server.url, flush_interval=5.0)
+    garbage = [None, 42, object(), {"x": object()}, b"not json", b"[1, 2]"]
+    for thing in garbage:
+        client.capture(thing)  # type: ignore[arg-type]
+    client.capture({"schema": "ctxview.manifest/v1", "call_id": "bad"})  # valid JSON, invalid manifest
+    client.capture(make_manifest("good"))
+    client.capture(b'{"a": 1}')  # a JSON object, but not a manifest
+    assert client.flush(5) is True
+    assert server.ids() == {"good"}
+    stats = client.stats()
+    assert stats["captured"] == 9
+    assert stats["dropped"] == len(garbage)
+    assert stats["rejected"] == 2  # rejected per item by the server, the valid one still stored
+    assert stats["sent"] == 1
+
+
+def test_capture_never_raises_with_a_dead_host_and_reports_the_drop(clients) -> None:
+    errors: list[tuple[str, int]] = []
+    client = clients(dead_url(), max_retries=1, on_error=lambda reason, n: errors.append((reason, n)))
+    assert client.capture(make_manifest("c1")) is True
+    assert client.flush(5) is True
+    assert client.stats()["dropped"] == 1
+    assert client.stats()["retries"] == 1
+    assert errors and errors[0][0].startswith("dropped") and errors[0][1] == 1
+
+
+def test_capture_returns_at_once_when_the_queue_is_full(server: FakeServer, clients) -> None:
+    server.hang.clear()  # the worker's first request now hangs
+    client = clients(server.url, max_queue=5, batch_size=1)
+    client.capture(make_manifest("first"))
+    assert server.arrived.wait(5)
+    durations = []
+    for n in range(1000):
+        start = time.perf_counter()
+        client.capture(make_manifest(f"c{n}"))
+        durations.append(time.perf_counter() - start)
+    assert max(durations) < 0.05 and sum(durations) < 1.0
+    stats = client.stats()
+    assert stats["queued"] == 5 and stats["dropped"] == 995
+    server.hang.set()
+    assert client.flush(5) is True
+    assert len(server.ids()) == 6
+
+
+def test_full_queue_goes_to_the_spool_and_is_replayed(server: FakeServer, clients, tmp_path) -> None:
+    server.hang.clear()
+    client = clients(server.url, max_queue=5, batch_size=50, spool_dir=tmp_path)
+    client.capture(make_manifest("first"))
+    assert server.arrived.wait(5)
+    for n in range(200):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.stats()["spooled"] == 195 and client.stats()["dropped"] == 0
+    server.hang.set()
+    assert client.flush(5) is True
+    # The successful send triggers a background replay of the spool.
+    assert server.wait_for(201)
+    assert wait_until(lambda: client.stats()["replayed"] == 195)
+    assert server.duplicates == 0
+
+
+def test_it_batches_by_count(server: FakeServer, clients) -> None:
+    client = clients(server.url, batch_size=10, flush_interval=30.0)
+    for n in range(35):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.flush(5) is True
+    assert [r["count"] for r in server.requests] == [10, 10, 10, 5]
+
+
+def test_it_batches_by_bytes(server: FakeServer, clients) -> None:
+    one = len(msgspec.json.encode(make_manifest("c00", items=20)))
+    limit = int(one * 3.5)
+    client = clients(server.url, batch_size=100, max_batch_bytes=limit, flush_interval=30.0, gzip=False)
+    for n in range(10):
+        client.capture(make_manifest(f"c{n:02d}", items=20))
+    assert client.flush(5) is True
+    counts = [r["count"] for r in server.requests]
+    assert sum(counts) == 10 and len(server.ids()) == 10
+    assert max(counts) == 3 and len(counts) == 4
+    assert all(r["raw_size"] <= limit for r in server.requests)
+
+
+def test_it_sends_after_the_interval_without_flush(server: FakeServer, clients) -> None:
+    client = clients(server.url, batch_size=100, flush_interval=0.1)
+    for n in range(3):
+        client.capture(make_manifest(f"c{n}"))
+    assert server.wait_for(3, timeout=3)
+    assert [r["count"] for r in server.requests] == [3]
+
+
+def test_body_is_gzipped_unless_disabled(server: FakeServer, clients) -> None:
+    zipped = clients(server.url)
+    zipped.capture(make_manifest("z"))
+    assert zipped.flush(5)
+    plain = clients(server.url, gzip=False)
+    plain.capture(make_manifest("p"))
+    assert plain.flush(5)
+    assert [r["encoding"] for r in server.requests] == ["gzip", None]
+    assert server.ids() == {"z", "p"}  # the server could decode both
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_it_retries_transient_answers_honouring_retry_after(server: FakeServer, clients, status: int) -> None:
+    server.fail_next(1, status, retry_after="0.5")
+    client = clients(server.url)
+    client.capture(make_manifest("c1"))
+    start = time.monotonic()
+    assert client.flush(5) is True
+    assert time.monotonic() - start >= 0.45  # the jittered backoff alone is at most 0.01 s
+    assert server.ids() == {"c1"}
+    assert client.stats()["retries"] == 1 and client.stats()["sent"] == 1
+
+
+def test_it_retries_5xx_and_408_with_capped_backoff(server: FakeServer, clients) -> None:
+    server.fail_next(1, 502)
+    server.fail_next(1, 408)
+    server.fail_next(1, 500)
+    client = clients(server.url, max_retries=5)
+    client.capture(make_manifest("c1"))
+    start = time.monotonic()
+    assert client.flush(5) is True
+    assert time.monotonic() - start < 1.0
+    assert client.stats()["retries"] == 3 and server.ids() == {"c1"}
+
+
+def test_it_gives_up_after_max_retries_and_counts_the_drop(server: FakeServer, clients) -> None:
+    server.fail_next(10, 503)
+    client = clients(server.url, max_retries=2)
+    client.capture(make_manifest("c1"))
+    assert client.flush(5) is True
+    assert len(server.requests) == 3
+    assert client.stats()["dropped"] == 1 and client.stats()["retries"] == 2
+
+
+def test_it_does_not_retry_a_400(server: FakeServer, clients) -> None:
+    server.fail_next(1, 400)
+    client = clients(server.url)
+    client.capture(make_manifest("c1"))
+    assert client.flush(5) is True
+    assert len(server.requests) == 1
+    stats = client.stats()
+    assert (stats["rejected"], stats["retries"], stats["sent"]) == (1, 0, 0)
+
+
+def test_a_bad_key_is_rejected_and_logged_once(server: FakeServer, clients, caplog) -> None:
+    client = Client("wrong", server.url, flush_interval=0.01, batch_size=1)
+    caplog.set_level(logging.DEBUG, logger="ctxkit")
+    for n in range(3):
+        client.capture(make_manifest(f"c{n}"))
+        assert client.flush(5)
+    client.shutdown(1)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "401" in r.getMessage()]
+    assert len(warnings) == 1
+    assert client.stats()["rejected"] == 3 and len(server.requests) == 3
+
+
+def test_a_too_large_batch_is_split(server: FakeServer, clients) -> None:
+    server.fail_next(1, 413)
+    client = clients(server.url, flush_interval=30.0)
+    for n in range(4):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.flush(5) is True
+    assert [r["count"] for r in server.requests] == [0, 2, 2]
+    assert client.stats()["sent"] == 4 and client.stats()["rejected"] == 0
+
+
+def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
+    now = time.time()
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after(" 0.5 ") == 0.5
+    future = format_datetime(datetime.fromtimestamp(now, UTC) + timedelta(seconds=30), usegmt=True)
+    assert 28 <= parse_retry_after(future, now=now) <= 31  # type: ignore[operator]
+    past = format_datetime(datetime.fromtimestamp(now, UTC) - timedelta(seconds=30), usegmt=True)
+    assert parse_retry_after(past, now=now) == 0.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None and parse_retry_after("nan") is None
+
+
+def test_backoff_is_jittered_and_capped() -> None:
+    delays = [backoff_delay(attempt, 0.5, 4.0) for attempt in range(10) for _ in range(50)]
+    assert all(0 <= d <= 4.0 for d in delays)
+    assert len({round(d, 6) for d in delays}) > 100  # full jitter, not a fixed schedule
+    assert all(backoff_delay(0, 0.5, 4.0) <= 0.5 for _ in range(100))
+
+
+def test_spools_during_an_outage_and_replays_after_restart(server: FakeServer, clients, tmp_path) -> None:
+    server.stop()
+    client = clients(server.url, spool_dir=tmp_path, max_retries=1, batch_size=20)
+    for n in range(50):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.flush(5) is True
+    assert client.stats()["spooled"] == 50 and client.stats()["dropped"] == 0
+    server.start()  # same port
+    client.capture(make_manifest("after"))
+    assert server.wait_for(51)
+    assert server.ids() == {f"c{n}" for n in range(50)} | {"after"}
+    assert server.duplicates == 0
+    assert wait_until(lambda: client.stats()["replayed"] == 50)
+    assert wait_until(lambda: not Spool(tmp_path).has_pending())
+
+
+def test_a_new_client_sends_what_the_previous_process_spooled(server: FakeServer, clients, tmp_path) -> None:
+    server.stop()
+    old = clients(server.url, spool_dir=tmp_path, max_retries=0)
+    for n in range(30):
+        old.capture(make_manifest(f"c{n}"))
+    assert old.shutdown(2) is True
+    assert old.stats()["spooled"] == 30
+    server.start()
+    new = clients(server.url, spool_dir=tmp_path)  # nothing captured: it replays on its own
+    assert server.wait_for(30)
+    assert server.ids() == {f"c{n}" for n in range(30)} and server.duplicates == 0
+    assert wait_until(lambda: new.stats()["replayed"] == 30)
+
+
+def test_shutdown_spools_what_is_still_being_retried(tmp_path, clients) -> None:
+    client = clients(dead_url(), spool_dir=tmp_path, max_retries=5, backoff_base=30.0, backoff_cap=30.0)
+    for n in range(3):
+        client.capture(make_manifest(f"c{n}"))
+    start = time.monotonic()
+    assert client.shutdown(1.0) is True
+    assert time.monotonic() - start < 1.5
+    assert client.stats()["spooled"] == 3
+    lines: list[bytes] = []
+    Spool(tmp_path).drain(lambda batch: lines.extend(batch) or True)
+    assert sorted(json.loads(line)["call_id"] for line in lines) == ["c0", "c1", "c2"]
+    assert client.capture(make_manifest("late")) is True  # after shutdown: spooled, no error
+
+
+def test_flush_returns_within_its_timeout_when_the_server_is_dead(clients) -> None:
+    client = clients(dead_url(), max_retries=5, backoff_base=30.0, backoff_cap=30.0)
+    client.capture(make_manifest("c1"))
+    start = time.monotonic()
+    assert client.flush(0.3) is False
+    assert time.monotonic() - start < 1.0
+    start = time.monotonic()
+    client.shutdown(0.5)
+    assert time.monotonic() - start < 1.0
+    assert client.stats()["dropped"] == 1
+
+
+def test_a_forked_child_gets_its_own_worker(server: FakeServer, clients) -> None:
+    client = clients(server.url)
+    client.capture(make_manifest("parent-before"))
+    assert client.flush(5)
+    pid = os.fork()
+    if pid == 0:  # child: the parent's worker thread does not exist here
+        code = 1
+        try:
+            for n in range(3):
+                client.capture(make_manifest(f"child-{n}"))
+            stats = client.stats()
+            if client.flush(5) and stats["captured"] == 3:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    client.capture(make_manifest("parent-after"))
+    assert client.flush(5)
+    assert server.ids() == {"parent-before", "parent-after", "child-0", "child-1", "child-2"}
+    assert client.stats()["captured"] == 2
+
+
+def test_counters_add_up(server: FakeServer, clients, tmp_path) -> None:
+    server.fail_next(1, 400)
+    client = clients(server.url, spool_dir=tmp_path, batch_size=2, flush_interval=30.0, max_retries=0)
+    client.capture(make_manifest("a"))
+    client.capture(make_manifest("b"))  # batch 1: refused with 400
+    assert client.flush(5)
+    client.capture(None)  # type: ignore[arg-type]
+    client.capture(make_manifest("c"))
+    assert client.flush(5)
+    server.fail_next(1, 503)
+    client.capture(make_manifest("d"))
+    assert client.flush(5)  # spooled after the 503 (no retries)
+    stats = client.stats()
+    assert stats["captured"] == 5
+    assert (stats["rejected"], stats["dropped"], stats["sent"], stats["spooled"]) == (2, 1, 1, 1)
+    assert stats["captured"] == stats["rejected"] + stats["dropped"] + stats["sent"] + stats["spooled"]
