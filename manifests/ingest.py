@@ -195,9 +195,8 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
 
     runs = _upsert_runs(project, [m for m, _, _ in to_store])
     now = timezone.now()
-    calls = Call.objects.bulk_create(
-        [_call_row(project, runs[m.run_id], m, canonical, digest, now) for m, canonical, digest in to_store]
-    )
+    calls = [_call_row(project, runs[m.run_id], m, canonical, digest, now) for m, canonical, digest in to_store]
+    _insert(Call, calls)
     call_pks = [c.pk for c in calls]
     _store_children(project, [m for m, _, _ in to_store], call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
@@ -341,6 +340,30 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
     ]
 
 
+def _insert(model: type[Any], objs: list[Any]) -> None:
+    """Insert model instances and set their primary keys.
+
+    On PostgreSQL: reserve the ids from the sequence in one query, then COPY.
+    Django's bulk_create binds the raw manifests (kilobytes each) as quoted
+    array literals, which cost several times the COPY itself.
+    """
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(objs)
+        return
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(objs)]
+        )
+        for obj, (pk,) in zip(objs, cursor.fetchall()):
+            obj.pk = pk
+        fields = model._meta.concrete_fields
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for obj in objs:
+                copy.write_row([f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields])
+
+
 def _store_children(project: Project, manifests: list[Manifest], call_pks: list[int]) -> None:
     rows = _item_rows(project.pk, manifests, call_pks)
     if rows:
@@ -370,7 +393,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         for e in m.evidence
     ]
     if evidence:
-        Evidence.objects.bulk_create(evidence)
+        _insert(Evidence, evidence)
 
     compactions: list[Compaction] = []
     invariants_of: list[list[Any]] = []

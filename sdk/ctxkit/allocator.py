@@ -357,7 +357,7 @@ def _priority(
         if a.pinned or not seg.text:
             continue
         text = seg.text
-        if seg.dedupe and text.lstrip()[:1] not in ("{", "["):  # line dedupe would break JSON
+        if seg.dedupe and "\n" in text and text.lstrip()[:1] not in ("{", "["):  # line dedupe would break JSON
             text, rec = dedupe_lines(text, estimate=estimate)
             if rec.data["removed"]:
                 a.operations.append(rec)
@@ -445,7 +445,8 @@ def _apply(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estima
         a.reason = "pinned: kept whole and charged first (never compressed)"
         return
     notes = [op.detail for op in a.operations]  # lossless dedupe done before allocation
-    if a.requested <= a.granted:
+    whole = a.requested <= a.granted  # then the text is the (deduped) segment as counted
+    if whole:
         a.text, a.action = text, ("compress" if a.operations else "keep")
         notes.append("fits whole")
     elif a.granted <= 0:
@@ -465,7 +466,7 @@ def _apply(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estima
     if a.effective_priority != a.priority:
         notes.append(f"aged priority {a.effective_priority}")
     a.reason = "; ".join(notes)
-    a.used = estimate(a.text) if a.text else 0
+    a.used = a.requested if whole else estimate(a.text) if a.text else 0
 
 
 def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator) -> tuple[str, OpRecord]:

@@ -5,12 +5,15 @@ encoding, batching (by count, bytes and interval), gzip and HTTP happen on one
 daemon worker thread, started lazily and again after ``fork()``. Transient
 failures (network errors, 5xx, 408, 429) are retried with capped exponential
 backoff and full jitter, ``Retry-After`` taken as a minimum. Other 4xx answers
-are final: counted as rejected and logged once (except 401/403 when a spool is
-configured: a wrong key is not the data's fault, so it is spooled and kept for
-when the key is fixed; it is replayed with the next good key). Whatever cannot be queued or
-sent is written to an optional on-disk :class:`~ctxkit.spool.Spool` (replayed
-later, also by a new process) or else dropped and counted. The server is
-idempotent on ``call_id``, so a resend is always harmless.
+are final: counted as rejected and logged once. The exception is 401/403 with a
+spool configured: a wrong key is not the data's fault, so those manifests are
+spooled and sent once the key is fixed. Whatever cannot be queued or sent goes
+to the optional on-disk :class:`~ctxkit.spool.Spool` (replayed later, also by a
+new process), or else is dropped and counted. The server is idempotent on
+``call_id``, so a resend is always harmless.
+
+When the queue is full, ``capture()`` appends to the spool on the caller's
+thread (one small file write); without a spool it just counts a drop.
 
 Do not mutate a manifest after passing it to ``capture()``: it is encoded later,
 on the worker thread, to keep the caller's cost to a queue put.
@@ -19,77 +22,38 @@ on the worker thread, to keep the caller's cost to a queue put.
 from __future__ import annotations
 
 import atexit
-import email.utils
-import gzip as gzip_module
-import http.client
 import logging
-import math
 import os
 import queue
-import random
 import threading
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 import msgspec
 
 from ctxkit.spool import Spool, encode_line
+from ctxkit.transport import (
+    BODY_OVERHEAD,
+    PATH,
+    Response,
+    backoff_delay,
+    is_transient,
+    make_opener,
+    parse_retry_after,
+    post_batch,
+    rejected_in,
+)
 
 logger = logging.getLogger("ctxkit")
+__all__ = ["Client", "STAT_KEYS", "backoff_delay", "parse_retry_after"]
 
-PATH = "/api/v1/manifests"
 MAX_RETRY_AFTER = 300.0  # a longer Retry-After gives up (spools) instead of parking the worker
 STAT_KEYS = ("captured", "sent", "spooled", "dropped", "rejected", "retries", "replayed")
 _ACCEPTED_TYPES = (msgspec.Struct, dict, bytes)
 _FLUSH = object()  # queue markers: wake the worker to send now / to stop
 _STOP = object()
-_BODY_OVERHEAD = len(b'{"manifests":[]}')
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def backoff_delay(attempt: int, base: float, cap: float) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2**attempt)] (spreads retrying clients apart)."""
-    return random.uniform(0.0, min(cap, base * (2 ** min(attempt, 32))))
-
-
-@dataclass
-class _Response:
-    status: int | None  # None: no HTTP answer (connection refused, timeout, ...)
-    body: bytes = b""
-    retry_after: float | None = None
-    error: str = ""
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirected POST would be resent as a body-less GET; surface it as an error."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 class Client:
@@ -131,7 +95,7 @@ class Client:
         self.replay = replay
         self.replay_interval = replay_interval
         self.replay_segments = replay_segments
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._opener = make_opener()
         self.spool: Spool | None = None
         if spool_dir is not None:
             try:
@@ -380,7 +344,7 @@ class Client:
     def _collect(self) -> list[bytes]:
         """Up to batch_size items / max_batch_bytes, waiting at most flush_interval after the first."""
         items: list[bytes] = []
-        size = _BODY_OVERHEAD
+        size = BODY_OVERHEAD
         deadline: float | None = None
         if self._carry is not None:
             items.append(self._carry)
@@ -482,7 +446,7 @@ class Client:
         """Send spooled lines in batches; True when the server gave a final answer for all."""
         start = 0
         while start < len(lines):
-            size, end = _BODY_OVERHEAD, start
+            size, end = BODY_OVERHEAD, start
             while end < len(lines) and end - start < self.batch_size:
                 if end > start and size + len(lines[end]) + 1 > self.max_batch_bytes:
                     break
@@ -498,7 +462,9 @@ class Client:
         False: still failing after ``retries`` retries (the caller spools or drops)."""
         attempt = 0
         while True:
-            response = self._post(lines)
+            response = post_batch(
+                self._opener, self.url, self.api_key, lines, compress=self.gzip, timeout=self.timeout
+            )
             status = response.status
             if status is not None and 200 <= status < 300:
                 self._account(response, len(lines), replay)
@@ -512,7 +478,7 @@ class Client:
                 # A wrong key is not the data's fault: keep spooled manifests for when it is fixed.
                 self._log_once(f"status:{status}", "ctxkit: server refused the API key (HTTP %s); spooling", status)
                 return False
-            if status is not None and status < 500 and status not in (408, 429):
+            if not is_transient(status):
                 self._finish(rejected=len(lines))
                 self._log_once(
                     f"status:{status}",
@@ -536,56 +502,18 @@ class Client:
                 return False
             attempt += 1
 
-    def _post(self, lines: list[bytes]) -> _Response:
-        body = b'{"manifests":[' + b",".join(lines) + b"]}"
-        headers = {
-            "Authorization": f"Bearer {self.api_key}",
-            "Content-Type": "application/json",
-            "User-Agent": "ctxkit-python",
-        }
-        if self.gzip:
-            body = gzip_module.compress(body, compresslevel=6)
-            headers["Content-Encoding"] = "gzip"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with self._opener.open(request, timeout=self.timeout) as resp:
-                return _Response(resp.status, resp.read(), parse_retry_after(resp.headers.get("Retry-After")))
-        except urllib.error.HTTPError as exc:
-            try:
-                data = exc.read()
-            except Exception:
-                data = b""
-            finally:
-                exc.close()
-            retry_after = parse_retry_after(exc.headers.get("Retry-After")) if exc.headers else None
-            return _Response(exc.code, data, retry_after)
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            return _Response(None, error=f"{type(exc).__name__}: {exc}")
-
-    def _account(self, response: _Response, count: int, replay: bool) -> None:
+    def _account(self, response: Response, count: int, replay: bool) -> None:
         """Count a 2xx answer: accepted and duplicates are delivered, rejected ones are not."""
-        rejected = 0
-        try:
-            doc = msgspec.json.decode(response.body) if response.body else None
-        except msgspec.DecodeError:
-            doc = None
-        if isinstance(doc, dict):
-            results = doc.get("results") if isinstance(doc.get("results"), list) else []
-            if isinstance(doc.get("rejected"), int):
-                rejected = doc["rejected"]
-            else:
-                rejected = sum(1 for r in results if isinstance(r, dict) and r.get("status") == "rejected")
-            rejected = max(0, min(count, rejected))
-            if rejected:
-                first = next((r for r in results if isinstance(r, dict) and r.get("status") == "rejected"), {})
-                self._log_once(
-                    "rejected-items",
-                    "ctxkit: server rejected %d manifests, e.g. %s: %s",
-                    rejected,
-                    first.get("call_id"),
-                    first.get("errors"),
-                )
-                self._report("rejected: invalid manifest", rejected)
+        rejected, first = rejected_in(response.body, count)
+        if rejected:
+            self._log_once(
+                "rejected-items",
+                "ctxkit: server rejected %d manifests, e.g. %s: %s",
+                rejected,
+                first.get("call_id"),
+                first.get("errors"),
+            )
+            self._report("rejected: invalid manifest", rejected)
         self._finish(rejected=rejected, **{"replayed" if replay else "sent": count - rejected})
 
 

@@ -78,8 +78,9 @@ class OpRecord:
 
 def normalize(text: str) -> str:
     """NFKC (full/half width), casefold, collapse whitespace: the dedupe normal form."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return re.sub(r"\s+", " ", text).strip()
+    if not text.isascii():  # NFKC is the identity on ASCII; skip the call on the common path
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.casefold().split())
 
 
 def content_key(text: str) -> str:
@@ -88,6 +89,9 @@ def content_key(text: str) -> str:
 
 def dedupe_lines(text: str, *, min_chars: int = 16, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:
     """Remove exact repeats of lines (after normalization); the first occurrence stays."""
+    if "\n" not in text:  # one line cannot repeat
+        before = estimate(text)
+        return text, OpRecord("dedupe", before, before, "no duplicates", {"removed": []})
     before = estimate(text)
     seen: dict[str, int] = {}
     kept: list[str] = []
@@ -210,7 +214,7 @@ def merge_near_duplicates(
 
 
 def merge_near_duplicate_lines(
-    text: str, *, threshold: float = 0.75, min_chars: int = 40, estimate: Estimator = estimate_tokens
+    text: str, *, threshold: float = 0.75, min_chars: int = 24, estimate: Estimator = estimate_tokens
 ) -> tuple[str, OpRecord]:
     """Merge near-duplicate lines: the first stays, annotated with the lines it now covers."""
     before = estimate(text)
@@ -244,6 +248,7 @@ _CONSTRAINT_WORDS = re.compile(
     r"\b(must|never|only|not|no|don't|do not|cannot|can't|forbidden|required|at least|at most|without)\b", re.I
 )
 UNIT_HINTS = ("分", "秒", "％", "%", "token", "mib", "ms", "小时", "分钟", "元")
+_URI = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
 _UNIT_WORDS = re.compile(r"\d\s*(s|sec|secs|seconds|min|minutes|h|hours|kb|mb|gb|usd|cents?)\b", re.I)
 
 
@@ -262,6 +267,8 @@ def score_line(line: str) -> int:
         score += 3  # units
     if "://" in line or "/" in line:
         score += 2  # a ref that can be fetched again
+    if _URI.search(line):
+        score += 2  # a resolvable URI is worth more than a bare slash ("a / b")
     if any(h in low for h in FAIL_HINTS):
         score += 3  # failure reasons
     if "=" in line:
@@ -706,25 +713,47 @@ def compress_schema(text: str, budget: int, *, estimate: Estimator = estimate_to
             required = set(params.get("required", []))
             params["properties"] = {k: v for k, v in params["properties"].items() if k in required}
 
-    steps: list[tuple[str, Callable[[dict[str, Any]], None] | None]] = [
-        ("compact JSON", None),
-        ("dropped parameter descriptions", param_docs),
-        ("shortened tool descriptions", short_desc),
-        ("dropped tool descriptions, kept name/parameters/required", no_desc),
-        ("dropped optional parameters", required_only),
+    steps: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool]] = [
+        ("compact JSON", None, False),
+        ("dropped parameter descriptions", param_docs, False),
+        ("shortened tool descriptions", short_desc, False),
+        ("rendered as signatures with short descriptions", None, True),
+        ("dropped tool descriptions, kept name/parameters/required", no_desc, True),
+        ("dropped optional parameters", required_only, True),
     ]
     done: list[str] = []
-    for label, step in steps:
+    render: Callable[[list[dict[str, Any]]], str] = _json
+    for label, step, signatures in steps:
         if step is not None:
             for tool in tools:
                 step(tool)
+        if signatures:
+            render = _signatures
         done.append(label)
-        out = _json(tools)
+        out = render(tools)
         if estimate(out) <= budget:
             return out, OpRecord("schema", before, estimate(out), "; ".join(done), {"steps": done})
     dropped: list[str] = []
-    while tools and estimate(_json(tools)) > budget:
+    while tools and estimate(render(tools)) > budget:
         dropped.insert(0, str(_tool_parts(tools.pop())[0].get("name", "?")))
-    out = _json(tools) if tools else ""
+    out = render(tools) if tools else ""
     done.append(f"dropped tools {', '.join(dropped)}")
     return out, OpRecord("schema", before, estimate(out), "; ".join(done), {"steps": done, "dropped_tools": dropped})
+
+
+def _signatures(tools: list[dict[str, Any]]) -> str:
+    """One line per tool: ``name(req: type, opt?: type, mode: "a"|"b") - description``."""
+    lines = []
+    for tool in tools:
+        holder, params = _tool_parts(tool)
+        props = params.get("properties", {}) if params else {}
+        required = set(params.get("required", [])) if params else set()
+        args = []
+        for pname, spec in props.items():
+            spec = spec if isinstance(spec, dict) else {}
+            kind = "|".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"]) if "enum" in spec else \
+                str(spec.get("type", "any"))
+            args.append(f"{pname}{'' if pname in required else '?'}: {kind}")
+        desc = holder.get("description")
+        lines.append(f"{holder.get('name', '?')}({', '.join(args)})" + (f" - {desc}" if desc else ""))
+    return "\n".join(lines)

@@ -356,6 +356,17 @@ def test_a_bad_key_is_rejected_and_logged_once(server: FakeServer, clients, capl
     assert client.stats()["rejected"] == 3 and len(server.requests) == 3
 
 
+def test_a_wrong_key_with_a_spool_keeps_the_manifests_for_a_good_key(server: FakeServer, clients, tmp_path) -> None:
+    wrong = Client("wrong", server.url, spool_dir=tmp_path, flush_interval=0.01)
+    for n in range(3):
+        wrong.capture(make_manifest(f"c{n}"))
+    assert wrong.shutdown(2) is True
+    assert wrong.stats()["spooled"] == 3 and wrong.stats()["rejected"] == 0
+    assert server.ids() == set()
+    clients(server.url, spool_dir=tmp_path)
+    assert server.wait_for(3)
+
+
 def test_a_too_large_batch_is_split(server: FakeServer, clients) -> None:
     server.fail_next(1, 413)
     client = clients(server.url, flush_interval=30.0)

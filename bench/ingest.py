@@ -1,0 +1,240 @@
+"""Ingest benchmark: the real HTTP API against PostgreSQL COPY, in the same run.
+
+    .venv/bin/python bench/ingest.py [--manifests 2000] [--items 40] [--batch 100]
+
+1. Starts a real server process (gunicorn, 2 workers) on a scratch PostgreSQL
+   database, posts N manifests of about 40 items in batches through
+   ``POST /api/v1/manifests`` and reports manifests/s, items/s and the server's
+   peak memory.
+2. Loads the same item rows with ``COPY`` into the same table (the physical
+   baseline) and prints the ratio API/COPY.
+3. Separately, validation cost: decoding + validating the same bytes with the
+   shared msgspec types, and with DRF-free json + msgspec.convert, as a ratio
+   to ``orjson.loads`` of the same bytes.
+
+Not a test: figures vary with the machine; the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+DB = "ctxview_bench"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+KINDS = ["system", "tools", "task", "history", "tool_result", "retrieval", "memory", "summary"]
+ACTIONS = ["keep", "keep", "keep", "summarize", "truncate", "drop", "extract", "ref"]
+
+
+def manifest(n: int, items: int) -> dict:
+    return {
+        "schema": "ctxview.manifest/v1",
+        "call_id": f"bench-{n}",
+        "run_id": f"bench-run-{n // 20}",
+        "step": n % 20,
+        "agent": "bench",
+        "model": "claude-sonnet-4-5",
+        "provider": "anthropic",
+        "started_at": (T0 + timedelta(seconds=n)).isoformat(),
+        "budget": {"window": 128000, "output_reserve": 4000, "safety_margin": 1000},
+        "prefix": {"hash": f"{n % 7:064x}", "tokens": 2000, "segments": [{"name": "system", "hash": "a" * 64, "tokens": 800}]},
+        "usage": {"input_tokens": 20000, "cache_read_tokens": 2000, "output_tokens": 500},
+        "items": [
+            {
+                "id": f"item-{i}",
+                "kind": KINDS[i % 8],
+                "action": ACTIONS[i % 8],
+                "requested_tokens": 300 + i,
+                "granted_tokens": 250 + i,
+                "used_tokens": 240 + i,
+                "priority": i % 100,
+                "zone": ["head", "middle", "tail"][i % 3],
+                "position": i,
+                "reason": f"granted {250 + i} of {300 + i} tokens by priority weight",
+                "source_ref": f"docs/file-{i}.md:1-40",
+                "content_hash": f"{(n * 1000 + i):064x}",
+                "trust": "untrusted" if i % 8 == 4 else "trusted",
+            }
+            for i in range(items)
+        ],
+        "evidence": [{"key": f"ev-{k}", "label": "429", "present": k % 2 == 0} for k in range(3)],
+        "outcome": {"status": "ok", "verified": "yes"},
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_rss_kib(pid: int) -> int:
+    """Peak resident memory of a process and its children (gunicorn workers)."""
+    total = 0
+    pids = [pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def reset_database(env: dict) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+
+
+def create_key(env: dict) -> str:
+    code = (
+        "from manifests import services;"
+        "p = services.create_project(name='bench');"
+        "print(services.create_api_key(project=p, can_ingest=True, can_read=True)[1])"
+    )
+    out = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def post_all(port: int, key: str, bodies: list[bytes]) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    start = time.perf_counter()
+    for body in bodies:
+        conn.request("POST", "/api/v1/manifests", body, {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            raise SystemExit(f"ingest failed: {response.status} {payload[:300]!r}")
+    return time.perf_counter() - start
+
+
+def copy_baseline(rows: list[tuple]) -> float:
+    """COPY the same item rows into the same table, and time it."""
+    import psycopg
+
+    from manifests.ingest import ITEM_COLUMNS
+
+    columns = ", ".join(f'"{c}"' for c in ITEM_COLUMNS)
+    with psycopg.connect(f"{PG}/{DB}") as conn:
+        call_ids = [r[0] for r in conn.execute("SELECT id FROM manifests_call ORDER BY id").fetchall()]
+        project_id = conn.execute("SELECT id FROM manifests_project LIMIT 1").fetchone()[0]
+        conn.execute("TRUNCATE manifests_item")
+        conn.commit()
+        start = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(f"COPY manifests_item ({columns}) FROM STDIN") as copy:
+            per_call = len(rows) // len(call_ids)
+            for index, row in enumerate(rows):
+                copy.write_row((call_ids[index // per_call], project_id, *row[2:]))
+        conn.commit()
+        return time.perf_counter() - start
+
+
+def validation_ratios(items: int, rounds: int = 300) -> dict[str, float]:
+    import msgspec
+    import orjson
+    from ctxkit.manifest import decode_manifest, semantic_errors
+
+    body = orjson.dumps(manifest(0, 100))  # the issue's yardstick: a 100-item manifest
+    def timeit(fn) -> float:
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(rounds):
+                fn()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    base = timeit(lambda: orjson.loads(body))
+    typed = timeit(lambda: semantic_errors(decode_manifest(body)))
+    def ingest_path() -> None:
+        # What ingest does per manifest: decode + validate, canonical re-encode, hash.
+        m = decode_manifest(body)
+        semantic_errors(m)
+        hashlib.sha256(msgspec.json.encode(m)).hexdigest()
+
+    full = timeit(ingest_path)
+    return {"decode + validate": typed / base, "+ canonical encode + sha256": full / base}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifests", type=int, default=2000)
+    parser.add_argument("--items", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    env = dict(os.environ, DATABASE_URL=f"{PG}/{DB}", SECRET_KEY="bench", DEBUG="0", ALLOWED_HOSTS="127.0.0.1")
+    # As in production: analysis is handed to Redis (one task per batch), not run
+    # inside the request. No worker consumes this scratch queue; it is flushed after.
+    env["REDIS_URL"] = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/14")
+    reset_database(env)
+    key = create_key(env)
+
+    docs = [manifest(n, args.items) for n in range(args.manifests)]
+    bodies = [json.dumps({"manifests": docs[i : i + args.batch]}).encode() for i in range(0, len(docs), args.batch)]
+    port = free_port()
+    server = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "ctxview.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers), "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        api_seconds = post_all(port, key, bodies)
+        peak = peak_rss_kib(server.pid)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
+        subprocess.run(["redis-cli", "-u", env["REDIS_URL"], "flushdb"], capture_output=True)
+
+    import django
+
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
+    django.setup()
+    from ctxkit.manifest import decode_manifest
+
+    from manifests.ingest import _item_rows
+
+    decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]
+    rows = _item_rows(0, decoded, list(range(len(decoded))))
+    copy_seconds = copy_baseline(rows)
+
+    n_items = len(rows)
+    api_items = n_items / api_seconds
+    copy_items = n_items / copy_seconds
+    print(f"machine: {os.cpu_count()} cores; {args.manifests} manifests x {args.items} items in batches of {args.batch}")
+    print(f"API (gunicorn x{args.workers}, PostgreSQL): {args.manifests / api_seconds:,.0f} manifests/s, {api_items:,.0f} items/s")
+    print(f"COPY of the same item rows:          {copy_items:,.0f} items/s")
+    print(f"ratio API/COPY (items/s):             {api_items / copy_items:.3f}x")
+    print(f"server peak memory (all processes):  {peak / 1024:.0f} MiB")
+    for name, ratio in validation_ratios(args.items).items():
+        print(f"validation, 100-item manifest, {name:<28} {ratio:.2f}x orjson.loads")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Key-field read-back: did the required literals reach the model after compression? (seed 5.4.3, 5.8.2)
+
+API notes
+---------
+- ``KeyField(label, literal, source=None, key=None)``: a required literal (a negation, a number
+  with its unit, a ref) and the item expected to carry it. ``key`` is the evidence key in the
+  manifest; it defaults to ``label``.
+- ``read_back(fields, outputs) -> list[ReadBack]``: ``outputs`` maps item id -> the text that
+  reached the model (e.g. ``Plan.outputs()``). A field is present if its literal occurs in any
+  output; ``found_in`` is the expected source when that carries it, else the first item (in
+  ``outputs`` order) that does. Matching is on the dedupe normal form (NFKC, casefold, collapsed
+  whitespace), and a literal that starts or ends with a letter or digit must not touch another
+  ASCII letter or digit there: ``429`` is not found in ``14290`` and ``0.0321`` not in ``0.03215``.
+- ``to_evidence(results) -> list[ctxkit.manifest.Evidence]`` (key, label, literal,
+  expected_item, present, found_in).
+- ``summarize(results) -> str`` ("6/10 kept; missing: a, b") and ``format_readback(results)``
+  (one ``[OK  ]`` / ``[MISS]`` line per field, as the seed prints them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ctxkit.manifest import Evidence
+from ctxkit.operators import normalize
+
+
+@dataclass(frozen=True, slots=True)
+class KeyField:
+    label: str
+    literal: str
+    source: str | None = None
+    key: str | None = None
+
+    @property
+    def evidence_key(self) -> str:
+        return self.key or self.label
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    field: KeyField
+    present: bool
+    found_in: str | None
+
+
+def _pattern(literal: str) -> re.Pattern[str]:
+    norm = normalize(literal)
+    head = r"(?<![0-9a-z])" if norm[:1].isascii() and norm[:1].isalnum() else ""
+    tail = r"(?![0-9a-z])" if norm[-1:].isascii() and norm[-1:].isalnum() else ""
+    return re.compile(head + re.escape(norm) + tail)
+
+
+def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[ReadBack]:
+    """Which key fields survive in which outputs."""
+    normalized = {item: normalize(text) for item, text in outputs.items() if text}
+    results: list[ReadBack] = []
+    for f in fields:
+        if not f.literal.strip():
+            raise ValueError(f"key field {f.label!r} has an empty literal")
+        pattern = _pattern(f.literal)
+        carriers = [item for item, text in normalized.items() if pattern.search(text)]
+        found = f.source if f.source in carriers else (carriers[0] if carriers else None)
+        results.append(ReadBack(field=f, present=found is not None, found_in=found))
+    return results
+
+
+def to_evidence(results: Sequence[ReadBack]) -> list[Evidence]:
+    return [
+        Evidence(
+            key=r.field.evidence_key,
+            label=r.field.label,
+            literal=r.field.literal,
+            expected_item=r.field.source,
+            present=r.present,
+            found_in=r.found_in,
+        )
+        for r in results
+    ]
+
+
+def summarize(results: Sequence[ReadBack]) -> str:
+    kept = sum(1 for r in results if r.present)
+    missing = [r.field.label for r in results if not r.present]
+    tail = f"missing: {', '.join(missing)}" if missing else "none missing"
+    return f"{kept}/{len(results)} kept; {tail}"
+
+
+def format_readback(results: Sequence[ReadBack]) -> str:
+    lines = []
+    for r in results:
+        mark = "[OK  ]" if r.present else "[MISS]"
+        where = f"@{r.found_in or r.field.source or '?'}"
+        lines.append(f"  {mark} {r.field.label:<16} {r.field.literal:<28} {where}")
+    lines.append(f"  read-back: {summarize(results)}")
+    return "\n".join(lines)
