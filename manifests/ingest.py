@@ -101,8 +101,11 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
         raise BadRequest("'manifests' is empty: send at least one manifest", path="$.manifests")
     limit = settings.CTXVIEW_MAX_BATCH
     if len(raws) > limit:
+        # 413, like an oversized body: ctxkit's client splits the batch and resends.
         raise BadRequest(
-            f"a batch holds at most {limit} manifests; this one has {len(raws)}: split it", path="$.manifests"
+            f"a batch holds at most {limit} manifests; this one has {len(raws)}: split it",
+            path="$.manifests",
+            status=413,
         )
     return raws, "$.manifests[{}]"
 

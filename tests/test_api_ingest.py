@@ -195,7 +195,7 @@ def test_it_answers_a_gzip_bomb_with_413(api):
 @override_settings(CTXVIEW_MAX_BATCH=3)
 def test_it_refuses_a_batch_above_the_limit(api):
     r = api.post({"manifests": [make_manifest(f"c{n}") for n in range(4)]})
-    assert r.status_code == 400
+    assert r.status_code == 413
     assert r.json()["errors"][0]["path"] == "$.manifests"
     assert Call.objects.count() == 0
 

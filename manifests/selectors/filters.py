@@ -1,0 +1,118 @@
+"""Dashboard filters: project (in the path), agent, model and a time range, all in the URL.
+
+Every page reads the same :class:`Filters` from the query string so a view can be
+shared as a link. A bad value is a :class:`FilterError` naming the parameter; views
+answer it with a 400, never a 500.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+# Named ranges offered in the filter bar; "all" means no time bound.
+RANGES: dict[str, timedelta | None] = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+    "90d": timedelta(days=90),
+    "all": None,
+}
+DEFAULT_RANGE = "7d"
+MAX_VALUE = 200  # agent and model names are at most 200 characters in a manifest
+
+
+class FilterError(ValueError):
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Filters:
+    agent: str = ""
+    model: str = ""
+    range: str = DEFAULT_RANGE
+    since: datetime | None = None
+    until: datetime | None = None
+    # Raw since/until as typed, so the form shows back what the user entered.
+    since_raw: str = ""
+    until_raw: str = ""
+
+    @property
+    def start(self) -> datetime | None:
+        return self.since
+
+    @property
+    def end(self) -> datetime | None:
+        return self.until
+
+    @property
+    def span(self) -> timedelta | None:
+        if self.since is None:
+            return None
+        return (self.until or timezone.now()) - self.since
+
+    def previous(self) -> Filters | None:
+        """The period of the same length just before this one (for "against the previous period")."""
+        span = self.span
+        if span is None or self.since is None:
+            return None
+        return Filters(agent=self.agent, model=self.model, range="custom", since=self.since - span, until=self.since)
+
+    def params(self, **override: str) -> dict[str, str]:
+        out = {"agent": self.agent, "model": self.model}
+        if self.since_raw or self.until_raw:
+            out.update({"since": self.since_raw, "until": self.until_raw})
+        elif self.range != DEFAULT_RANGE:
+            out["range"] = self.range
+        out.update(override)
+        return {k: v for k, v in out.items() if v}
+
+    def querystring(self, **override: str) -> str:
+        """``agent=..&model=..&range=..`` (empty values left out), without the ``?``."""
+        return urlencode(self.params(**override))
+
+
+def _time(raw: str, param: str, *, end: bool) -> datetime:
+    value = parse_datetime(raw)
+    if value is None:
+        day = parse_date(raw)
+        if day is None:
+            raise FilterError(param, f"{raw!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or 2026-11-29T14:00Z)")
+        value = datetime(day.year, day.month, day.day) + (timedelta(days=1) if end else timedelta())
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, timezone.get_default_timezone())
+    return value
+
+
+def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
+    """Read the filters from a query string; raise FilterError for a bad value."""
+    agent = query.get("agent", "").strip()
+    model = query.get("model", "").strip()
+    for param, value in (("agent", agent), ("model", model)):
+        if len(value) > MAX_VALUE:
+            raise FilterError(param, f"at most {MAX_VALUE} characters")
+    since_raw = query.get("since", "").strip()
+    until_raw = query.get("until", "").strip()
+    if since_raw or until_raw:
+        since = _time(since_raw, "since", end=False) if since_raw else None
+        until = _time(until_raw, "until", end=True) if until_raw else None
+        if since and until and until <= since:
+            raise FilterError("until", "must be after since")
+        return Filters(agent=agent, model=model, range="custom", since=since, until=until,
+                       since_raw=since_raw, until_raw=until_raw)
+    key = query.get("range", "").strip() or DEFAULT_RANGE
+    if key not in RANGES:
+        raise FilterError("range", f"{key!r} is not one of {', '.join(RANGES)}")
+    span = RANGES[key]
+    since = (now or timezone.now()) - span if span is not None else None
+    return Filters(agent=agent, model=model, range=key, since=since)
