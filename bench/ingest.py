@@ -50,7 +50,11 @@ def manifest(n: int, items: int) -> dict:
         "provider": "anthropic",
         "started_at": (T0 + timedelta(seconds=n)).isoformat(),
         "budget": {"window": 128000, "output_reserve": 4000, "safety_margin": 1000},
-        "prefix": {"hash": f"{n % 7:064x}", "tokens": 2000, "segments": [{"name": "system", "hash": "a" * 64, "tokens": 800}]},
+        "prefix": {
+            "hash": f"{n % 7:064x}",
+            "tokens": 2000,
+            "segments": [{"name": "system", "hash": "a" * 64, "tokens": 800}],
+        },
         "usage": {"input_tokens": 20000, "cache_read_tokens": 2000, "output_tokens": 500},
         "items": [
             {
@@ -84,7 +88,9 @@ def free_port() -> int:
 def peak_rss_kib(pid: int) -> int:
     """Peak resident memory of a process and its children (gunicorn workers)."""
     total = 0
-    pids = [pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+    pids = [pid] + [
+        int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    ]
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
@@ -110,7 +116,14 @@ def create_key(env: dict) -> str:
         "p = services.create_project(name='bench');"
         "print(services.create_api_key(project=p, can_ingest=True, can_read=True)[1])"
     )
-    out = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -118,7 +131,9 @@ def post_all(port: int, key: str, bodies: list[bytes]) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     start = time.perf_counter()
     for body in bodies:
-        conn.request("POST", "/api/v1/manifests", body, {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        conn.request(
+            "POST", "/api/v1/manifests", body, {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        )
         response = conn.getresponse()
         payload = response.read()
         if response.status != 200:
@@ -150,9 +165,11 @@ def copy_baseline(rows: list[tuple]) -> float:
 def validation_ratios(items: int, rounds: int = 300) -> dict[str, float]:
     import msgspec
     import orjson
+
     from ctxkit.manifest import decode_manifest, semantic_errors
 
     body = orjson.dumps(manifest(0, 100))  # the issue's yardstick: a 100-item manifest
+
     def timeit(fn) -> float:
         best = float("inf")
         for _ in range(5):
@@ -164,6 +181,7 @@ def validation_ratios(items: int, rounds: int = 300) -> dict[str, float]:
 
     base = timeit(lambda: orjson.loads(body))
     typed = timeit(lambda: semantic_errors(decode_manifest(body)))
+
     def ingest_path() -> None:
         # What ingest does per manifest: decode + validate, canonical re-encode, hash.
         m = decode_manifest(body)
@@ -193,7 +211,16 @@ def main() -> None:
     bodies = [json.dumps({"manifests": docs[i : i + args.batch]}).encode() for i in range(0, len(docs), args.batch)]
     port = free_port()
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "ctxview.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers), "--log-level", "warning"],
+        [
+            str(ROOT / ".venv/bin/gunicorn"),
+            "ctxview.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(args.workers),
+            "--log-level",
+            "warning",
+        ],
         cwd=ROOT,
         env=env,
     )
@@ -217,7 +244,6 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
     django.setup()
     from ctxkit.manifest import decode_manifest
-
     from manifests.ingest import _item_rows
 
     decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]
@@ -227,8 +253,13 @@ def main() -> None:
     n_items = len(rows)
     api_items = n_items / api_seconds
     copy_items = n_items / copy_seconds
-    print(f"machine: {os.cpu_count()} cores; {args.manifests} manifests x {args.items} items in batches of {args.batch}")
-    print(f"API (gunicorn x{args.workers}, PostgreSQL): {args.manifests / api_seconds:,.0f} manifests/s, {api_items:,.0f} items/s")
+    print(
+        f"machine: {os.cpu_count()} cores; {args.manifests} manifests x {args.items} items in batches of {args.batch}"
+    )
+    print(
+        f"API (gunicorn x{args.workers}, PostgreSQL): "
+        f"{args.manifests / api_seconds:,.0f} manifests/s, {api_items:,.0f} items/s"
+    )
     print(f"COPY of the same item rows:          {copy_items:,.0f} items/s")
     print(f"ratio API/COPY (items/s):             {api_items / copy_items:.3f}x")
     print(f"server peak memory (all processes):  {peak / 1024:.0f} MiB")

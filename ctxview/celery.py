@@ -1,18 +1,69 @@
 """The Celery app. All Celery settings live here, in one place.
 
 Without REDIS_URL the app runs every task eagerly in the calling process (the
-embedded default); with it, tasks go to Redis and a worker consumes them.
+embedded default); with it, tasks go to Redis and a worker consumes them
+(``celery -A ctxview worker --beat``). See docs/analysis.md, "Reliability".
 """
 
+from __future__ import annotations
+
+import logging
 import os
 
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
 
-app = Celery("ctxview")
+logger = logging.getLogger(__name__)
+
+
+def _env_number(name: str, default: float, *, minimum: float) -> float:
+    """Celery is configured before Django's settings, so it reads its few numbers itself,
+    and like settings.py it refuses a bad value instead of running with a silent default."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value:g} must be at least {minimum:g}")
+    return value
+
+
+# The longest delay any task is ever scheduled with (retry backoff caps use it).
+MAX_COUNTDOWN_SECONDS = 600
+
+# Redis hands an unacknowledged task to another worker after the visibility timeout.
+# It must exceed every countdown: a task waiting for its retry ETA is held unacknowledged
+# by a worker, and a shorter timeout would deliver it a second time meanwhile. The fault
+# tests lower it (to see a killed worker's task redelivered within seconds).
+VISIBILITY_TIMEOUT_SECONDS = _env_number("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)
+if VISIBILITY_TIMEOUT_SECONDS <= MAX_COUNTDOWN_SECONDS:
+    logger.warning(
+        "CELERY_VISIBILITY_TIMEOUT=%g is not above the longest countdown (%ds): a task waiting to be "
+        "retried may be delivered twice (harmless, tasks are idempotent, but wasteful)",
+        VISIBILITY_TIMEOUT_SECONDS,
+        MAX_COUNTDOWN_SECONDS,
+    )
+
+# The sweep analyses calls stored but never analysed (Redis down at ingest, a lost task)
+# once they are older than SWEEP_MIN_AGE, so it never races a task still in the queue.
+SWEEP_INTERVAL_SECONDS = _env_number("CTXVIEW_SWEEP_INTERVAL", 60, minimum=0.5)
+SWEEP_MIN_AGE_SECONDS = _env_number("CTXVIEW_SWEEP_MIN_AGE", 60, minimum=0)
 
 _redis_url = os.environ.get("REDIS_URL", "")
+_transport_options: dict[str, object] = {
+    "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
+    "socket_connect_timeout": 2,
+    "socket_timeout": 5,
+}
+# Several deployments (or test runs) can share one Redis: every key gets this prefix.
+if os.environ.get("CTXVIEW_CELERY_KEY_PREFIX"):
+    _transport_options["global_keyprefix"] = os.environ["CTXVIEW_CELERY_KEY_PREFIX"]
+
+app = Celery("ctxview")
 
 app.conf.update(
     broker_url=_redis_url or "memory://",
@@ -23,16 +74,16 @@ app.conf.update(
     # JSON only: a task message can never carry a pickled object.
     task_serializer="json",
     accept_content=["json"],
-    # A task is acknowledged after it ran, and given back to the queue if the
-    # worker dies under it; tasks are idempotent, so a redelivery is harmless.
+    # A task is acknowledged after it ran, and given back to the queue if the worker
+    # dies under it; tasks are idempotent, so a redelivery is harmless.
     task_acks_late=True,
     task_reject_on_worker_lost=True,
+    worker_cancel_long_running_tasks_on_connection_loss=True,
     worker_prefetch_multiplier=1,
+    # Defaults; each task sets its own limits (manifests/tasks.py).
     task_time_limit=300,
     task_soft_time_limit=240,
-    # Redis redelivers an unacknowledged task after the visibility timeout; it must
-    # be longer than any countdown or retry delay we use (at most 10 minutes).
-    broker_transport_options={"visibility_timeout": 3600, "socket_connect_timeout": 2, "socket_timeout": 5},
+    broker_transport_options=_transport_options,
     # Publishing must not hang an ingest request when Redis is down: try briefly,
     # then give up; the sweep analyses the stored calls later.
     task_publish_retry=True,
@@ -40,7 +91,15 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     broker_connection_timeout=2,
     beat_schedule={
-        "sweep-unanalysed-calls": {"task": "manifests.tasks.sweep_unanalysed", "schedule": 60.0},
+        "sweep-unanalysed-calls": {
+            "task": "manifests.tasks.sweep_unanalysed",
+            "schedule": SWEEP_INTERVAL_SECONDS,
+            "kwargs": {"older_than_seconds": SWEEP_MIN_AGE_SECONDS},
+        },
+        "sweep-webhook-notifications": {
+            "task": "manifests.tasks.sweep_notifications",
+            "schedule": max(SWEEP_INTERVAL_SECONDS, 60.0),
+        },
     },
     timezone="UTC",
 )

@@ -11,8 +11,8 @@ import zlib
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Prefetch, QuerySet
 from django.conf import settings
+from django.db.models import Count, Prefetch, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
@@ -116,7 +116,7 @@ class ManifestIngestView(APIView):
     def post(self, request: Request) -> Response:
         body = request.data
         if not body:
-            raise ingest.BadRequest("the body is empty: send one manifest or {\"manifests\": [...]}")
+            raise ingest.BadRequest('the body is empty: send one manifest or {"manifests": [...]}')
         report = ingest.ingest_body(project=request.auth.project, body=body)
         rejected = report.count(ingest.REJECTED)
         if rejected == 0:
@@ -135,7 +135,9 @@ def _parse_time(request: Request, name: str) -> datetime | None:
     try:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise ingest.BadRequest(f"{name} must be an ISO 8601 time, e.g. 2026-11-29T10:00:00Z", path=f"?{name}")
+        raise ingest.BadRequest(
+            f"{name} must be an ISO 8601 time, e.g. 2026-11-29T10:00:00Z", path=f"?{name}"
+        ) from None
     if value.tzinfo is None:
         raise ingest.BadRequest(f"{name} needs a time zone, e.g. 2026-11-29T10:00:00Z", path=f"?{name}")
     return value

@@ -18,11 +18,11 @@ from functools import partial
 from typing import Any
 
 import msgspec
-from ctxkit.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ctxkit.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
 logger = logging.getLogger(__name__)

@@ -23,6 +23,19 @@ class Project(models.Model):
     slug = models.SlugField(max_length=200, unique=True)
     created = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    # Cache-hit regression alerts (docs/analysis.md): a signed POST to webhook_url when the
+    # rolling hit rate of an agent/model falls more than regression_threshold_points below
+    # its baseline; both windows are regression_window_calls calls long.
+    webhook_url = models.URLField(max_length=500, blank=True, help_text="POSTed a signed JSON body per regression")
+    webhook_secret = models.CharField(
+        max_length=200, blank=True, help_text="HMAC-SHA256 key of the X-Ctxview-Signature header"
+    )
+    regression_threshold_points = models.FloatField(
+        default=20.0, help_text="A drop of more than this many hit-rate points against the baseline is a regression"
+    )
+    regression_window_calls = models.PositiveIntegerField(
+        default=20, help_text="Calls in the rolling window and in the baseline window before it"
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -139,9 +152,7 @@ class Call(models.Model):
             models.Index(fields=["run", "step"], name="call_run_step"),
             models.Index(fields=["project", "prefix_hash"], name="call_project_prefix"),
             models.Index(fields=["project", "agent", "model", "started_at"], name="call_project_agent_model"),
-            models.Index(
-                fields=["received_at"], name="call_unanalysed", condition=models.Q(analyzed_at__isnull=True)
-            ),
+            models.Index(fields=["received_at"], name="call_unanalysed", condition=models.Q(analyzed_at__isnull=True)),
         ]
 
     def __str__(self) -> str:
@@ -239,3 +250,253 @@ class ContextEdit(models.Model):
     cleared_tokens = models.BigIntegerField(default=0)
     kept = models.IntegerField(null=True, blank=True)
     item_ids = models.JSONField(default=list, blank=True)
+
+
+# --------------------------------------------------------------------------- #
+# Analysis (manifests/analysis/): derived from the tables above by Celery tasks.
+# Every row here can be deleted and recomputed from the stored calls; the
+# analysis replaces rows, it never increments them, so running it twice changes
+# nothing (docs/analysis.md).
+
+
+class ModelPrice(models.Model):
+    """Prices in relative units per 1k tokens (seed 001, 5.1.1) and cache facts per model.
+
+    A call's model is matched against ``model_pattern`` (fnmatch, case-sensitive); the most
+    specific matching row wins (fewest wildcards, then longest). With no row, the field
+    defaults below apply, which are also the values of the ``*`` row created by migration.
+    """
+
+    model_pattern = models.CharField(max_length=200, unique=True, help_text="e.g. claude-sonnet-*; * matches any model")
+    input_per_1k = models.FloatField(default=1.0)
+    output_per_1k = models.FloatField(default=4.0)
+    cache_read_per_1k = models.FloatField(default=0.1)
+    cache_write_per_1k = models.FloatField(default=1.25)
+    cache_ttl_seconds = models.PositiveIntegerField(default=300, help_text="The provider's prompt-cache TTL")
+    min_cacheable_tokens = models.PositiveIntegerField(default=1024, help_text="Shortest prefix the provider caches")
+    effective_limit_ratio = models.FloatField(
+        default=0.25, help_text="Share of the window the model uses well (context rot: 1/4 to 1/10)"
+    )
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model_pattern"]
+
+    def __str__(self) -> str:
+        return self.model_pattern
+
+
+class CallFigures(models.Model):
+    """Per-call figures (docs/analysis.md, "Figures")."""
+
+    call = models.OneToOneField(Call, on_delete=models.CASCADE, related_name="figures")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+    context_tokens = models.BigIntegerField(default=0, help_text="Tokens of the items that reached the model")
+    uncached_input_tokens = models.BigIntegerField(default=0)
+    cache_hit_ratio = models.FloatField(default=0.0)
+    window_utilization = models.FloatField(default=0.0)
+    effective_limit = models.BigIntegerField(default=0)
+    effective_share = models.FloatField(default=0.0)
+    reserve_share = models.FloatField(default=0.0)
+    headroom_tokens = models.BigIntegerField(default=0)
+    duplicate_ratio = models.FloatField(default=0.0)
+    duplicate_context_tokens = models.BigIntegerField(default=0)
+    evidence_coverage = models.FloatField(null=True, blank=True)
+    tool_tokens = models.BigIntegerField(default=0)
+    tool_share = models.FloatField(default=0.0)
+    untrusted_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    evidence_positions = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "call figures"
+        indexes = [models.Index(fields=["project", "started_at"], name="figures_project_time")]
+
+
+class Attribution(models.Model):
+    """Why a required piece of evidence did not help: one cause per missing evidence, plus
+    risk flags; always with the item and the decision (action + reason) that caused it."""
+
+    NEVER_CANDIDATE = "never_candidate"
+    BUDGET = "budget"
+    TRUNCATED = "truncated"
+    COMPACTION = "compaction"
+    NOT_USED = "not_used"
+    MIDDLE_ZONE = "middle_zone"
+    CAUSES = [
+        (NEVER_CANDIDATE, "Never a candidate"),
+        (BUDGET, "Dropped or cut by the budget"),
+        (TRUNCATED, "Truncated away"),
+        (COMPACTION, "Lost in compaction or summary"),
+        (NOT_USED, "Present but not used"),
+        (MIDDLE_ZONE, "Placed in the middle zone (risk)"),
+    ]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="attributions")
+    evidence = models.ForeignKey(Evidence, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    evidence_key = models.CharField(max_length=200)
+    cause = models.CharField(max_length=32, choices=CAUSES)
+    fix = models.TextField()
+    item_id = models.CharField(max_length=200, blank=True)
+    action = models.CharField(max_length=32, blank=True)
+    reason = models.TextField(blank=True)
+    is_risk = models.BooleanField(default=False)
+    started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "started_at"], name="attribution_project_time"),
+            models.Index(fields=["project", "cause", "started_at"], name="attribution_project_cause"),
+        ]
+
+
+class CacheEvent(models.Model):
+    """A call's prompt-cache outcome against the previous call of its run, with its cause."""
+
+    HIT = "hit"
+    PREFIX_CHANGED = "prefix_changed"
+    TTL_EXPIRED = "ttl_expired"
+    COLD_START = "cold_start"
+    BELOW_MINIMUM = "below_minimum"
+    CAUSES = [
+        (HIT, "Hit"),
+        (PREFIX_CHANGED, "Prefix changed"),
+        (TTL_EXPIRED, "TTL expired"),
+        (COLD_START, "Cold start"),
+        (BELOW_MINIMUM, "Below the minimum cacheable prefix"),
+    ]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    call = models.OneToOneField(Call, on_delete=models.CASCADE, related_name="cache_event")
+    previous_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    cause = models.CharField(max_length=32, choices=CAUSES)
+    changed_segment = models.CharField(max_length=200, blank=True)
+    gap_seconds = models.FloatField(null=True, blank=True)
+    hit_ratio = models.FloatField(default=0.0)
+    previous_hit_ratio = models.FloatField(null=True, blank=True)
+    prefix_hash = models.CharField(max_length=128, blank=True)
+    previous_prefix_hash = models.CharField(max_length=128, blank=True)
+    detail = models.TextField(blank=True, help_text="The cause in a sentence")
+    started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "cause", "started_at"], name="cacheevent_project_cause")]
+
+
+class Regression(models.Model):
+    """A drop of the rolling cache-hit rate of one agent/model against its baseline."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="regressions")
+    agent = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)
+    detected_at = models.DateTimeField(help_text="Time of the call where the drop crossed the threshold")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+")
+    window_calls = models.PositiveIntegerField()
+    threshold_points = models.FloatField()
+    baseline_rate = models.FloatField()
+    current_rate = models.FloatField()
+    drop_points = models.FloatField()
+    prefix_before = models.CharField(max_length=128, blank=True)
+    prefix_after = models.CharField(max_length=128, blank=True)
+    segments_before = models.JSONField(default=list, blank=True)
+    segments_after = models.JSONField(default=list, blank=True)
+    changed_segment = models.CharField(max_length=200, blank=True)
+    cause = models.CharField(max_length=32, help_text="A CacheEvent cause: prefix_changed, ttl_expired, ...")
+    notified_at = models.DateTimeField(null=True, blank=True)
+    notify_attempts = models.PositiveIntegerField(default=0)
+    notify_error = models.TextField(blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "agent", "model", "call"], name="regression_unique_per_call")
+        ]
+        indexes = [models.Index(fields=["project", "-detected_at"], name="regression_project_recent")]
+
+
+class PrefixEntry(models.Model):
+    """The prefix registry: every distinct prefix hash of a project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="prefixes")
+    prefix_hash = models.CharField(max_length=128)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    calls = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    segments = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name_plural = "prefix entries"
+        constraints = [models.UniqueConstraint(fields=["project", "prefix_hash"], name="prefix_unique_per_project")]
+
+
+class CompactionFigures(models.Model):
+    """Compaction review: compression ratio r, field distortion d, what was lost."""
+
+    compaction = models.OneToOneField(Compaction, on_delete=models.CASCADE, related_name="figures")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+")
+    started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+    ratio_r = models.FloatField(null=True, blank=True, help_text="tokens_after / tokens_before")
+    distortion_d = models.FloatField(null=True, blank=True, help_text="Share of the checked invariants that failed")
+    checked = models.PositiveIntegerField(default=0)
+    failed = models.BooleanField(default=False)
+    lost_fields = models.JSONField(default=list, blank=True)
+    failed_names = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name_plural = "compaction figures"
+        indexes = [models.Index(fields=["project", "failed", "started_at"], name="compfig_project_failed")]
+
+
+class Rollup(models.Model):
+    """Hourly and daily totals per project / agent / model, recomputed from the source rows
+    of each touched bucket (never incremented), so reprocessing cannot double-count."""
+
+    HOUR = "hour"
+    DAY = "day"
+    BUCKETS = [(HOUR, "Hour"), (DAY, "Day")]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.CharField(max_length=4, choices=BUCKETS)
+    start = models.DateTimeField()
+    agent = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)
+    calls = models.BigIntegerField(default=0)
+    items = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    uncached_input_tokens = models.BigIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    verified_successes = models.BigIntegerField(default=0)
+    evidence_total = models.BigIntegerField(default=0)
+    evidence_present = models.BigIntegerField(default=0)
+    compactions = models.BigIntegerField(default=0)
+    invariant_failures = models.BigIntegerField(default=0)
+    attributions = models.JSONField(default=dict, blank=True, help_text="{cause: count}")
+    cache_causes = models.JSONField(default=dict, blank=True, help_text="{cache event cause: count}")
+    tokens_by_kind = models.JSONField(default=dict, blank=True, help_text="{item kind: tokens in context}")
+    prefix_changes = models.BigIntegerField(default=0)
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "bucket", "start", "agent", "model"], name="rollup_unique")
+        ]
+        indexes = [models.Index(fields=["project", "bucket", "start"], name="rollup_project_range")]
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def evidence_coverage(self) -> float | None:
+        return self.evidence_present / self.evidence_total if self.evidence_total else None
+
+    @property
+    def cost_per_verified_success(self) -> float | None:
+        return self.cost / self.verified_successes if self.verified_successes else None

@@ -21,7 +21,9 @@ from manifests.models import Membership
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
-def make_manifest(call_id: str = "call-1", *, run_id: str = "run-1", step: int = 0, items: int = 3, **extra: Any) -> dict:
+def make_manifest(
+    call_id: str = "call-1", *, run_id: str = "run-1", step: int = 0, items: int = 3, **extra: Any
+) -> dict:
     """A valid v1 manifest as a plain dict, as an agent would send it."""
     manifest: dict[str, Any] = {
         "schema": "ctxview.manifest/v1",
@@ -37,7 +39,10 @@ def make_manifest(call_id: str = "call-1", *, run_id: str = "run-1", step: int =
         "prefix": {
             "hash": "a" * 64,
             "tokens": 700,
-            "segments": [{"name": "system", "hash": "b" * 64, "tokens": 300}, {"name": "tools", "hash": "c" * 64, "tokens": 400}],
+            "segments": [
+                {"name": "system", "hash": "b" * 64, "tokens": 300},
+                {"name": "tools", "hash": "c" * 64, "tokens": 400},
+            ],
         },
         "usage": {"input_tokens": 2000, "cache_read_tokens": 700, "cache_write_tokens": 0, "output_tokens": 150},
         "items": [
@@ -57,7 +62,9 @@ def make_manifest(call_id: str = "call-1", *, run_id: str = "run-1", step: int =
             }
             for n in range(items)
         ],
-        "evidence": [{"key": "rate-limit", "label": "429", "present": False, "expected_item": "item-0"}] if items else [],
+        "evidence": [{"key": "rate-limit", "label": "429", "present": False, "expected_item": "item-0"}]
+        if items
+        else [],
         "compactions": [
             {
                 "id": "cmp-1",
@@ -65,7 +72,12 @@ def make_manifest(call_id: str = "call-1", *, run_id: str = "run-1", step: int =
                 "tokens_before": 5000,
                 "tokens_after": 1200,
                 "invariants": [
-                    {"name": "user_constraints", "ok": False, "detail": "lost 'test env only'", "lost": ["test env only"]},
+                    {
+                        "name": "user_constraints",
+                        "ok": False,
+                        "detail": "lost 'test env only'",
+                        "lost": ["test env only"],
+                    },
                     {"name": "required_evidence", "ok": True},
                 ],
             }
@@ -89,7 +101,15 @@ class Api:
         headers.update(extra or {})
         return headers
 
-    def post(self, body: Any, *, raw: bytes | None = None, content_type: str = "application/json", gzip_body: bool = False, **headers: str):
+    def post(
+        self,
+        body: Any,
+        *,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+        gzip_body: bool = False,
+        **headers: str,
+    ):
         data = raw if raw is not None else json.dumps(body).encode()
         extra = dict(headers)
         if gzip_body:

@@ -28,7 +28,9 @@ def test_it_answers_401_for_a_wrong_key(project):
 
 
 def test_it_answers_401_for_a_malformed_authorization_header(api):
-    r = api.client.generic("POST", "/api/v1/manifests", b"{}", content_type="application/json", HTTP_AUTHORIZATION="Basic abc")
+    r = api.client.generic(
+        "POST", "/api/v1/manifests", b"{}", content_type="application/json", HTTP_AUTHORIZATION="Basic abc"
+    )
     assert r.status_code == 401
 
 

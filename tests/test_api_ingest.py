@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
-from tests.conftest import Api, make_manifest
+from tests.conftest import make_manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -255,7 +255,12 @@ json_values = st.recursive(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(mutation=st.sampled_from(["items", "budget", "usage", "step", "started_at", "evidence", "compactions", "prefix", "outcome"]), value=json_values)
+@given(
+    mutation=st.sampled_from(
+        ["items", "budget", "usage", "step", "started_at", "evidence", "compactions", "prefix", "outcome"]
+    ),
+    value=json_values,
+)
 def test_no_input_causes_a_500(api, mutation, value):
     m = make_manifest("fuzz")
     m[mutation] = value

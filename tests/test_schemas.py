@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from ctxkit.manifest import json_schema
 from django.test import Client
+
+from ctxkit.manifest import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,11 @@ def load_settings(**env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL"}}
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", "import ctxview.settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_TASK_ALWAYS_EAGER)"],
+        [
+            sys.executable,
+            "-c",
+            "import ctxview.settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_TASK_ALWAYS_EAGER)",
+        ],
         cwd=ROOT,
         env=clean,
         capture_output=True,

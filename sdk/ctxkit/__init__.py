@@ -1,6 +1,235 @@
-"""ctxkit: build a model call's context within budget and record its manifest."""
+"""ctxkit: build a model call's context within budget and record its manifest.
 
-from ctxkit.manifest import SCHEMA_V1, Manifest
+Every name below is importable from ``ctxkit`` directly (``from ctxkit import Client,
+ContextBuilder``). The submodules are loaded on first use (PEP 562), so ``import ctxkit`` costs
+about a millisecond and an agent that only sends manifests never loads the allocator.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["SCHEMA_V1", "Manifest", "__version__"]
+
+# public name -> submodule that defines it
+_EXPORTS: dict[str, str] = {
+    # the manifest schema
+    **dict.fromkeys(
+        (
+            "SCHEMA_V1", "Manifest", "Item", "Evidence", "Compaction", "Invariant", "ContextEdit", "Usage", "Budget",
+            "Prefix", "PrefixSegment", "Outcome", "Claim", "Builder", "FieldError", "convert_manifest",
+            "decode_manifest", "json_schema",
+        ),
+        "manifest",
+    ),
+    # building a manifest
+    **dict.fromkeys(("build_manifest", "ContextBuilder", "BuiltContext", "blocks_from_plan"), "builder"),
+    **dict.fromkeys(("record_items", "projection_items", "block_items", "short_id", "UNTRUSTED_KINDS"), "items"),
+    # tokens
+    **dict.fromkeys(("estimate_tokens", "clip", "bpe_estimator", "count_cjk", "file_report", "Estimator"), "tokens"),
+    # grouping and budgeted projection
+    **dict.fromkeys(("group_interactions", "project", "Group", "Projection"), "grouping"),
+    # allocator
+    **dict.fromkeys(("Segment", "allocate", "Plan", "Allocation"), "allocator"),
+    # operators
+    **dict.fromkeys(
+        (
+            "OpRecord", "normalize", "content_key", "dedupe_lines", "dedupe_items", "jaccard_5gram",
+            "merge_near_duplicates", "merge_near_duplicate_lines", "score_line", "extract_lines", "summarize_lines",
+            "ref_replace", "truncate_head_tail", "sliding_window", "compress_schema",
+        ),
+        "operators",
+    ),
+    # key-field read-back
+    **dict.fromkeys(("KeyField", "ReadBack", "read_back", "to_evidence", "format_readback"), "readback"),
+    # compaction and clearing
+    **dict.fromkeys(
+        (
+            "Record", "Summary", "compact", "should_compact", "extractive_summarizer", "clear_tool_results",
+            "CompactionResult", "ClearResult",
+        ),
+        "compaction",
+    ),
+    # layout and caching
+    **dict.fromkeys(("Block", "Layout", "arrange", "volatile_warnings", "canonical_json"), "layout"),
+    # handoff summaries
+    **dict.fromkeys(("check_handoff", "validate_handoff", "HandoffReport"), "handoff"),
+    # provider usage
+    **dict.fromkeys(
+        ("normalize_usage", "detect_provider", "applied_edits_to_manifest", "uncached_input_tokens", "cache_hit_ratio"),
+        "usage",
+    ),
+    # sending
+    "Client": "client",
+    "Spool": "spool",
+}
+
+# Kept literal (static tools read it); a test checks it lists exactly the names above.
+__all__ = [
+    "__version__",
+    "SCHEMA_V1",
+    "Manifest",
+    "Item",
+    "Evidence",
+    "Compaction",
+    "Invariant",
+    "ContextEdit",
+    "Usage",
+    "Budget",
+    "Prefix",
+    "PrefixSegment",
+    "Outcome",
+    "Claim",
+    "Builder",
+    "FieldError",
+    "convert_manifest",
+    "decode_manifest",
+    "json_schema",
+    "build_manifest",
+    "ContextBuilder",
+    "BuiltContext",
+    "blocks_from_plan",
+    "record_items",
+    "projection_items",
+    "block_items",
+    "short_id",
+    "UNTRUSTED_KINDS",
+    "estimate_tokens",
+    "clip",
+    "bpe_estimator",
+    "count_cjk",
+    "file_report",
+    "Estimator",
+    "group_interactions",
+    "project",
+    "Group",
+    "Projection",
+    "Segment",
+    "allocate",
+    "Plan",
+    "Allocation",
+    "OpRecord",
+    "normalize",
+    "content_key",
+    "dedupe_lines",
+    "dedupe_items",
+    "jaccard_5gram",
+    "merge_near_duplicates",
+    "merge_near_duplicate_lines",
+    "score_line",
+    "extract_lines",
+    "summarize_lines",
+    "ref_replace",
+    "truncate_head_tail",
+    "sliding_window",
+    "compress_schema",
+    "KeyField",
+    "ReadBack",
+    "read_back",
+    "to_evidence",
+    "format_readback",
+    "Record",
+    "Summary",
+    "compact",
+    "should_compact",
+    "extractive_summarizer",
+    "clear_tool_results",
+    "CompactionResult",
+    "ClearResult",
+    "Block",
+    "Layout",
+    "arrange",
+    "volatile_warnings",
+    "canonical_json",
+    "check_handoff",
+    "validate_handoff",
+    "HandoffReport",
+    "normalize_usage",
+    "detect_provider",
+    "applied_edits_to_manifest",
+    "uncached_input_tokens",
+    "cache_hit_ratio",
+    "Client",
+    "Spool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ctxkit.{module}"), name)
+    globals()[name] = value  # next access skips __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from ctxkit.allocator import Allocation, Plan, Segment, allocate
+    from ctxkit.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
+    from ctxkit.client import Client
+    from ctxkit.compaction import (
+        ClearResult,
+        CompactionResult,
+        Record,
+        Summary,
+        clear_tool_results,
+        compact,
+        extractive_summarizer,
+        should_compact,
+    )
+    from ctxkit.grouping import Group, Projection, group_interactions, project
+    from ctxkit.handoff import HandoffReport, check_handoff, validate_handoff
+    from ctxkit.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
+    from ctxkit.layout import Block, Layout, arrange, canonical_json, volatile_warnings
+    from ctxkit.manifest import (
+        SCHEMA_V1,
+        Budget,
+        Builder,
+        Claim,
+        Compaction,
+        ContextEdit,
+        Evidence,
+        FieldError,
+        Invariant,
+        Item,
+        Manifest,
+        Outcome,
+        Prefix,
+        PrefixSegment,
+        Usage,
+        convert_manifest,
+        decode_manifest,
+        json_schema,
+    )
+    from ctxkit.operators import (
+        OpRecord,
+        compress_schema,
+        content_key,
+        dedupe_items,
+        dedupe_lines,
+        extract_lines,
+        jaccard_5gram,
+        merge_near_duplicate_lines,
+        merge_near_duplicates,
+        normalize,
+        ref_replace,
+        score_line,
+        sliding_window,
+        summarize_lines,
+        truncate_head_tail,
+    )
+    from ctxkit.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
+    from ctxkit.spool import Spool
+    from ctxkit.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
+    from ctxkit.usage import (
+        applied_edits_to_manifest,
+        cache_hit_ratio,
+        detect_provider,
+        normalize_usage,
+        uncached_input_tokens,
+    )

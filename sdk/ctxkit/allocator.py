@@ -454,7 +454,7 @@ def _apply(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estima
         notes.append("no budget left after pinned segments and higher priorities")
     else:
         out, rec = _run_policy(seg, text, a.granted, estimate)
-        if estimate(out) > a.granted:  # an operator overshot: fall back to a marked cut, else nothing
+        if estimate(out) > a.granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
             out, rec = truncate_head_tail(out, a.granted, ref=seg.source_ref, estimate=estimate)
         if out and estimate(out) > a.granted:
             out = ""

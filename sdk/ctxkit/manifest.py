@@ -77,9 +77,7 @@ ABSENT_ACTIONS = frozenset({"drop", "dedupe", "clear"})
 Zone = Literal["head", "middle", "tail"]
 Trust = Literal["trusted", "untrusted"]
 Verified = Literal["yes", "no", "unknown"]
-InvariantName = Literal[
-    "pending_obligations", "active_operations", "user_constraints", "required_evidence"
-]
+InvariantName = Literal["pending_obligations", "active_operations", "user_constraints", "required_evidence"]
 INVARIANT_NAMES: tuple[str, ...] = InvariantName.__args__  # type: ignore[attr-defined]
 
 
@@ -323,7 +321,8 @@ def _hints(struct_type: type[msgspec.Struct]) -> dict[str, tuple[Any, bool]]:
         annotations = typing.get_type_hints(struct_type, include_extras=True)
         info = msgspec.inspect.type_info(struct_type)
         _HINTS[struct_type] = {
-            f.encode_name: (annotations[f.name], f.required) for f in info.fields  # type: ignore[attr-defined]
+            f.encode_name: (annotations[f.name], f.required)
+            for f in info.fields  # type: ignore[attr-defined]
         }
     return _HINTS[struct_type]
 

@@ -95,12 +95,12 @@ def dedupe_lines(text: str, *, min_chars: int = 16, estimate: Estimator = estima
     before = estimate(text)
     seen: dict[str, int] = {}
     kept: list[str] = []
-    removed: list[tuple[int, int]] = []
+    removed: list[list[int]] = []  # [line, first line with the same content]
     for number, line in enumerate(text.split("\n"), start=1):
         norm = normalize(line)
         if len(norm) >= min_chars:
             if norm in seen:
-                removed.append((number, seen[norm]))
+                removed.append([number, seen[norm]])
                 continue
             seen[norm] = number
         kept.append(line)
@@ -288,11 +288,13 @@ def _select_lines(
     marker: Callable[[int, int], str],
     estimate: Estimator,
     marker_first: bool,
+    marker_only: bool,
 ) -> tuple[str, list[int], int]:
     """Take lines in ``order`` while they fit, emit them in original order with one marker.
 
     Per-line costs (line + newline) bound the joined text for subadditive estimators; the
-    assembled text is checked anyway and trimmed from the lowest-ranked line.
+    assembled text is checked anyway and trimmed from the lowest-ranked line. When no line
+    fits, the marker alone is returned only if ``marker_only`` (it carries a ref worth having).
     Returns (text, kept indices, omitted tokens).
     """
     total = estimate("\n".join(lines))
@@ -312,6 +314,8 @@ def _select_lines(
             mark = marker(len(chosen), omitted)
             body = [mark, *body] if marker_first else [*body, mark]
         out = "\n".join(body)
+        if not chosen and not marker_only:
+            return "", [], total
         if estimate(out) <= budget:
             return out, chosen, omitted
         if not kept:
@@ -340,7 +344,7 @@ def extract_lines(
     def marker(kept: int, omitted: int) -> str:
         return f"…[extracted {kept}/{len(lines)} lines; omitted {omitted} tokens; ref={ref or 'ref:unknown'}]"
 
-    out, kept, omitted = _select_lines(lines, order, budget, marker, estimate, marker_first=False)
+    out, kept, omitted = _select_lines(lines, order, budget, marker, estimate, False, ref is not None)
     detail = f"kept {len(kept)}/{len(lines)} lines by score (numbers, negations, units, refs, failures)"
     return out, OpRecord("extract", before, estimate(out), detail, {"kept_lines": [n + 1 for n in kept],
                                                                     "omitted_tokens": omitted})
@@ -383,12 +387,10 @@ def summarize_lines(
     older = len(live) - len(recent)
 
     def marker(kept: int, omitted: int) -> str:
-        where = ref or "ref:unknown"
-        return f"[summary: {older} earlier turns condensed, failure evidence kept; omitted {omitted} tokens; " + (
-            f"ref={where}]"
-        )
+        head = f"[summary: {older} earlier turns condensed, failure evidence kept"
+        return f"{head}; omitted {omitted} tokens; ref={ref or 'ref:unknown'}]"
 
-    out, kept, omitted = _select_lines(lines, order, budget, marker, estimate, marker_first=True)
+    out, kept, omitted = _select_lines(lines, order, budget, marker, estimate, True, ref is not None)
     n_recent = len(recent_set.intersection(kept))
     n_fail = sum(1 for n in kept if n not in recent_set and is_failure_line(lines[n]))
     detail = f"kept {n_fail} failure-evidence lines and the last {n_recent} turns"
@@ -560,6 +562,9 @@ def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
     return value, False
 
 
+_LIST_MARK = re.compile(r"^…\[omitted (\d+) items, (\d+) tokens; ref=([^\]]*)\]$")
+
+
 def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estimate: Estimator) -> tuple[str, OpRecord]:
     """Field-aware truncation that always yields valid JSON (or nothing)."""
     compact = _json(value)
@@ -571,6 +576,9 @@ def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estima
         prior = int(value["_truncated"].get("omitted_tokens", 0) or 0)
         ref = ref or value["_truncated"].get("ref")
         value = {k: v for k, v in value.items() if k != "_truncated"}
+    elif isinstance(value, list) and value and isinstance(value[-1], str) and (m := _LIST_MARK.match(value[-1])):
+        prior, ref = int(m.group(2)), ref or m.group(3)
+        value = value[:-1]
     body = budget
     while body > 0:
         shrunk, _ = _fit_json(value, body, estimate)
@@ -579,8 +587,10 @@ def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estima
         if isinstance(shrunk, dict):
             dropped = [str(k) for k in value if k not in shrunk][:10]
             out = _json({**shrunk, "_truncated": {**note, "omitted_keys": dropped}})
-        else:
-            out = _json({"_truncated": note, "items": shrunk})
+        else:  # a list stays a list: the last element says what is missing
+            items = [x for x in shrunk if not (isinstance(x, str) and x.startswith("…[omitted "))]
+            mark = f"…[omitted {len(value) - len(items)} items, {omitted} tokens; ref={note['ref']}]"
+            out = _json([*items, mark])
         over = estimate(out) - budget
         if over <= 0:
             detail = "JSON-aware: kept ok/error/status/ref fields, valid JSON"

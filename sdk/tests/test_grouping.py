@@ -7,7 +7,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.grouping import MESSAGE_OVERHEAD, group_interactions, message_tokens, project, tool_call_ids, tool_result_ids
+from ctxkit.grouping import (
+    MESSAGE_OVERHEAD,
+    group_interactions,
+    message_tokens,
+    project,
+    tool_call_ids,
+    tool_result_ids,
+)
 
 
 def user(text: str) -> dict[str, Any]:

@@ -1,0 +1,234 @@
+"""Prompt-cache analysis (seed 001, 5.7): a cause for every call's cache outcome
+within its run, and the prefix registry.
+
+Prompt caching matches a prefix token by token: at the first difference the rest
+of the cache is lost. So each call is compared with the previous call of its run
+(by step, then time): a changed prefix hash is pinned to the first segment whose
+hash changed; an unchanged prefix that still missed waited longer than the TTL;
+the first call of a run is a cold start; a prefix shorter than the provider's
+minimum is never cached at all. Regressions across runs live in regressions.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import OuterRef, Q, Subquery
+
+from manifests.analysis.data import clean
+from manifests.analysis.prices import PriceBook
+from manifests.models import CacheEvent, Call, PrefixEntry
+
+NEIGHBOUR_FIELDS = (
+    "pk",
+    "project_id",
+    "run_id",
+    "step",
+    "agent",
+    "model",
+    "started_at",
+    "ended_at",
+    "prefix_hash",
+    "prefix_tokens",
+    "prefix_segments",
+    "input_tokens",
+    "cache_read_tokens",
+    "analyzed_at",
+)
+EVENT_FIELDS = [
+    "previous_call",
+    "cause",
+    "changed_segment",
+    "gap_seconds",
+    "hit_ratio",
+    "previous_hit_ratio",
+    "prefix_hash",
+    "previous_prefix_hash",
+    "detail",
+    "started_at",
+]
+
+
+def _hit_ratio(c: dict[str, Any]) -> float:
+    return c["cache_read_tokens"] / c["input_tokens"] if c["input_tokens"] else 0.0
+
+
+def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[str, str]:
+    """(segment name, how) of the first prefix segment that differs: the cache holds up to
+    there and is lost after it. ('', ...) when the segments do not show the change."""
+    for n in range(max(len(before), len(after))):
+        old = before[n] if n < len(before) else None
+        new = after[n] if n < len(after) else None
+        if old is None:
+            return str(new["name"]), f"segment {new['name']!r} was added"
+        if new is None:
+            return str(old["name"]), f"segment {old['name']!r} was removed"
+        if old.get("name") != new.get("name"):
+            return str(new["name"]), f"segments reordered: {new['name']!r} now where {old['name']!r} was"
+        if old.get("hash") != new.get("hash"):
+            return str(new["name"]), f"segment {new['name']!r} changed (hash {_short(old.get('hash'))} -> " \
+                f"{_short(new.get('hash'))})"
+    return "", "the prefix hash changed but its segments do not show where"
+
+
+def _short(value: Any) -> str:
+    return str(value or "")[:12]
+
+
+def _gap(call: dict[str, Any], prev: dict[str, Any]) -> float:
+    """Seconds between the previous call (its end when known: the cache was last used
+    then) and the start of this one."""
+    last_use: datetime = prev["ended_at"] or prev["started_at"]
+    return (call["started_at"] - last_use).total_seconds()
+
+
+def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook) -> CacheEvent:
+    """The cause of one call's cache outcome, given the previous call of its run."""
+    price = prices.for_model(call["model"])
+    read = call["cache_read_tokens"]
+    # What could have been cached: the declared stable prefix, else the whole input.
+    cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
+    gap = _gap(call, prev) if prev is not None else None
+    segment = ""
+    if read == 0 and cacheable < price.min_cacheable_tokens:
+        cause = CacheEvent.BELOW_MINIMUM
+        detail = (
+            f"the cacheable prefix ({cacheable} tokens) is below the provider's minimum "
+            f"({price.min_cacheable_tokens}): it is never cached"
+        )
+    elif prev is None:
+        cause = CacheEvent.HIT if read else CacheEvent.COLD_START
+        detail = "first call of the run" + (", cache warm from another run" if read else ": nothing cached yet")
+    elif prev["model"] != call["model"]:
+        cause, segment = CacheEvent.PREFIX_CHANGED, "model"
+        detail = f"the model changed ({prev['model']} -> {call['model']}): caches are per model"
+    elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"]:
+        cause = CacheEvent.PREFIX_CHANGED
+        segment, how = first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])
+        detail = f"{how}; the cache is lost from there on"
+    elif read:
+        cause = CacheEvent.HIT
+        detail = "same prefix as the previous call, read from the cache"
+    elif gap is not None and gap > price.cache_ttl_seconds:
+        cause = CacheEvent.TTL_EXPIRED
+        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({price.cache_ttl_seconds}s)"
+    else:
+        cause = CacheEvent.COLD_START
+        detail = "same prefix within the TTL but nothing was read: the previous call did not write the cache"
+    return CacheEvent(
+        project_id=call["project_id"],
+        call_id=call["pk"],
+        previous_call_id=prev["pk"] if prev is not None else None,
+        cause=cause,
+        changed_segment=clean(segment)[:200],
+        gap_seconds=gap,
+        hit_ratio=_hit_ratio(call),
+        previous_hit_ratio=_hit_ratio(prev) if prev is not None else None,
+        prefix_hash=call["prefix_hash"],
+        previous_prefix_hash=prev["prefix_hash"] if prev is not None else "",
+        detail=clean(detail),
+        started_at=call["started_at"],
+    )
+
+
+def _neighbour(direction: str) -> Subquery:
+    """The previous ("prev") or next ("next") call of the same run, by (step, started_at, pk).
+    The redundant step bound lets the (run, step) index find it in one probe."""
+    if direction == "prev":
+        bound = Q(step__lte=OuterRef("step"))
+        before = Q(step__lt=OuterRef("step")) | Q(step=OuterRef("step"), started_at__lt=OuterRef("started_at")) | Q(
+            step=OuterRef("step"), started_at=OuterRef("started_at"), pk__lt=OuterRef("pk")
+        )
+        order = ("-step", "-started_at", "-pk")
+    else:
+        bound = Q(step__gte=OuterRef("step"))
+        before = Q(step__gt=OuterRef("step")) | Q(step=OuterRef("step"), started_at__gt=OuterRef("started_at")) | Q(
+            step=OuterRef("step"), started_at=OuterRef("started_at"), pk__gt=OuterRef("pk")
+        )
+        order = ("step", "started_at", "pk")
+    return Subquery(Call.objects.filter(bound, before, run_id=OuterRef("run_id")).order_by(*order).values("pk")[:1])
+
+
+def update_cache_events(call_pks: list[int], prices: PriceBook) -> list[dict[str, Any]]:
+    """Write the cache event of every given call, and re-derive the event of each one's
+    successor in its run when that one was already analysed (a late call changes what
+    its successor is compared with). Returns the rows of the successors re-derived."""
+    links = list(
+        Call.objects.filter(pk__in=call_pks)
+        .annotate(prev_pk=_neighbour("prev"), next_pk=_neighbour("next"))
+        .values_list("pk", "prev_pk", "next_pk")
+    )
+    wanted = set(call_pks)
+    for _, prev_pk, next_pk in links:
+        wanted.update(pk for pk in (prev_pk, next_pk) if pk is not None)
+    rows = {r["pk"]: r for r in Call.objects.filter(pk__in=wanted).values(*NEIGHBOUR_FIELDS)}
+    chunk = set(call_pks)
+    events: dict[int, CacheEvent] = {}
+    successors: list[dict[str, Any]] = []
+    for pk, prev_pk, next_pk in links:
+        events[pk] = classify(rows[pk], rows.get(prev_pk) if prev_pk else None, prices)
+        nxt = rows.get(next_pk) if next_pk else None
+        if nxt is not None and nxt["pk"] not in chunk and nxt["analyzed_at"] is not None:
+            events[nxt["pk"]] = classify(nxt, rows[pk], prices)
+            successors.append(nxt)
+    # One upsert, in primary-key order, so two workers lock rows in the same order.
+    CacheEvent.objects.bulk_create(
+        [events[pk] for pk in sorted(events)],
+        update_conflicts=True,
+        unique_fields=["call"],
+        update_fields=EVENT_FIELDS,
+    )
+    return successors
+
+
+def update_prefix_registry(newly_analysed: Iterable[Call]) -> None:
+    """Count each newly analysed call in its prefix's registry entry.
+
+    This one increments instead of recomputing (a popular prefix has millions of calls),
+    and is still exactly-once: it runs in the transaction that sets the calls'
+    analyzed_at under a row lock, so a redelivered task finds them analysed and adds
+    nothing. first_seen/last_seen are a min and a max: repeating them changes nothing.
+    """
+    agg: dict[tuple[int, str], dict[str, Any]] = {}
+    for c in newly_analysed:
+        if not c.prefix_hash:
+            continue
+        key = (c.project_id, c.prefix_hash)
+        entry = agg.get(key)
+        if entry is None:
+            agg[key] = {"first": c.started_at, "last": c.started_at, "calls": 1, "tokens": c.prefix_tokens,
+                        "segments": c.prefix_segments}
+        else:
+            entry["first"] = min(entry["first"], c.started_at)
+            entry["last"] = max(entry["last"], c.started_at)
+            entry["calls"] += 1
+    if not agg:
+        return
+    table = PrefixEntry._meta.db_table
+    least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("MIN", "MAX")
+    sql = (
+        f"INSERT INTO {table} (project_id, prefix_hash, first_seen, last_seen, calls, tokens, segments) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, prefix_hash) DO UPDATE SET "
+        f"first_seen = {least}({table}.first_seen, excluded.first_seen), "
+        f"last_seen = {greatest}({table}.last_seen, excluded.last_seen), "
+        f"calls = {table}.calls + excluded.calls"
+    )
+    segments = PrefixEntry._meta.get_field("segments")
+    when = connection.ops.adapt_datetimefield_value
+    params = [
+        (
+            pid,
+            h,
+            when(e["first"]),
+            when(e["last"]),
+            e["calls"],
+            e["tokens"],
+            segments.get_db_prep_save(e["segments"], connection),
+        )
+        for (pid, h), e in sorted(agg.items())
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)

@@ -1,0 +1,157 @@
+"""Webhook notification of a cache-hit regression: a signed JSON POST.
+
+The body is JSON; the header ``X-Ctxview-Signature: sha256=<hex>`` is the
+HMAC-SHA256 of the exact body bytes with the project's ``webhook_secret``, so the
+receiver can check it came from ctxview and was not altered. ``regression.id`` in
+the body is the idempotency key: a retried delivery carries the same id.
+
+Sending runs as its own Celery task, never inside the analysis: a slow or broken
+receiver can delay a notification, never an analysis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.error
+import urllib.request
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from manifests.models import Regression
+
+logger = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Ctxview-Signature"
+EVENT_HEADER = "X-Ctxview-Event"
+TIMEOUT_SECONDS = 5
+MAX_ATTEMPTS = 9  # the first try and 8 retries
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class TransientNotifyError(Exception):
+    """The receiver may accept a later attempt (network error, timeout, 429, 5xx)."""
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify(secret: str, body: bytes, signature: str) -> bool:
+    """What a receiver does (shown in docs/analysis.md); constant-time comparison."""
+    return hmac.compare_digest(sign(secret, body), signature)
+
+
+def payload(regression: Regression) -> dict[str, Any]:
+    project = regression.project
+    return {
+        "event": "cache_regression",
+        "regression": {
+            "id": regression.pk,
+            "project": project.slug,
+            "agent": regression.agent,
+            "model": regression.model,
+            "detected_at": regression.detected_at.isoformat(),
+            "call_id": regression.call.call_id,
+            "window_calls": regression.window_calls,
+            "threshold_points": regression.threshold_points,
+            "baseline_rate": round(regression.baseline_rate, 4),
+            "current_rate": round(regression.current_rate, 4),
+            "drop_points": round(regression.drop_points, 2),
+            "cause": regression.cause,
+            "changed_segment": regression.changed_segment,
+            "prefix_before": regression.prefix_before,
+            "prefix_after": regression.prefix_after,
+            "segments_before": regression.segments_before,
+            "segments_after": regression.segments_after,
+        },
+    }
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect would re-send (or drop) the signed body somewhere else: refuse it.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def _record(regression_id: int, **fields: Any) -> None:
+    Regression.objects.filter(pk=regression_id).update(**fields)
+
+
+def send(regression_id: int) -> str:
+    """One delivery attempt. Returns what happened; raises TransientNotifyError when a
+    later attempt may succeed (the task retries with backoff and jitter)."""
+    regression = Regression.objects.select_related("project", "call").filter(pk=regression_id).first()
+    if regression is None:
+        return "gone"
+    if regression.notified_at is not None:
+        return "already sent"
+    project = regression.project
+    if not project.webhook_url:
+        return "no webhook"
+    if regression.notify_attempts >= MAX_ATTEMPTS:
+        return "gave up"
+    Regression.objects.filter(pk=regression_id).update(
+        notify_attempts=F("notify_attempts") + 1, last_notify_attempt=timezone.now()
+    )
+    body = json.dumps(payload(regression), sort_keys=True, separators=(",", ":")).encode()
+    request = urllib.request.Request(
+        project.webhook_url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "ctxview-webhook/1",
+            EVENT_HEADER: "cache_regression",
+            SIGNATURE_HEADER: sign(project.webhook_secret, body),
+        },
+    )
+    try:
+        with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:  # refused, DNS, timeout
+        _record(regression_id, notify_error=f"network error: {exc}"[:2000])
+        raise TransientNotifyError(str(exc)) from exc
+    if 200 <= status < 300:
+        _record(regression_id, notified_at=timezone.now(), notify_error="")
+        return "sent"
+    _record(regression_id, notify_error=f"HTTP {status} from the webhook")
+    if status in RETRYABLE_STATUS:
+        raise TransientNotifyError(f"HTTP {status}")
+    logger.warning("webhook of project %s refused regression %s with HTTP %s", project.slug, regression_id, status)
+    return f"refused ({status})"
+
+
+def pending(*, now: Any = None, stale_after: timedelta = timedelta(minutes=15)) -> list[int]:
+    """Regressions whose notification was never sent and whose retry chain is gone: never
+    tried (the broker was down when it was detected) or last tried long ago (longer than
+    any retry countdown). The beat sweep re-enqueues them."""
+    now = now or timezone.now()
+    return list(
+        Regression.objects.filter(notified_at__isnull=True, notify_attempts__lt=MAX_ATTEMPTS)
+        .exclude(project__webhook_url="")
+        .filter(
+            (
+                models_q(last_notify_attempt__isnull=True, created__lt=now - timedelta(minutes=1))
+                | models_q(last_notify_attempt__lt=now - stale_after)
+            )
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)[:500]
+    )
+
+
+def models_q(**kwargs: Any) -> Any:
+    from django.db.models import Q
+
+    return Q(**kwargs)

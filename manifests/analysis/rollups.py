@@ -1,0 +1,195 @@
+"""Hourly and daily rollups per project / agent / model.
+
+Idempotent by construction: a touched bucket is recomputed from the source rows
+(calls, their figures, items, evidence, compactions, attributions, cache events)
+and overwritten, never incremented, so analysing a call twice, or a task
+redelivered after a worker died, cannot count anything twice. A day is the sum of
+its hours. Only analysed calls count, and the analysis marks its calls analysed
+in the same transaction that recomputes their buckets.
+
+Two workers recomputing one bucket at once are serialised by a row lock on the
+rollup (taken in one global order, so they cannot deadlock): the second one
+computes after the first committed and therefore sees its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ctxkit.manifest import ABSENT_ACTIONS
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce, TruncHour
+from django.utils import timezone
+
+from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+# (bucket, project_id, start, agent, model): "day" < "hour", one total order for locking.
+Key = tuple[str, int, datetime, str, str]
+
+SUM_FIELDS = (
+    "calls",
+    "items",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "uncached_input_tokens",
+    "cost",
+    "verified_successes",
+    "evidence_total",
+    "evidence_present",
+    "compactions",
+    "invariant_failures",
+    "prefix_changes",
+)
+DICT_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
+
+
+def hour_start(when: datetime) -> datetime:
+    return when.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def day_start(when: datetime) -> datetime:
+    return when.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def keys_for(rows: Iterable[tuple[int, datetime, str, str]]) -> set[Key]:
+    """The hour and day buckets of (project_id, started_at, agent, model) rows."""
+    keys: set[Key] = set()
+    for project_id, started_at, agent, model in rows:
+        keys.add((Rollup.HOUR, project_id, hour_start(started_at), agent, model))
+        keys.add((Rollup.DAY, project_id, day_start(started_at), agent, model))
+    return keys
+
+
+def _key_q(key: Key) -> Q:
+    bucket, project_id, start, agent, model = key
+    return Q(bucket=bucket, project_id=project_id, start=start, agent=agent, model=model)
+
+
+def _lock(keys: list[Key]) -> dict[Key, int]:
+    """Create the missing rollup rows and lock them all, in key order. Returns their pks."""
+    Rollup.objects.bulk_create(
+        [Rollup(bucket=b, project_id=p, start=s, agent=a, model=m) for b, p, s, a, m in keys],
+        ignore_conflicts=True,
+    )
+    query = Q()
+    for key in keys:
+        query |= _key_q(key)
+    rows = (
+        Rollup.objects.select_for_update()
+        .filter(query)
+        .order_by("bucket", "project_id", "start", "agent", "model")
+        .values_list("pk", "bucket", "project_id", "start", "agent", "model")
+    )
+    return {(b, p, s.astimezone(UTC), a, m): pk for pk, b, p, s, a, m in rows}
+
+
+def _counts(queryset: Any, field: str) -> dict[str, int]:
+    return {k: n for k, n in queryset.values_list(field).annotate(n=Count("pk")).order_by(field) if n}
+
+
+def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dict[str, Any]:
+    """One hour bucket, computed from the source rows."""
+    calls = Call.objects.filter(
+        project_id=project_id,
+        agent=agent,
+        model=model,
+        started_at__gte=start,
+        started_at__lt=start + HOUR,
+        analyzed_at__isnull=False,
+    )
+    totals = calls.aggregate(
+        calls=Count("pk"),
+        items=Sum("item_count"),
+        input_tokens=Sum("input_tokens"),
+        cache_read_tokens=Sum("cache_read_tokens"),
+        cache_write_tokens=Sum("cache_write_tokens"),
+        output_tokens=Sum("output_tokens"),
+        uncached_input_tokens=Sum("figures__uncached_input_tokens"),
+        cost=Sum("figures__cost"),
+        verified_successes=Count("pk", filter=Q(verified="yes")),
+        evidence_total=Sum("evidence_count"),
+        evidence_missing=Sum("evidence_missing"),
+    )
+    values: dict[str, Any] = {k: v or 0 for k, v in totals.items()}
+    values["evidence_present"] = values["evidence_total"] - values.pop("evidence_missing")
+    ids = calls.values("pk")
+    comp = Compaction.objects.filter(call__in=ids).aggregate(n=Count("pk"), failures=Sum("failed_invariants"))
+    values["compactions"] = comp["n"] or 0
+    values["invariant_failures"] = comp["failures"] or 0
+    values["attributions"] = _counts(Attribution.objects.filter(call__in=ids), "cause")
+    values["cache_causes"] = _counts(CacheEvent.objects.filter(call__in=ids), "cause")
+    values["prefix_changes"] = values["cache_causes"].get(CacheEvent.PREFIX_CHANGED, 0)
+    values["tokens_by_kind"] = {
+        kind: tokens
+        for kind, tokens in Item.objects.filter(call__in=ids)
+        .exclude(action__in=ABSENT_ACTIONS)
+        .values_list("kind")
+        .annotate(t=Sum(Coalesce("used_tokens", "granted_tokens", "requested_tokens")))
+        .order_by("kind")
+        if tokens
+    }
+    return values
+
+
+def day_values(project_id: int, start: datetime, agent: str, model: str) -> dict[str, Any]:
+    """One day bucket: the sum of its hour buckets (already recomputed)."""
+    values: dict[str, Any] = {f: 0 for f in SUM_FIELDS}
+    for name in DICT_FIELDS:
+        values[name] = {}
+    hours = Rollup.objects.filter(
+        project_id=project_id, bucket=Rollup.HOUR, start__gte=start, start__lt=start + DAY, agent=agent, model=model
+    )
+    for row in hours:
+        for f in SUM_FIELDS:
+            values[f] += getattr(row, f)
+        for name in DICT_FIELDS:
+            target = values[name]
+            for k, n in getattr(row, name).items():
+                target[k] = target.get(k, 0) + n
+    return values
+
+
+def recompute(keys: set[Key]) -> None:
+    """Recompute and overwrite the given buckets (hours first: days add them up)."""
+    if not keys:
+        return
+    ordered = sorted(keys)
+    pks = _lock(ordered)
+    now = timezone.now()
+    for key in sorted(ordered, key=lambda k: k[0] != Rollup.HOUR):
+        bucket, project_id, start, agent, model = key
+        compute = hour_values if bucket == Rollup.HOUR else day_values
+        values = compute(project_id, start, agent, model)
+        pk = pks.get(key)
+        if pk is None:  # cannot happen after _lock; never write a second row for a key
+            continue
+        if not values["calls"]:
+            Rollup.objects.filter(pk=pk).delete()
+            continue
+        Rollup.objects.filter(pk=pk).update(computed_at=now, **values)
+
+
+def rebuild(*, project_id: int, start: datetime, end: datetime, batch: int = 200) -> int:
+    """Recompute every bucket of a project with analysed calls in [start, end): after a
+    change of rules, or to build rollups for data loaded in bulk. Returns buckets written."""
+    from django.db import transaction
+
+    hours = (
+        Call.objects.filter(project_id=project_id, started_at__gte=start, started_at__lt=end, analyzed_at__isnull=False)
+        .annotate(hour=TruncHour("started_at", tzinfo=UTC))
+        .values_list("hour", "agent", "model")
+        .distinct()
+    )
+    keys = keys_for((project_id, h, a, m) for h, a, m in hours)
+    ordered = sorted(keys, key=lambda k: (k[0] != Rollup.HOUR, k))
+    for n in range(0, len(ordered), batch):
+        with transaction.atomic():
+            recompute(set(ordered[n : n + batch]))
+    return len(ordered)

@@ -1,0 +1,211 @@
+"""What-if replay: run ctxkit's allocator again on a stored call at another budget or reserve.
+
+The call's items are turned back into allocator segments (requested tokens, priority,
+pinned, a policy chosen from the action taken and the item's kind, and the text when
+the agent sent it), allocated again with ``ctxkit.allocator.allocate``, and each item's
+and each required evidence's fate is compared with what really happened.
+
+Approximation, said on the page too: an item whose full text was not sent is modelled
+by filler of its requested size (a private-use character worth ``unit`` tokens), so
+its cut is exact in tokens but evidence inside it can only be judged by how much of it
+survives: kept whole = present, dropped = missing, cut = at risk. Where the text was
+sent, evidence is read back from the replayed outputs literally (``ctxkit.readback``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ctxkit.allocator import Segment, allocate
+from ctxkit.manifest import MAX_TOKENS
+from ctxkit.operators import MARKER_RE
+from ctxkit.readback import KeyField, read_back
+from ctxkit.tokens import Estimator, estimate_tokens
+from manifests.models import Call, Evidence, Item
+
+FILL = "\ue000"  # a private-use character: never in real text, never matched by a literal
+FILL_PER_LINE = 32
+MAX_FILL_CHARS = 50_000  # bounds the work whatever the requested sizes (up to 100M tokens an item)
+SKIPPED_ACTIONS = {"dedupe": "a duplicate of another item; its content is counted there",
+                   "clear": "cleared by a context edit, not by the allocator"}
+
+_BY_ACTION = {"summarize": "summarize", "truncate": "truncate", "hard_cut": "truncate", "extract": "extract",
+              "ref": "ref"}
+_BY_KIND = {"tools": "schema", "history": "summarize", "tool_result": "truncate", "retrieval": "extract",
+            "memory": "extract", "summary": "extract", "state": "truncate", "example": "drop"}
+
+
+class ReplayError(ValueError):
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+        self.message = message
+
+
+def policy_for(item: Item) -> str:
+    """The allocator policy that best explains what the agent did with the item."""
+    if item.pinned:
+        return "pin"
+    if item.action in _BY_ACTION:
+        return _BY_ACTION[item.action]
+    if item.action == "compress":
+        return "schema" if item.kind == "tools" else "extract"
+    return _BY_KIND.get(item.kind, "truncate")
+
+
+def _estimator(unit: int) -> Estimator:
+    def estimate(text: str) -> int:
+        fill = text.count(FILL)
+        if not fill:
+            return estimate_tokens(text)
+        return fill * unit + estimate_tokens(text.replace(FILL, ""))
+
+    return estimate
+
+
+def _filler(tokens: int, unit: int) -> str:
+    chars = max(0, tokens // unit)
+    lines = [FILL * FILL_PER_LINE] * (chars // FILL_PER_LINE)
+    if chars % FILL_PER_LINE:
+        lines.append(FILL * (chars % FILL_PER_LINE))
+    return "\n".join(lines)
+
+
+def _source_text(item: Item, missing: int, unit: int) -> str:
+    """The text the segment is rebuilt from: the sent text, with filler for what was cut."""
+    sent = item.text or ""
+    if missing <= 0:
+        return sent
+    filler = _filler(missing, unit)
+    if not sent:
+        return filler
+    marker = MARKER_RE.search(sent)
+    if marker is not None:  # a head/tail cut: the omitted middle goes back where it was
+        return sent[: marker.start()] + "\n" + filler + "\n" + sent[marker.end():]
+    return sent + "\n" + filler
+
+
+@dataclass(frozen=True)
+class Params:
+    budget: int
+    reserve: int
+    safety_margin: int
+
+
+def parse_params(query: Any, call: Call) -> Params:
+    """``budget``, ``reserve`` and ``margin`` from a query string; defaults are the call's own."""
+
+    def number(name: str, default: int, minimum: int) -> int:
+        raw = str(query.get(name, "")).strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ReplayError(name, f"{raw!r} is not an integer") from None
+        if not minimum <= value <= MAX_TOKENS:
+            raise ReplayError(name, f"must be between {minimum} and {MAX_TOKENS}")
+        return value
+
+    budget = number("budget", call.window, 1)
+    reserve = number("reserve", call.output_reserve, 0)
+    margin = number("margin", call.safety_margin, 0)
+    if reserve + margin > budget:
+        raise ReplayError("reserve", f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget})")
+    return Params(budget=budget, reserve=reserve, safety_margin=margin)
+
+
+def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Params) -> dict[str, Any]:
+    """Allocate the call's items again under ``params``; see the module docstring."""
+    replayable = [i for i in items if i.action not in SKIPPED_ACTIONS]
+    sent_tokens = {i.item_id: estimate_tokens(i.text) if i.text else 0 for i in replayable}
+    missing = {i.item_id: max(0, i.requested_tokens - sent_tokens[i.item_id]) for i in replayable}
+    unit = max(1, math.ceil(sum(missing.values()) / MAX_FILL_CHARS))
+    estimate = _estimator(unit)
+    segments = [
+        Segment(
+            name=i.item_id,
+            kind=i.kind,
+            text=_source_text(i, missing[i.item_id], unit),
+            priority=i.priority,
+            policy=policy_for(i),  # type: ignore[arg-type]
+            trust=i.trust,  # type: ignore[arg-type]
+            source_ref=i.source_ref,
+            zone=i.zone,  # type: ignore[arg-type]
+            dedupe=False,  # the stored request is already after the agent's lossless steps
+        )
+        for i in replayable
+    ]
+    plan = allocate(segments, budget=params.budget, reserve=params.reserve, safety_margin=params.safety_margin,
+                    estimate=estimate)
+    by_name = {a.name: a for a in plan.allocations}
+
+    rows = []
+    for i in replayable:
+        a = by_name[i.item_id]
+        actual_used = i.used_tokens if i.used_tokens is not None else (i.granted_tokens or 0)
+        rows.append({
+            "id": i.item_id,
+            "kind": i.kind,
+            "zone": i.zone,
+            "trust": i.trust,
+            "policy": a.policy,
+            "requested": i.requested_tokens,
+            "actual": {"action": i.action, "granted": i.granted_tokens, "used": actual_used},
+            "replay": {"action": a.action, "granted": a.granted, "used": a.used, "reason": a.reason[:300]},
+            "changed": a.action != i.action or a.used != actual_used,
+        })
+    outputs = plan.outputs()
+    texts = {i.item_id: i.text for i in replayable}
+    ev_rows = [_evidence(e, by_name, texts, outputs) for e in evidence]
+    in_context = [a for a in plan.allocations if a.used > 0]
+    return {
+        "call_id": call.call_id,
+        "params": {"budget": params.budget, "reserve": params.reserve, "safety_margin": params.safety_margin},
+        "actual": {"budget": call.window, "reserve": call.output_reserve, "safety_margin": call.safety_margin,
+                   "cap": call.input_cap},
+        "cap": plan.cap,
+        "used": plan.used,
+        "headroom": plan.headroom,
+        "over_budget": plan.over_budget,
+        "warnings": plan.warnings,
+        "items": rows,
+        "evidence": ev_rows,
+        "skipped": [{"id": i.item_id, "action": i.action, "why": SKIPPED_ACTIONS[i.action]}
+                    for i in items if i.action in SKIPPED_ACTIONS],
+        "summary": {
+            "items": len(rows),
+            "in_context": len(in_context),
+            "whole": sum(1 for a in in_context if a.used >= a.requested),
+            "cut": sum(1 for a in in_context if a.used < a.requested),
+            "dropped": len(rows) - len(in_context),
+            "evidence_total": len(ev_rows),
+            "evidence_present": sum(1 for e in ev_rows if e["replay"] == "present"),
+            "evidence_at_risk": sum(1 for e in ev_rows if e["replay"] == "at risk"),
+        },
+        "unit": unit,
+    }
+
+
+def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None], outputs: dict[str, str]) -> dict:
+    carrier = e.found_in or e.expected_item
+    row = {"key": e.key, "label": e.label, "carrier": carrier, "actual": e.present}
+    a = allocs.get(carrier) if carrier else None
+    if a is None:
+        return {**row, "replay": "present" if e.present else "missing",
+                "why": "no carrier item to replay; unchanged"}
+    if e.literal and texts.get(carrier):
+        found = read_back([KeyField(e.label or e.key, e.literal, carrier, key=e.key)], outputs)[0]
+        where = f" in {found.found_in}" if found.found_in else ""
+        return {**row, "replay": "present" if found.present else "missing",
+                "why": f"literal read back{where}" if found.present
+                else f"literal not in the replayed context; {carrier}: {a.action}, {a.used}/{a.requested} tokens"}
+    if a.used <= 0:
+        return {**row, "replay": "missing", "why": f"{carrier} would be {a.action}"}
+    if a.used >= a.requested:
+        return {**row, "replay": "present" if e.present else "missing",
+                "why": f"{carrier} kept whole" + ("" if e.present else ", but the evidence was not in it")}
+    return {**row, "replay": "at risk",
+            "why": f"{carrier} cut to {a.used}/{a.requested} tokens ({a.action}); its text was not sent"}

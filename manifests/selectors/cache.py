@@ -1,0 +1,136 @@
+"""The cache view: hit rate by agent and model, regressions with their prefix diff, the
+prefix registry, and what the misses cost."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, Sum
+
+from manifests.analysis.prices import PriceBook
+from manifests.models import CacheEvent, PrefixEntry, Project, Regression
+from manifests.selectors import series as s
+from manifests.selectors.filters import Filters
+
+MAX_POINTS = 5000  # per-call points on the chart; beyond that the hourly roll-up is enough
+
+
+def by_agent_model(project: Project, filters: Filters) -> list[dict[str, Any]]:
+    rows = (
+        s.rollups(project, filters)
+        .values("agent", "model")
+        .annotate(calls=Sum("calls"), input=Sum("input_tokens"), read=Sum("cache_read_tokens"),
+                  write=Sum("cache_write_tokens"), cost=Sum("cost"), prefix_changes=Sum("prefix_changes"))
+        .order_by("agent", "model")
+    )
+    out = []
+    for r in rows:
+        r["hit_rate"] = r["read"] / r["input"] if r["input"] else None
+        out.append(r)
+    return out
+
+
+def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
+    """What the misses added, per model: the prefix a miss writes (or sends uncached) instead
+    of reading it from the cache. Misses below the provider's minimum could not hit anyway."""
+    qs = CacheEvent.objects.filter(project=project).exclude(cause__in=[CacheEvent.HIT, CacheEvent.BELOW_MINIMUM])
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(call__agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(call__model=filters.model)
+    book = PriceBook.load()
+    rows, total = [], 0.0
+    for r in (qs.values("call__model", "cause")
+              .annotate(n=Count("pk"), write=Sum("call__cache_write_tokens"), prefix=Sum("call__prefix_tokens"))
+              .order_by("call__model", "cause")):
+        price = book.for_model(r["call__model"])
+        write = r["write"] or 0
+        rest = max(0, (r["prefix"] or 0) - write)
+        extra = (write * (price.cache_write_per_1k - price.cache_read_per_1k)
+                 + rest * (price.input_per_1k - price.cache_read_per_1k)) / 1000
+        total += extra
+        rows.append({"model": r["call__model"], "cause": r["cause"], "calls": r["n"], "extra": extra})
+    return {"rows": rows, "total": total}
+
+
+def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dict[str, Any]]:
+    qs = Regression.objects.filter(project=project).select_related("call")
+    if filters.since is not None:
+        qs = qs.filter(detected_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(detected_at__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    out = []
+    for r in qs.order_by("-detected_at")[:limit]:
+        out.append({"regression": r, "segments": segment_diff(r.segments_before, r.segments_after)})
+    return out
+
+
+def segment_diff(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
+    """Segment by segment: hash before and after, and whether it changed."""
+    old = {seg.get("name"): seg for seg in before or []}
+    rows = []
+    for seg in after or []:
+        prev = old.pop(seg.get("name"), None)
+        rows.append({"name": seg.get("name"), "before": prev.get("hash") if prev else None,
+                     "after": seg.get("hash"), "tokens": seg.get("tokens"),
+                     "changed": prev is None or prev.get("hash") != seg.get("hash")})
+    for name, prev in old.items():
+        rows.append({"name": name, "before": prev.get("hash"), "after": None, "tokens": prev.get("tokens"),
+                     "changed": True})
+    return rows
+
+
+def prefixes(project: Project, filters: Filters, page: str | int | None) -> Page:
+    qs = PrefixEntry.objects.filter(project=project)
+    if filters.since is not None:
+        qs = qs.filter(last_seen__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(first_seen__lt=filters.until)
+    return Paginator(qs.order_by("-last_seen", "-pk"), 25).get_page(page)
+
+
+def chart(project: Project, filters: Filters) -> dict[str, Any]:
+    """Hit rate over time per agent/model (roll-ups), the causes per bucket, and per-call points
+    coloured by cause when the range holds few enough calls."""
+    bucket = s.bucket_for(filters)
+    lines: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "input_tokens",
+                                                        "cache_read_tokens").order_by("start"):
+        line = lines[f"{r['agent']} · {r['model']}"]
+        acc = line.setdefault(r["start"].isoformat(), [0, 0])
+        acc[0] += r["cache_read_tokens"]
+        acc[1] += r["input_tokens"]
+    data = s.series(project, filters, maps=("cache_causes",))
+    causes = data.keys("cache_causes")
+    points = []
+    qs = CacheEvent.objects.filter(project=project)
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    if filters.agent or filters.model:
+        qs = qs.filter(Q(call__agent=filters.agent) if filters.agent else Q()).filter(
+            Q(call__model=filters.model) if filters.model else Q())
+    if qs.count() <= MAX_POINTS:
+        points = list(qs.order_by("started_at").values("started_at", "hit_ratio", "cause", "changed_segment",
+                                                       "call__call_id", "call__agent"))
+    return {
+        "bucket": bucket,
+        "lines": {name: {"x": list(v), "y": [a / b if b else None for a, b in v.values()]}
+                  for name, v in lines.items()},
+        "x": [t.isoformat() for t in data.starts],
+        "causes": {c: [m.get(c, 0) for m in data.maps["cache_causes"]] for c in causes},
+        "points": points,
+    }
+
+

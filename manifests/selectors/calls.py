@@ -1,0 +1,206 @@
+"""Reads for the call view: the call with its children, the allocation bar's data,
+and what changed since the previous call of the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Prefetch
+from django.http import Http404
+
+from ctxkit.manifest import ABSENT_ACTIONS
+from manifests.models import Call, Compaction, Invariant, Item, Project
+
+ZONE_ORDER = {"head": 0, "middle": 1, "tail": 2}
+
+
+def call_with_children(project: Project, call_id: str) -> Call:
+    call = (
+        Call.objects.filter(project=project, call_id=call_id)
+        .select_related("run")
+        .prefetch_related(
+            Prefetch("items", queryset=Item.objects.order_by("ordinal")),
+            "evidence",
+            Prefetch(
+                "compactions",
+                queryset=Compaction.objects.prefetch_related(
+                    Prefetch("invariants", queryset=Invariant.objects.order_by("pk"))
+                ).order_by("pk"),
+            ),
+            "context_edits",
+        )
+        .first()
+    )
+    if call is None:
+        raise Http404("no such call")
+    return call
+
+
+def in_context(item: Item) -> bool:
+    """Whether any of the item reached the model."""
+    return item.position is not None and item.action not in ABSENT_ACTIONS
+
+
+def used_of(item: Item) -> int:
+    """Tokens the item took in the context: used, else granted, else requested when kept whole."""
+    if not in_context(item):
+        return 0
+    if item.used_tokens is not None:
+        return item.used_tokens
+    if item.granted_tokens is not None:
+        return item.granted_tokens
+    return item.requested_tokens if item.action == "keep" else 0
+
+
+def context_order(items: list[Item]) -> list[Item]:
+    """Items in the order of the final context (zone, position), then the absent ones in manifest order."""
+    present = sorted(
+        (i for i in items if in_context(i)), key=lambda i: (i.position, ZONE_ORDER.get(i.zone or "", 1), i.ordinal)
+    )
+    absent = [i for i in items if not in_context(i)]
+    return present + absent
+
+
+def allocation(call: Call, items: list[Item], *, effective_limit: int | None = None) -> dict[str, Any]:
+    """The data of the allocation bar: every item's requested / granted / used in context
+    order, grouped by zone, with the output reserve, headroom and window."""
+    rows = []
+    for item in context_order(items):
+        inside = in_context(item)
+        rows.append(
+            {
+                "id": item.item_id,
+                "kind": item.kind,
+                "zone": (item.zone or "middle") if inside else "not sent",
+                "position": item.position,
+                "action": item.action,
+                "requested": item.requested_tokens,
+                "granted": item.granted_tokens if item.granted_tokens is not None else used_of(item),
+                "used": used_of(item),
+                "trust": item.trust,
+                "pinned": item.pinned,
+                "in_context": inside,
+                "reason": item.reason[:300],
+            }
+        )
+    used = sum(r["used"] for r in rows)
+    zones: dict[str, int] = {}
+    for r in rows:
+        if r["in_context"]:
+            zones[r["zone"]] = zones.get(r["zone"], 0) + r["used"]
+    return {
+        "window": call.window,
+        "reserve": call.output_reserve,
+        "margin": call.safety_margin,
+        "input_cap": call.input_cap,
+        "effective_limit": effective_limit,
+        "used": used,
+        "input_tokens": call.input_tokens,
+        "headroom": call.input_cap - used,
+        "zones": zones,
+        "items": rows,
+    }
+
+
+def previous_call(call: Call) -> Call | None:
+    return (
+        Call.objects.filter(run_id=call.run_id, step__lt=call.step)
+        .order_by("-step", "-started_at")
+        .only("pk", "call_id", "step", "prefix_hash", "prefix_segments", "run_id", "project_id")
+        .first()
+    )
+
+
+def next_call(call: Call) -> Call | None:
+    return (
+        Call.objects.filter(run_id=call.run_id, step__gt=call.step)
+        .order_by("step", "started_at")
+        .only("pk", "call_id", "step")
+        .first()
+    )
+
+
+@dataclass
+class Change:
+    item_id: str
+    kind: str
+    what: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Diff:
+    previous: Call | None
+    entered: list[Change]
+    left: list[Change]
+    changed: list[Change]
+    prefix_changes: list[dict[str, Any]]
+    evidence_changes: list[dict[str, Any]]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.entered or self.left or self.changed or self.prefix_changes or self.evidence_changes)
+
+
+_ITEM_FIELDS = ("item_id", "kind", "action", "position", "zone", "content_hash", "used_tokens", "granted_tokens",
+                "requested_tokens")
+
+
+def _snapshot(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for r in rows:
+        r["in_context"] = r["position"] is not None and r["action"] not in ABSENT_ACTIONS
+        out[r["item_id"]] = r
+    return out
+
+
+def diff_with_previous(call: Call, items: list[Item]) -> Diff:
+    """What entered, left or changed in the context since the previous call of the run."""
+    prev = previous_call(call)
+    if prev is None:
+        return Diff(None, [], [], [], [], [])
+    now = _snapshot([{f: getattr(i, f) for f in _ITEM_FIELDS} for i in items])
+    before = _snapshot(list(Item.objects.filter(call_id=prev.pk).order_by("ordinal").values(*_ITEM_FIELDS)))
+    entered, left, changed = [], [], []
+    for item_id, cur in now.items():
+        old = before.get(item_id)
+        if cur["in_context"] and (old is None or not old["in_context"]):
+            entered.append(Change(item_id, cur["kind"], ["new candidate" if old is None else f"was {old['action']}"]))
+            continue
+        if old is None or not cur["in_context"]:
+            continue
+        what = []
+        if cur["action"] != old["action"]:
+            what.append(f"action {old['action']} → {cur['action']}")
+        if cur["content_hash"] != old["content_hash"]:
+            what.append("content changed")
+        if cur["used_tokens"] != old["used_tokens"]:
+            what.append(f"used {old['used_tokens'] if old['used_tokens'] is not None else '–'} → "
+                        f"{cur['used_tokens'] if cur['used_tokens'] is not None else '–'}")
+        if cur["zone"] != old["zone"]:
+            what.append(f"zone {old['zone']} → {cur['zone']}")
+        if what:
+            changed.append(Change(item_id, cur["kind"], what))
+    for item_id, old in before.items():
+        cur = now.get(item_id)
+        if old["in_context"] and (cur is None or not cur["in_context"]):
+            left.append(Change(item_id, old["kind"], ["no longer a candidate" if cur is None else cur["action"]]))
+
+    old_segments = {s.get("name"): s for s in prev.prefix_segments or []}
+    prefix_changes = []
+    for seg in call.prefix_segments or []:
+        old = old_segments.pop(seg.get("name"), None)
+        if old is None:
+            prefix_changes.append({"name": seg.get("name"), "before": None, "after": seg.get("hash")})
+        elif old.get("hash") != seg.get("hash"):
+            prefix_changes.append({"name": seg.get("name"), "before": old.get("hash"), "after": seg.get("hash")})
+    for name, old in old_segments.items():
+        prefix_changes.append({"name": name, "before": old.get("hash"), "after": None})
+
+    old_evidence = dict(prev.evidence.values_list("key", "present"))
+    evidence_changes = [
+        {"key": e.key, "before": old_evidence.get(e.key), "after": e.present}
+        for e in call.evidence.all()
+        if old_evidence.get(e.key) is not None and old_evidence.get(e.key) != e.present
+    ]
+    return Diff(prev, entered, left, changed, prefix_changes, evidence_changes)

@@ -1,0 +1,120 @@
+"""The project overview: headline figures against the previous period and the charts' data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from manifests.models import Attribution, Project, Regression, Run
+from manifests.selectors import series as s
+from manifests.selectors.filters import Filters
+
+
+def _runs(project: Project, filters: Filters) -> int:
+    qs = Run.objects.filter(project=project)
+    if filters.since is not None:
+        qs = qs.filter(last_seen__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(first_seen__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    return qs.count()
+
+
+def _headline(totals: s.Totals, runs: int) -> dict[str, float | None]:
+    return {
+        "calls": totals["calls"],
+        "runs": runs,
+        "hit_rate": totals.hit_rate,
+        "evidence_coverage": totals.evidence_coverage,
+        "invariant_failures": totals["invariant_failures"],
+        "cost": totals["cost"],
+        "cost_per_success": totals.cost_per_success,
+    }
+
+
+# (key, label, format, whether higher is better) for the headline cards.
+CARDS = [
+    ("calls", "Calls", "int", None),
+    ("runs", "Runs", "int", None),
+    ("hit_rate", "Cache hit rate", "pct", True),
+    ("evidence_coverage", "Evidence coverage", "pct", True),
+    ("invariant_failures", "Invariant failures", "int", False),
+    ("cost", "Cost (relative units)", "num", False),
+    ("cost_per_success", "Cost per verified success", "num", False),
+]
+
+
+def headline(project: Project, filters: Filters) -> list[dict[str, Any]]:
+    """One card per figure: this period, the previous one of the same length, the change."""
+    now = _headline(s.totals(project, filters), _runs(project, filters))
+    prev_filters = filters.previous()
+    before = _headline(s.totals(project, prev_filters), _runs(project, prev_filters)) if prev_filters else {}
+    cards = []
+    for key, label, fmt, higher_better in CARDS:
+        value, old = now[key], before.get(key)
+        delta = None if value is None or old is None else value - old
+        good = None
+        if delta and higher_better is not None:
+            good = (delta > 0) == higher_better
+        cards.append({"key": key, "label": label, "fmt": fmt, "value": value, "previous": old, "delta": delta,
+                      "good": good})
+    return cards
+
+
+def regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
+    qs = Regression.objects.filter(project=project).select_related("call")
+    if filters.since is not None:
+        qs = qs.filter(detected_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(detected_at__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    return qs.order_by("-detected_at")
+
+
+def recent_missing(project: Project, filters: Filters, limit: int = 8) -> QuerySet[Attribution]:
+    """The latest missing-evidence attributions (not the risk flags), for links to their calls."""
+    qs = Attribution.objects.filter(project=project, is_risk=False).select_related("call")
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(call__agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(call__model=filters.model)
+    return qs.order_by("-started_at")[:limit]
+
+
+def charts(project: Project, filters: Filters, regs: list[Regression]) -> dict[str, Any]:
+    """The chart data, passed to the page with json_script."""
+    data = s.series(project, filters)
+    x = [t.isoformat() for t in data.starts]
+    kinds = data.keys("tokens_by_kind")
+    causes = data.keys("attributions")
+    return {
+        "bucket": data.bucket,
+        "x": x,
+        "hit_rate": data.ratio("cache_read_tokens", "input_tokens"),
+        "calls": data.sums["calls"],
+        "prefix_changes": data.sums["prefix_changes"],
+        "regressions": [
+            {"at": r.detected_at.isoformat(), "agent": r.agent, "model": r.model,
+             "baseline": r.baseline_rate, "current": r.current_rate, "cause": r.cause,
+             "segment": r.changed_segment}
+            for r in regs
+        ],
+        "by_kind": {k: [m.get(k, 0) for m in data.maps["tokens_by_kind"]] for k in kinds},
+        "cached": {
+            "cache read": data.sums["cache_read_tokens"],
+            "cache write": data.sums["cache_write_tokens"],
+            "uncached": data.sums["uncached_input_tokens"],
+        },
+        "causes": {c: [m.get(c, 0) for m in data.maps["attributions"]] for c in causes},
+    }

@@ -1,0 +1,100 @@
+"""Runs list and run view: per-step context by kind, hit rate with its cause, markers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import Coalesce
+
+from ctxkit.manifest import ABSENT_ACTIONS
+from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
+from manifests.selectors.filters import Filters
+
+RUNS_PER_PAGE = 50
+
+
+def runs_page(project: Project, filters: Filters, page: str | int | None) -> Page:
+    """A page of runs, newest first; the per-run totals are computed for this page only."""
+    qs = Run.objects.filter(project=project)
+    if filters.since is not None:
+        qs = qs.filter(last_seen__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(first_seen__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    result = Paginator(qs.order_by("-last_seen", "-pk"), RUNS_PER_PAGE).get_page(page)
+    runs = list(result.object_list)
+    stats = {
+        row["run_id"]: row
+        for row in Call.objects.filter(run__in=runs)
+        .values("run_id")
+        .annotate(
+            calls=Count("pk"),
+            input=Sum("input_tokens"),
+            cached=Sum("cache_read_tokens"),
+            evidence=Sum("evidence_count"),
+            missing=Sum("evidence_missing"),
+            steps=Max("step"),
+        )
+    }
+    failed = dict(
+        Compaction.objects.filter(call__run__in=runs, failed_invariants__gt=0)
+        .values("call__run_id")
+        .annotate(n=Count("pk"))
+        .values_list("call__run_id", "n")
+    )
+    for run in runs:
+        st = stats.get(run.pk, {})
+        run.call_count = st.get("calls", 0)
+        run.input_total = st.get("input") or 0
+        run.hit_rate = (st.get("cached") or 0) / run.input_total if run.input_total else None
+        run.evidence_total = st.get("evidence") or 0
+        run.evidence_missing = st.get("missing") or 0
+        run.failed_compactions = failed.get(run.pk, 0)
+    result.object_list = runs
+    return result
+
+
+def run_steps(run: Run) -> list[dict[str, Any]]:
+    """One row per call of the run, in step order, with everything the run view draws."""
+    calls = list(run.calls.order_by("step", "started_at"))
+    pks = [c.pk for c in calls]
+    tokens = defaultdict(dict)
+    for row in (
+        Item.objects.filter(call_id__in=pks, position__isnull=False)
+        .exclude(action__in=ABSENT_ACTIONS)
+        .values("call_id", "kind")
+        .annotate(tokens=Sum(Coalesce("used_tokens", "granted_tokens", "requested_tokens")))
+    ):
+        tokens[row["call_id"]][row["kind"]] = row["tokens"] or 0
+    figures = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
+    events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
+    compactions = defaultdict(list)
+    for c in Compaction.objects.filter(call_id__in=pks).order_by("pk"):
+        compactions[c.call_id].append(c)
+    edits = defaultdict(list)
+    for e in ContextEdit.objects.filter(call_id__in=pks).order_by("pk"):
+        edits[e.call_id].append(e)
+    rows = []
+    for c in calls:
+        fig, ev = figures.get(c.pk), events.get(c.pk)
+        rows.append({
+            "call": c,
+            "tokens_by_kind": tokens.get(c.pk, {}),
+            "context_tokens": sum(tokens.get(c.pk, {}).values()),
+            "effective_limit": fig.effective_limit if fig else None,
+            "cost": fig.cost if fig else None,
+            "hit_rate": c.cache_hit_ratio,
+            "cache_cause": ev.cause if ev else "",
+            "cache_segment": ev.changed_segment if ev else "",
+            "cache_detail": ev.detail if ev else "",
+            "gap_seconds": ev.gap_seconds if ev else None,
+            "compactions": compactions.get(c.pk, []),
+            "edits": edits.get(c.pk, []),
+        })
+    return rows

@@ -1,0 +1,493 @@
+"""Turn one build (plan, layout, read-back, compaction, edits) plus the provider's usage into a Manifest.
+
+Two entry points:
+
+- :func:`build_manifest` -- one call, every part optional except the identity of the call and a
+  plan (or a ``window``). It never builds a manifest the server would refuse: texts, reasons and
+  names are clipped to the schema's limits, over-long ids are shortened deterministically, lists
+  are capped (with a warning saying what was cut), and ``used_tokens <= granted_tokens`` holds for
+  every item. What cannot be repaired without guessing (an empty call id, a window of 0, a
+  hand-made ``Usage`` whose cached tokens exceed its input) raises ``ValueError`` at build time,
+  where the bug is, instead of a 400 later on the worker thread.
+- :class:`ContextBuilder` -- runs allocate -> layout -> read-back for each call, carries the
+  allocator's starvation counts (aging) from one call to the next, and hands back a
+  :class:`BuiltContext` whose ``manifest(...)`` calls :func:`build_manifest` with everything it saw.
+
+Item ids are the segment names (stable from call to call); zone and position come from the
+layout (or, without one, from concatenation order); only items that reach the model get a zone
+and a position. Item text is what reached the model, optional (``include_text``) and passed
+through the caller's ``redact`` function; the content hash of the original candidate is always
+kept. Tool results and retrieved pages are labelled ``untrusted`` whatever their segment says
+(``untrusted_kinds``): priority says how much an item matters, trust says whether it may instruct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ctxkit.items import (
+    UNTRUSTED_KINDS,
+    block_items,
+    clamp_tokens,
+    clip,
+    layout_items,
+    opt_id,
+    plan_items,
+    record_items,
+    sanitize_item,
+    short_id,
+)
+from ctxkit.manifest import (
+    ABSENT_ACTIONS,
+    MAX_COMPACTIONS,
+    MAX_EDITS,
+    MAX_EVIDENCE,
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_REASON,
+    MAX_TEXT,
+    MAX_TOKENS,
+    SCHEMA_V1,
+    Budget,
+    Builder,
+    Claim,
+    Compaction,
+    ContextEdit,
+    Evidence,
+    Item,
+    Manifest,
+    Outcome,
+    Prefix,
+    Usage,
+    convert_manifest,
+)
+from ctxkit.tokens import Estimator, estimate_tokens
+
+if TYPE_CHECKING:  # the heavy modules are imported where they are used, not at import time
+    from ctxkit.allocator import Plan, Segment
+    from ctxkit.compaction import ClearResult, CompactionResult, Record
+    from ctxkit.layout import Block, Layout
+    from ctxkit.readback import KeyField, ReadBack
+
+BUILDER_NAME = "ctxkit"
+MAX_WARNINGS = 100
+Redact = Callable[[str, Item], "str | None"]
+
+
+def _version() -> str:
+    from ctxkit import __version__
+
+    return __version__
+
+
+# --------------------------------------------------------------------------- #
+# Normalising the parts
+
+
+def _utc(value: datetime | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise ValueError(f"{name} must be a datetime")
+    # A naive time is taken as UTC: the server refuses times without a zone.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _evidence(
+    readback: Iterable[ReadBack | Evidence], outcome: Outcome | None
+) -> list[Evidence]:
+    cited: set[str] | None = None
+    if outcome is not None and outcome.claims is not None:
+        cited = {k for claim in outcome.claims for k in claim.evidence_keys}
+    out: list[Evidence] = []
+    for r in readback:
+        if isinstance(r, Evidence):
+            ev = msgspec.structs.replace(r)
+        else:
+            f = r.field
+            ev = Evidence(
+                key=f.evidence_key, label=f.label, literal=f.literal, expected_item=f.source,
+                present=r.present, found_in=r.found_in,
+            )
+        ev.key = short_id(ev.key)
+        ev.label = clip(ev.label, MAX_NAME)
+        if ev.literal is not None:
+            ev.literal = clip(ev.literal, MAX_REASON)
+        ev.expected_item, ev.found_in = opt_id(ev.expected_item), opt_id(ev.found_in)
+        if ev.used is None and cited is not None and ev.present:
+            ev.used = ev.key in cited
+        out.append(ev)
+    return out
+
+
+def _compactions(compactions: Iterable[CompactionResult | Compaction]) -> list[Compaction]:
+    out: list[Compaction] = []
+    for c in compactions:
+        if not isinstance(c, Compaction):
+            if not c.performed:
+                continue  # nothing was folded: not an event
+            c = c.to_manifest()
+        else:
+            c = msgspec.structs.replace(c)
+        c.id = short_id(c.id)
+        c.strategy, c.trigger = clip(c.strategy, MAX_NAME), clip(c.trigger, MAX_NAME)
+        c.summary_item = opt_id(c.summary_item)
+        c.invariants = [
+            msgspec.structs.replace(
+                inv, detail=clip(inv.detail, MAX_REASON), lost=[clip(x, MAX_NAME) for x in inv.lost[:MAX_EVIDENCE]]
+            )
+            for inv in c.invariants[:16]
+        ]
+        out.append(c)
+    return out
+
+
+def _edits(edits: Iterable[ClearResult | ContextEdit]) -> list[ContextEdit]:
+    out: list[ContextEdit] = []
+    for e in edits:
+        if not isinstance(e, ContextEdit):
+            if not e.applied:
+                continue  # skipped because it would free too little: nothing changed
+            e = e.to_manifest()
+        else:
+            e = msgspec.structs.replace(e)
+        e.type = clip(e.type, MAX_NAME)
+        e.item_ids = [short_id(i) for i in e.item_ids[:MAX_ITEMS]]
+        out.append(e)
+    return out
+
+
+def _usage(usage: Any, provider: str, warnings: list[str]) -> Usage:
+    if usage is None:
+        return Usage()
+    if isinstance(usage, Usage):
+        # Built by hand: a wrong shape is the caller's bug; say so now, not as a 400 later.
+        errors = []
+        if usage.cache_read_tokens + usage.cache_write_tokens > usage.input_tokens:
+            errors.append("cache_read_tokens + cache_write_tokens exceed input_tokens (input must include cached "
+                          "tokens; normalize_usage does this for Anthropic)")
+        if usage.reasoning_tokens is not None and usage.reasoning_tokens > usage.output_tokens:
+            errors.append("reasoning_tokens exceed output_tokens")
+        if any(v < 0 or v > MAX_TOKENS for v in msgspec.structs.astuple(usage) if v is not None):
+            errors.append(f"token counts must be in 0..{MAX_TOKENS}")
+        if errors:
+            raise ValueError("usage: " + "; ".join(errors))
+        return usage
+    from ctxkit.usage import normalize_usage
+
+    # A provider response comes from outside: its shape can change with an SDK version. An
+    # unreadable one is a warning on the manifest, never a crash of the agent's loop.
+    try:
+        return normalize_usage(usage, provider or None)
+    except ValueError:
+        pass
+    try:
+        return normalize_usage(usage)
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(clip(f"usage not recorded: {exc}", MAX_REASON))
+        return Usage()
+
+
+def _outcome(outcome: Outcome | None) -> Outcome | None:
+    if outcome is None:
+        return None
+    out = msgspec.structs.replace(outcome, status=clip(outcome.status, MAX_NAME))
+    if out.finish_reason is not None:
+        out.finish_reason = clip(out.finish_reason, MAX_NAME)
+    if out.claims is not None:
+        out.claims = [
+            Claim(text=clip(c.text, MAX_REASON), evidence_keys=[short_id(k) for k in c.evidence_keys[:MAX_EVIDENCE]])
+            for c in out.claims[:MAX_EVIDENCE]
+        ]
+    return out
+
+
+def _cap_items(items: list[Item]) -> tuple[list[Item], str | None]:
+    """At most MAX_ITEMS: what reached the model first, the absent rest folded into one item."""
+    if len(items) <= MAX_ITEMS:
+        return items, None
+    order = sorted(range(len(items)), key=lambda i: (items[i].action in ABSENT_ACTIONS, i))
+    keep = sorted(order[: MAX_ITEMS - 1])
+    rest = [items[i] for i in order[MAX_ITEMS - 1 :]]
+    omitted = Item(
+        id="ctxkit:omitted",
+        kind="other",
+        action="drop",
+        requested_tokens=clamp_tokens(sum(i.requested_tokens for i in rest)),
+        granted_tokens=0,
+        used_tokens=0,
+        reason=f"{len(rest)} more candidates not listed: a manifest holds at most {MAX_ITEMS} items",
+    )
+    warning = f"{len(rest)} candidates folded into item 'ctxkit:omitted' (limit {MAX_ITEMS} items)"
+    return [items[i] for i in keep] + [omitted], warning
+
+
+# --------------------------------------------------------------------------- #
+# The one call
+
+
+def build_manifest(
+    *,
+    call_id: str,
+    run_id: str,
+    step: int,
+    model: str,
+    plan: Plan | None = None,
+    provider: str = "",
+    agent: str = "default",
+    layout: Layout | None = None,
+    readback: Iterable[ReadBack | Evidence] = (),
+    compactions: Iterable[CompactionResult | Compaction] = (),
+    edits: Iterable[ClearResult | ContextEdit] = (),
+    records: Iterable[Record] = (),
+    extra_items: Iterable[Item] = (),
+    usage: Any = None,
+    started_at: datetime | None = None,
+    ended_at: datetime | None = None,
+    parent_call_id: str | None = None,
+    parent_run_id: str | None = None,
+    window: int | None = None,
+    prefix: Prefix | None = None,
+    include_text: bool = True,
+    redact: Redact | None = None,
+    untrusted_kinds: Collection[str] = UNTRUSTED_KINDS,
+    outcome: Outcome | None = None,
+    warnings: Iterable[str] = (),
+    builder: Builder | None = None,
+    estimate: Estimator = estimate_tokens,
+    validate: bool = True,
+) -> Manifest:
+    """One model call's manifest from its build and the provider's usage; see the module notes.
+
+    ``usage``: a provider's raw usage or whole response (Anthropic, OpenAI chat/responses,
+    Gemini, OpenTelemetry; ``provider`` is the hint, else it is detected) or a ``Usage``.
+    ``redact(text, item) -> str | None`` sees each item's text with the item (kind, trust, id)
+    and returns what to record (``None``: no text). ``window`` overrides the plan's budget as the
+    model's window. ``records`` (history after clearing/compaction) adds an item per cleared or
+    folded record; ``extra_items`` are added as they are (e.g. :func:`projection_items`).
+    ``validate`` runs the server's own check (``convert_manifest``) on the result, about a third
+    of a ``json.dumps`` of it; a failure raises ``ValueError`` (it would be a bug here).
+    """
+    if not call_id or not run_id:
+        raise ValueError("call_id and run_id must not be empty")
+    if not 0 <= step <= 10_000_000:
+        raise ValueError("step must be in 0..10000000")
+    notes: list[str] = []
+    started = _utc(started_at, "started_at") or datetime.now(UTC)
+    ended = _utc(ended_at, "ended_at")
+    if ended is not None and ended < started:
+        raise ValueError("ended_at is before started_at")
+
+    # Budget: the window is the plan's budget unless the caller knows better.
+    win = window if window is not None else (plan.budget if plan is not None else 0)
+    if win <= 0:
+        raise ValueError("the window must be > 0: pass a plan with a positive budget or window=")
+    win = min(win, MAX_TOKENS)
+    reserve = min(clamp_tokens(plan.reserve), win) if plan is not None else 0
+    margin = min(clamp_tokens(plan.safety_margin), win - reserve) if plan is not None else 0
+    if plan is not None and (reserve, margin) != (plan.reserve, plan.safety_margin):
+        notes.append(f"output reserve + safety margin ({plan.reserve + plan.safety_margin}) exceed the window {win}; "
+                     "recorded clipped to it")
+    budget = Budget(window=win, output_reserve=reserve, safety_margin=margin,
+                    input_cap=min(clamp_tokens(plan.cap), win) if plan is not None else None)
+
+    # Items: the plan's, then layout blocks the plan does not know (a restated constraint, the
+    # question), then cleared/folded history records, then the caller's own.
+    pairs = plan_items(plan, untrusted_kinds, notes) if plan is not None else []
+    by_id = {item.id: item for item, _ in pairs}
+    if layout is not None:
+        pairs += layout_items(layout, by_id, untrusted_kinds=untrusted_kinds)
+    pairs += [(i, "") for i in record_items(records, skip=by_id, untrusted_kinds=untrusted_kinds, estimate=estimate)]
+    pairs += [(sanitize_item(i), i.text or "") for i in extra_items]
+
+    seen: set[str] = set()
+    for item, _ in pairs:
+        if item.id in seen:
+            raise ValueError(f"duplicate item id {item.id!r}: segment, block, record and extra item ids must differ")
+        seen.add(item.id)
+
+    positions = layout.positions() if layout is not None else None
+    position = 0
+    items: list[Item] = []
+    for item, text in pairs:
+        present = item.action not in ABSENT_ACTIONS and bool(text or item.used_tokens)
+        if positions is not None:
+            placed = positions.get(item.id) if present else None
+            item.zone, item.position = placed if placed is not None else (item.zone, item.position)
+        elif present and item.position is None:
+            item.position = position
+        if not present:
+            item.zone = item.position = None
+        position += present
+        if item.used_tokens is not None and item.granted_tokens is not None and item.used_tokens > item.granted_tokens:
+            notes.append(f"item {item.id!r}: used {item.used_tokens} > granted {item.granted_tokens}; "
+                         "recorded as granted")
+            item.used_tokens = item.granted_tokens
+        if include_text and text and present:
+            if redact is not None:
+                redacted = redact(text, item)
+                text = redacted if isinstance(redacted, str) else ""
+            item.text = clip(text, MAX_TEXT) if text else None
+        else:
+            item.text = None
+        items.append(item)
+    items, note = _cap_items(items)
+    if note:
+        notes.append(note)
+
+    ids = {i.id for i in items}
+    evidence = _evidence(readback, outcome)
+    for ev in evidence:
+        for name in ("expected_item", "found_in"):
+            ref = getattr(ev, name)
+            if ref is not None and ref not in ids:
+                notes.append(f"evidence {ev.key!r}: {name} {ref!r} is not an item of this call; left out")
+                setattr(ev, name, None)
+    if len(evidence) > MAX_EVIDENCE:
+        notes.append(f"{len(evidence) - MAX_EVIDENCE} evidence entries left out (limit {MAX_EVIDENCE})")
+        evidence = evidence[:MAX_EVIDENCE]
+    events = _compactions(compactions)
+    if len(events) > MAX_COMPACTIONS:
+        notes.append(f"{len(events) - MAX_COMPACTIONS} compactions left out (limit {MAX_COMPACTIONS})")
+        events = events[-MAX_COMPACTIONS:]  # the latest matter most
+    context_edits = _edits(edits)
+    if len(context_edits) > MAX_EDITS:
+        notes.append(f"{len(context_edits) - MAX_EDITS} context edits left out (limit {MAX_EDITS})")
+        context_edits = context_edits[-MAX_EDITS:]
+
+    usage_struct = _usage(usage, provider, notes)
+    if prefix is None and layout is not None and layout.segments:
+        prefix = layout.to_prefix()
+    all_warnings = [*(plan.warnings if plan is not None else ()), *(layout.warnings if layout else ()),
+                    *warnings, *notes]
+    if len(all_warnings) > MAX_WARNINGS:
+        extra = len(all_warnings) - MAX_WARNINGS + 1
+        all_warnings = all_warnings[: MAX_WARNINGS - 1] + [f"{extra} more warnings left out"]
+
+    manifest = Manifest(
+        schema=SCHEMA_V1,
+        call_id=short_id(call_id),
+        run_id=short_id(run_id),
+        step=step,
+        model=clip(model, MAX_NAME),
+        started_at=started,
+        ended_at=ended,
+        budget=budget,
+        provider=clip(provider, MAX_NAME),
+        agent=clip(agent, MAX_NAME),
+        parent_call_id=opt_id(parent_call_id),
+        parent_run_id=opt_id(parent_run_id),
+        builder=builder or Builder(name=BUILDER_NAME, version=_version()),
+        prefix=prefix,
+        usage=usage_struct,
+        items=items,
+        evidence=evidence,
+        compactions=events,
+        context_edits=context_edits,
+        outcome=_outcome(outcome),
+        warnings=[clip(w, MAX_REASON) for w in all_warnings],
+    )
+    if not validate:
+        return manifest
+    _, errors = convert_manifest(msgspec.to_builtins(manifest))
+    if errors:
+        raise ValueError("ctxkit built an invalid manifest: " + "; ".join(f"{e.path}: {e.message}" for e in errors))
+    return manifest
+
+
+# --------------------------------------------------------------------------- #
+# allocate -> layout -> read-back, recorded as it goes
+
+
+def blocks_from_plan(plan: Plan) -> list[Block]:
+    """A layout block for every allocation that reaches the model (id = segment name)."""
+    from ctxkit.layout import Block
+
+    return [
+        Block(id=a.name, kind=a.kind, text=a.text, zone=a.zone)  # type: ignore[arg-type]
+        for a in plan.allocations
+        if a.text and a.action not in ABSENT_ACTIONS
+    ]
+
+
+@dataclass
+class BuiltContext:
+    """One call's context: the plan, its layout (None in naive mode) and the key-field read-back.
+
+    ``blocks`` are the caller's extra blocks; the layout places them, and in naive mode (no
+    layout) they are appended after the segments and listed through :func:`block_items`.
+    """
+
+    plan: Plan
+    layout: Layout | None
+    readback: list[ReadBack]
+    estimate: Estimator = estimate_tokens
+    blocks: list[Block] = field(default_factory=list)
+
+    def text(self, separator: str = "\n\n") -> str:
+        """What the model reads, in layout order (concatenation order in naive mode)."""
+        if self.layout is not None:
+            return self.layout.text(separator)
+        return separator.join([t for t in (self.plan.text(separator), *(b.text for b in self.blocks)) if t])
+
+    @property
+    def missing(self) -> list[str]:
+        """Labels of the key fields that did not reach the model."""
+        return [r.field.label for r in self.readback if not r.present]
+
+    def manifest(self, **kwargs: Any) -> Manifest:
+        """:func:`build_manifest` with this build's plan, layout and read-back filled in."""
+        kwargs.setdefault("estimate", self.estimate)
+        if self.layout is None and self.blocks:
+            extra = block_items(self.blocks, untrusted_kinds=kwargs.get("untrusted_kinds", UNTRUSTED_KINDS),
+                                estimate=self.estimate)
+            kwargs["extra_items"] = [*extra, *kwargs.get("extra_items", ())]
+        return build_manifest(plan=self.plan, layout=self.layout, readback=self.readback, **kwargs)
+
+
+@dataclass
+class ContextBuilder:
+    """Allocate, lay out and read back each call's context with one set of settings.
+
+    ``reserve`` is the output reserve (the request's ``max_tokens``): input never uses it.
+    ``aging`` holds, per segment name, how many calls in a row it was starved; it is updated
+    after every :meth:`build`, so a low-priority segment rises until it gets in once.
+    """
+
+    budget: int
+    reserve: int
+    safety_margin: int = 0
+    naive: bool = False
+    key_fields: Sequence[KeyField] = ()
+    estimate: Estimator = estimate_tokens
+    aging_step: int = 1
+    restate_constraints: bool = True
+    aging: dict[str, int] = field(default_factory=dict)
+
+    def build(self, segments: Sequence[Segment], *, blocks: Sequence[Block] = (),
+              key_fields: Sequence[KeyField] | None = None) -> BuiltContext:
+        """Run the allocator over ``segments``, arrange what survived plus ``blocks`` (content the
+        allocator does not manage, such as the question) and read the key fields back."""
+        from ctxkit.allocator import allocate
+        from ctxkit.readback import read_back
+
+        plan = allocate(segments, budget=self.budget, reserve=self.reserve, safety_margin=self.safety_margin,
+                        estimate=self.estimate, naive=self.naive, aging=self.aging, aging_step=self.aging_step)
+        self.aging = dict(plan.starvation)
+        outputs = plan.outputs()
+        layout = None
+        if not self.naive:  # the naive baseline is plain concatenation: no zones, no prefix
+            from ctxkit.layout import arrange
+
+            layout = arrange([*blocks_from_plan(plan), *blocks], estimate=self.estimate,
+                             restate_constraints=self.restate_constraints)
+        for b in blocks:
+            outputs.setdefault(b.id, b.text)
+        fields = self.key_fields if key_fields is None else key_fields
+        return BuiltContext(plan=plan, layout=layout, readback=read_back(fields, outputs), estimate=self.estimate,
+                            blocks=list(blocks))
