@@ -6,17 +6,23 @@ from drf_spectacular.views import SpectacularAPIView
 from manifests import api, views
 
 urlpatterns = [
+    # Dashboard. Run and call ids may hold slashes ("run-7/step-3"), hence <path:...> last.
     path("", views.index, name="index"),
-    path("p/<slug:slug>/", views.project_runs, name="project-runs"),
-    path("p/<slug:slug>/runs/<str:run_id>/", views.run_detail, name="run-detail"),
-    path("p/<slug:slug>/calls/<str:call_id>/", views.call_detail, name="call-detail"),
+    path("p/<slug:slug>/", views.overview, name="overview"),
+    path("p/<slug:slug>/runs/", views.runs, name="project-runs"),
+    path("p/<slug:slug>/runs/<path:run_id>/", views.run_detail, name="run-detail"),
+    path("p/<slug:slug>/calls/<path:call_id>/", views.call_detail, name="call-detail"),
+    path("p/<slug:slug>/evidence/", views.evidence, name="evidence"),
+    path("p/<slug:slug>/cache/", views.cache, name="cache"),
+    path("p/<slug:slug>/compactions/", views.compactions, name="compactions"),
+    path("p/<slug:slug>/whatif.json", views.call_whatif, name="call-whatif"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/manifests", api.ManifestIngestView.as_view(), name="api-ingest"),
     path("api/v1/runs", api.RunListView.as_view(), name="api-runs"),
-    path("api/v1/runs/<str:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
-    path("api/v1/calls/<str:call_id>", api.CallDetailView.as_view(), name="api-call"),
+    path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
+    path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="openapi"),
 ]

@@ -37,3 +37,101 @@ class CallAdmin(admin.ModelAdmin):
     list_filter = ["project", "agent", "model"]
     search_fields = ["call_id"]
     raw_id_fields = ["run"]
+
+
+# --------------------------------------------------------------------------- #
+# Analysis (manifests/analysis/). The price table is edited here; the other
+# tables are derived by the analysis and shown read-only.
+
+from manifests.models import (  # noqa: E402 - appended section, kept apart from the foundation's admin
+    CacheEvent,
+    CompactionFigures,
+    ModelPrice,
+    PrefixEntry,
+    Regression,
+    Rollup,
+)
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """Relative prices per 1k tokens and cache facts per model pattern (docs/analysis.md).
+    A change applies to calls analysed afterwards; re-run the analysis for older ones."""
+
+    list_display = [
+        "model_pattern",
+        "input_per_1k",
+        "output_per_1k",
+        "cache_read_per_1k",
+        "cache_write_per_1k",
+        "cache_ttl_seconds",
+        "min_cacheable_tokens",
+        "effective_limit_ratio",
+        "updated",
+    ]
+    list_editable = [
+        "input_per_1k",
+        "output_per_1k",
+        "cache_read_per_1k",
+        "cache_write_per_1k",
+        "cache_ttl_seconds",
+        "min_cacheable_tokens",
+        "effective_limit_ratio",
+    ]
+    search_fields = ["model_pattern"]
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """Derived rows: recomputed by the analysis, so never edited by hand."""
+
+    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+
+@admin.register(Regression)
+class RegressionAdmin(_ReadOnlyAdmin):
+    list_display = [
+        "detected_at",
+        "project",
+        "agent",
+        "model",
+        "baseline_rate",
+        "current_rate",
+        "drop_points",
+        "cause",
+        "changed_segment",
+        "notified_at",
+        "notify_attempts",
+    ]
+    list_filter = ["project", "cause"]
+    raw_id_fields = ["call"]
+
+
+@admin.register(PrefixEntry)
+class PrefixEntryAdmin(_ReadOnlyAdmin):
+    list_display = ["prefix_hash", "project", "calls", "tokens", "first_seen", "last_seen"]
+    list_filter = ["project"]
+    search_fields = ["prefix_hash"]
+
+
+@admin.register(CacheEvent)
+class CacheEventAdmin(_ReadOnlyAdmin):
+    list_display = ["call", "project", "cause", "changed_segment", "gap_seconds", "hit_ratio", "started_at"]
+    list_filter = ["project", "cause"]
+    raw_id_fields = ["call", "previous_call"]
+
+
+@admin.register(CompactionFigures)
+class CompactionFiguresAdmin(_ReadOnlyAdmin):
+    list_display = ["compaction", "project", "call", "ratio_r", "distortion_d", "failed", "started_at"]
+    list_filter = ["project", "failed"]
+    raw_id_fields = ["compaction", "call"]
+
+
+@admin.register(Rollup)
+class RollupAdmin(_ReadOnlyAdmin):
+    list_display = ["start", "bucket", "project", "agent", "model", "calls", "input_tokens", "cost"]
+    list_filter = ["project", "bucket"]

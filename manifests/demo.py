@@ -32,14 +32,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from django.utils import timezone
+
 from ctxkit.allocator import Segment
 from ctxkit.builder import ContextBuilder
 from ctxkit.compaction import Record, compact
 from ctxkit.fixtures import TOOLS_SCHEMA
 from ctxkit.manifest import Claim, Outcome
 from ctxkit.readback import KeyField
-from django.utils import timezone
-
 from manifests import ingest
 from manifests.models import Project
 
@@ -163,6 +163,7 @@ REFUND_PAGE = "\n".join([
     "FAQ: refund rate = refunds / payments per calendar quarter, test orders excluded.",
     "(c) Example Corp. All rights reserved. Privacy | Terms | Contact | Sitemap",
 ])
+REFUND_KEY_SINCE = {"rate_limit": 3, "unit_conversion": 4, "refund_rate": 6}
 REFUND_KEYS = (
     KeyField("API compatibility", "do not change public API compatibility", "task", key="api_compat"),
     KeyField("429 rate-limit error", "429", "history", key="rate_limit"),
@@ -238,8 +239,9 @@ class Demo:
 
     def call(self, builder: ContextBuilder, segments: list[Segment], *, run_id: str, step: int, at: datetime,
              agent: str, model: str, provider: str = "anthropic", output_tokens: int = 180, compactions: Sequence = (),
-             records: Sequence[Record] = (), outcome: Outcome | None = None, carried: int = 0) -> None:
-        built = builder.build(segments)
+             records: Sequence[Record] = (), outcome: Outcome | None = None, carried: int = 0,
+             key_fields: Sequence[KeyField] | None = None) -> None:
+        built = builder.build(segments, key_fields=key_fields)
         layout = built.layout
         assert layout is not None
         input_tokens = sum(p.tokens for p in layout.placed) + 14  # + message framing
@@ -268,7 +270,9 @@ def _research_segments(system: str, task: str, steps: int, *, page: str | None =
     segments = [
         Segment(name="system", kind="system", text=system, priority=100, policy="pin"),
         Segment(name="tools", kind="tools", text=RESEARCH_TOOLS, priority=90, policy="pin"),
-        Segment(name="task", kind="task", text=task, priority=95, policy="pin"),
+        # The question goes to the tail (kind user): it changes every run and must stay out of
+        # the cached prefix, which is system + tools only.
+        Segment(name="task", kind="user", text=task, priority=95, policy="pin"),
         Segment(name="history", kind="history", text="\n".join(history), priority=40, policy="summarize",
                 min_tokens=60, keep_recent=4, source_ref="session:history"),
         Segment(name="memory", kind="memory", text="Known: refunds API of cardco had incidents this month; "
@@ -298,8 +302,10 @@ def research_runs(demo: Demo) -> None:
     n = 0
     while at < demo.now - timedelta(minutes=12):
         task = RESEARCH_TASKS[n % len(RESEARCH_TASKS)]
-        builder = ContextBuilder(budget=2000, reserve=400, safety_margin=100,
-                                 key_fields=(KeyField("task", task[:40], "task", key="task"),))
+        builder = ContextBuilder(budget=2000, reserve=400, safety_margin=100, key_fields=(
+            KeyField("app refund rate", "0.0318", "memory", key="app_refund_rate"),
+            KeyField("provider incident", "incidents this month", "memory", key="provider_incident"),
+        ))
         for step in range(8):
             t = at + timedelta(seconds=35 * step + (n * 7) % 11)
             system = RESEARCH_SYSTEM
@@ -366,10 +372,11 @@ def budget_runs(demo: Demo) -> None:
         builder = ContextBuilder(budget=budget, reserve=budget // 5, key_fields=REFUND_KEYS)
         at = demo.start + offset
         for step in range(7):
-            built_missing = _claims(step)
+            # A key field is required from the step where the agent learned it on.
+            keys = [k for k in REFUND_KEYS if REFUND_KEY_SINCE.get(k.evidence_key, 0) <= step]
             demo.call(builder, _refund_segments(step), run_id=f"refunds-budget-{budget}", step=step,
                       at=at + timedelta(seconds=25 * step), agent="refund-analyst", model="gpt-5-mini",
-                      provider="openai", outcome=built_missing)
+                      provider="openai", outcome=_claims(step), key_fields=keys)
 
 
 def _claims(step: int) -> Outcome | None:

@@ -406,6 +406,7 @@ class Regression(models.Model):
     cause = models.CharField(max_length=32, help_text="A CacheEvent cause: prefix_changed, ttl_expired, ...")
     notified_at = models.DateTimeField(null=True, blank=True)
     notify_attempts = models.PositiveIntegerField(default=0)
+    last_notify_attempt = models.DateTimeField(null=True, blank=True)
     notify_error = models.TextField(blank=True)
     created = models.DateTimeField(default=timezone.now)
 

@@ -159,7 +159,8 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         })
     outputs = plan.outputs()
     texts = {i.item_id: i.text for i in replayable}
-    ev_rows = [_evidence(e, by_name, texts, outputs) for e in evidence]
+    whole = {name for name, n in missing.items() if n == 0 and texts.get(name)}
+    ev_rows = [_evidence(e, by_name, texts, outputs, whole) for e in evidence]
     in_context = [a for a in plan.allocations if a.used > 0]
     return {
         "call_id": call.call_id,
@@ -189,7 +190,10 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
     }
 
 
-def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None], outputs: dict[str, str]) -> dict:
+def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None], outputs: dict[str, str],
+              whole: set[str]) -> dict:
+    """Would this evidence reach the model in the replay? Read back literally where the
+    carrier's text is known; otherwise judged by how much of the carrier survives."""
     carrier = e.found_in or e.expected_item
     row = {"key": e.key, "label": e.label, "carrier": carrier, "actual": e.present}
     a = allocs.get(carrier) if carrier else None
@@ -198,14 +202,15 @@ def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None],
                 "why": "no carrier item to replay; unchanged"}
     if e.literal and texts.get(carrier):
         found = read_back([KeyField(e.label or e.key, e.literal, carrier, key=e.key)], outputs)[0]
-        where = f" in {found.found_in}" if found.found_in else ""
-        return {**row, "replay": "present" if found.present else "missing",
-                "why": f"literal read back{where}" if found.present
-                else f"literal not in the replayed context; {carrier}: {a.action}, {a.used}/{a.requested} tokens"}
+        if found.present:
+            return {**row, "replay": "present", "why": f"literal read back in {found.found_in}"}
+        if carrier in whole:  # the whole text was sent: not finding the literal is final
+            return {**row, "replay": "missing",
+                    "why": f"literal not in the replayed context; {carrier}: {a.action}, {a.used}/{a.requested} tokens"}
     if a.used <= 0:
         return {**row, "replay": "missing", "why": f"{carrier} would be {a.action}"}
     if a.used >= a.requested:
-        return {**row, "replay": "present" if e.present else "missing",
-                "why": f"{carrier} kept whole" + ("" if e.present else ", but the evidence was not in it")}
+        return {**row, "replay": "present",
+                "why": f"{carrier} would be kept whole ({a.used} tokens)"}
     return {**row, "replay": "at risk",
-            "why": f"{carrier} cut to {a.used}/{a.requested} tokens ({a.action}); its text was not sent"}
+            "why": f"{carrier} cut to {a.used}/{a.requested} tokens ({a.action}); the part not sent is unknown"}

@@ -1,34 +1,99 @@
-"""Celery tasks: thin wrappers that take ids and call analysis functions.
+"""Celery tasks: thin wrappers that take ids and call the analysis.
 
-Every task is idempotent (running it twice changes nothing), acknowledged late
-(see ctxview/celery.py) and retried with backoff and jitter on transient errors.
+Every task is idempotent (running it twice changes nothing), acknowledged late and
+given back to the queue when its worker dies (ctxview/celery.py), time-limited,
+and retried with exponential backoff and full jitter on transient errors. Delays
+never exceed MAX_COUNTDOWN_SECONDS, which the broker's visibility timeout exceeds.
 """
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
-from django.db import DatabaseError, InterfaceError, OperationalError
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import IntegrityError, InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerError
 
+from ctxview.celery import MAX_COUNTDOWN_SECONDS
 from manifests import analysis
+from manifests.analysis import notify
 
-TRANSIENT = (OperationalError, InterfaceError, DatabaseError, ConnectionError)
+logger = logging.getLogger(__name__)
+
+# Worth another try: the database restarting or failing over, a lost connection, a
+# deadlock or serialization failure (OperationalError), a unique-key race between two
+# workers (IntegrityError), the broker away while enqueueing a follow-up.
+TRANSIENT = (OperationalError, InterfaceError, IntegrityError, BrokerError, ConnectionError, TimeoutError)
 
 
 @shared_task(
     bind=True,
     autoretry_for=TRANSIENT,
     retry_backoff=2,
-    retry_backoff_max=300,
+    retry_backoff_max=MAX_COUNTDOWN_SECONDS // 2,
     retry_jitter=True,
     max_retries=8,
     acks_late=True,
+    time_limit=300,
+    soft_time_limit=240,
 )
 def analyze_calls(self, call_ids: list[int]) -> int:
     """Analyse one ingested batch (one task per batch, never per manifest)."""
-    return analysis.analyze_calls(call_ids)
+    try:
+        return analysis.analyze_calls(call_ids)
+    except SoftTimeLimitExceeded:
+        # Finished chunks are committed; the rest stays unanalysed for the sweep.
+        logger.warning("analysis of %d calls hit its time limit; the sweep finishes it", len(call_ids))
+        return 0
 
 
-@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3)
-def sweep_unanalysed(self, older_than_seconds: int = 30, limit: int = 500) -> int:
-    """Find calls stored but never analysed (broker down at ingest, worker died) and analyse them."""
-    return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit)
+@shared_task(
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=2,
+    retry_backoff_max=MAX_COUNTDOWN_SECONDS // 2,
+    retry_jitter=True,
+    max_retries=3,
+    acks_late=True,
+    time_limit=300,
+    soft_time_limit=240,
+)
+def sweep_unanalysed(self, older_than_seconds: float = 60, limit: int = 500) -> int:
+    """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse them."""
+    try:
+        return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit)
+    except SoftTimeLimitExceeded:
+        return 0
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
+    retry_backoff=5,
+    retry_backoff_max=MAX_COUNTDOWN_SECONDS,
+    retry_jitter=True,
+    max_retries=notify.MAX_ATTEMPTS - 1,
+    acks_late=True,
+    time_limit=60,
+    soft_time_limit=45,
+)
+def notify_regression(self, regression_id: int) -> str:
+    """POST one regression to its project's webhook, signed; retried with backoff."""
+    if self.request.is_eager:
+        # Without a broker (the embedded default) this runs inside the ingest request:
+        # one attempt only, never a blocking retry loop; the sweep tries again later.
+        try:
+            return notify.send(regression_id)
+        except notify.TransientNotifyError as exc:
+            return f"failed: {exc}"
+    return notify.send(regression_id)
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=60)
+def sweep_notifications(self) -> int:
+    """Re-enqueue webhook notifications that were never sent and whose retries are gone."""
+    pending = notify.pending()
+    for pk in pending:
+        notify_regression.delay(pk)
+    return len(pending)

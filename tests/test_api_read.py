@@ -59,3 +59,10 @@ def test_it_returns_one_call_with_its_items(api, stored):
 
 def test_it_answers_404_for_an_unknown_call(api, stored):
     assert api.get("/api/v1/calls/nope").status_code == 404
+
+
+def test_it_reads_ids_that_hold_slashes(api):
+    assert api.post(make_manifest("run-7/step-3", run_id="team/run-7")).json()["accepted"] == 1
+    assert api.get("/api/v1/calls/run-7/step-3").json()["call_id"] == "run-7/step-3"
+    calls = api.get("/api/v1/runs/team/run-7/calls").json()["results"]
+    assert [c["call_id"] for c in calls] == ["run-7/step-3"]

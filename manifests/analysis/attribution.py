@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from ctxkit.manifest import Evidence as ManifestEvidence
 from ctxkit.manifest import Item as ManifestItem
-
 from manifests.analysis.data import CallData, clean
 from manifests.models import Attribution
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from ctxkit.manifest import ABSENT_ACTIONS, Manifest, decode_manifest
 from ctxkit.manifest import Item as ManifestItem
-
 from manifests.models import Call, Compaction, Evidence
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ctxkit.manifest import Item as ManifestItem
 from ctxkit.manifest import Manifest
-
 from manifests.analysis.data import CallData, clean, context_tokens, in_context
 from manifests.analysis.prices import Price
 from manifests.models import CallFigures

@@ -20,7 +20,7 @@ import urllib.request
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from manifests.models import Regression
@@ -141,17 +141,10 @@ def pending(*, now: Any = None, stale_after: timedelta = timedelta(minutes=15)) 
         Regression.objects.filter(notified_at__isnull=True, notify_attempts__lt=MAX_ATTEMPTS)
         .exclude(project__webhook_url="")
         .filter(
-            (
-                models_q(last_notify_attempt__isnull=True, created__lt=now - timedelta(minutes=1))
-                | models_q(last_notify_attempt__lt=now - stale_after)
-            )
+            Q(last_notify_attempt__isnull=True, created__lt=now - timedelta(minutes=1))
+            | Q(last_notify_attempt__lt=now - stale_after)
         )
         .order_by("pk")
         .values_list("pk", flat=True)[:500]
     )
 
-
-def models_q(**kwargs: Any) -> Any:
-    from django.db.models import Q
-
-    return Q(**kwargs)

@@ -66,7 +66,8 @@ def _segments(project_id: int, prefix_hash: str) -> list[dict[str, Any]]:
 def _before(base: Any, call: Call, count: int, *, inclusive: bool) -> list[dict[str, Any]]:
     """Up to ``count`` calls of the group at or before ``call``, oldest first."""
     at = Q(started_at=call.started_at, pk__lte=call.pk) if inclusive else Q(started_at=call.started_at, pk__lt=call.pk)
-    rows = list(base.filter(Q(started_at__lt=call.started_at) | at).order_by("-started_at", "-pk").values(*_FIELDS)[:count])
+    earlier = base.filter(Q(started_at__lt=call.started_at) | at).order_by("-started_at", "-pk")
+    rows = list(earlier.values(*_FIELDS)[:count])
     rows.reverse()
     return rows
 

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ctxkit.manifest import ABSENT_ACTIONS
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
+from ctxkit.manifest import ABSENT_ACTIONS
 from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup
 
 HOUR = timedelta(hours=1)

@@ -69,9 +69,30 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
         qs = qs.filter(agent=filters.agent)
     if filters.model:
         qs = qs.filter(model=filters.model)
+    regs = list(qs.order_by("-detected_at")[:limit])
+    events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs])
+              .select_related("previous_call")}
     out = []
-    for r in qs.order_by("-detected_at")[:limit]:
-        out.append({"regression": r, "segments": segment_diff(r.segments_before, r.segments_after)})
+    for r in regs:
+        event = events.get(r.call_id)
+        segment = r.changed_segment or (event.changed_segment if event else "")
+        row: dict[str, Any] = {"regression": r, "event": event, "segment": segment}
+        if r.prefix_before and r.prefix_before != r.prefix_after:
+            row["diff_of"] = "baseline → after the drop"
+            row["before"], row["after"] = r.prefix_before, r.prefix_after
+            row["segments"] = segment_diff(r.segments_before, r.segments_after)
+        elif event is not None and event.previous_call is not None:
+            # When every call has its own prefix (a timestamp in it), no single "after" prefix
+            # exists; the call where the drop crossed the threshold against its previous call
+            # shows what keeps changing.
+            row["diff_of"] = f"{event.previous_call.call_id} → {r.call.call_id}"
+            row["before"], row["after"] = event.previous_call.prefix_hash, r.call.prefix_hash
+            row["segments"] = segment_diff(event.previous_call.prefix_segments, r.call.prefix_segments)
+        else:
+            row["diff_of"] = "baseline → after the drop"
+            row["before"], row["after"] = r.prefix_before, r.prefix_after
+            row["segments"] = segment_diff(r.segments_before, r.segments_after)
+        out.append(row)
     return out
 
 

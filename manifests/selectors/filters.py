@@ -25,7 +25,7 @@ RANGES: dict[str, timedelta | None] = {
     "90d": timedelta(days=90),
     "all": None,
 }
-DEFAULT_RANGE = "7d"
+DEFAULT_RANGE = "24h"
 MAX_VALUE = 200  # agent and model names are at most 200 characters in a manifest
 
 
@@ -103,14 +103,17 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
             raise FilterError(param, f"at most {MAX_VALUE} characters")
     since_raw = query.get("since", "").strip()
     until_raw = query.get("until", "").strip()
-    if since_raw or until_raw:
+    key = query.get("range", "").strip()
+    # A named range wins over since/until: the filter bar sends both, and choosing a range
+    # there means "this range"; since/until alone (range left empty) is a custom range.
+    if not key and (since_raw or until_raw):
         since = _time(since_raw, "since", end=False) if since_raw else None
         until = _time(until_raw, "until", end=True) if until_raw else None
         if since and until and until <= since:
             raise FilterError("until", "must be after since")
         return Filters(agent=agent, model=model, range="custom", since=since, until=until,
                        since_raw=since_raw, until_raw=until_raw)
-    key = query.get("range", "").strip() or DEFAULT_RANGE
+    key = key or DEFAULT_RANGE
     if key not in RANGES:
         raise FilterError("range", f"{key!r} is not one of {', '.join(RANGES)}")
     span = RANGES[key]

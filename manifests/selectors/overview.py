@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from manifests.models import Attribution, Project, Regression, Run
+from manifests.models import Attribution, CacheEvent, Project, Regression, Run
 from manifests.selectors import series as s
 from manifests.selectors.filters import Filters
 
@@ -65,7 +65,18 @@ def headline(project: Project, filters: Filters) -> list[dict[str, Any]]:
     return cards
 
 
-def regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
+def regressions(project: Project, filters: Filters, limit: int = 20) -> list[Regression]:
+    """Regressions in the range, latest first; ``segment`` is the prefix segment that changed
+    (from the regression, else from the cache event of the call where it was detected)."""
+    regs = list(_regressions(project, filters)[:limit])
+    events = dict(CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs]).values_list("call_id",
+                                                                                              "changed_segment"))
+    for r in regs:
+        r.segment = r.changed_segment or events.get(r.call_id, "")
+    return regs
+
+
+def _regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
     qs = Regression.objects.filter(project=project).select_related("call")
     if filters.since is not None:
         qs = qs.filter(detected_at__gte=filters.since)
@@ -107,7 +118,7 @@ def charts(project: Project, filters: Filters, regs: list[Regression]) -> dict[s
         "regressions": [
             {"at": r.detected_at.isoformat(), "agent": r.agent, "model": r.model,
              "baseline": r.baseline_rate, "current": r.current_rate, "cause": r.cause,
-             "segment": r.changed_segment}
+             "segment": r.segment}
             for r in regs
         ],
         "by_kind": {k: [m.get(k, 0) for m in data.maps["tokens_by_kind"]] for k in kinds},

@@ -15,11 +15,11 @@ from manifests.selectors.filters import Filters
 SUM_FIELDS = ("calls", "items", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
               "uncached_input_tokens", "cost", "verified_successes", "evidence_total", "evidence_present",
               "compactions", "invariant_failures", "prefix_changes")
-HOURLY_UP_TO = timedelta(days=3)
+HOURLY_UP_TO = timedelta(days=7)
 
 
 def bucket_for(filters: Filters) -> str:
-    """Hourly buckets for short ranges, daily ones beyond three days (or for "all")."""
+    """Hourly buckets up to a week (at most 168 points), daily ones beyond (or for "all")."""
     span = filters.span
     return Rollup.HOUR if span is not None and span <= HOURLY_UP_TO else Rollup.DAY
 

@@ -484,7 +484,14 @@ class ContextBuilder:
         if not self.naive:  # the naive baseline is plain concatenation: no zones, no prefix
             from ctxkit.layout import arrange
 
-            layout = arrange([*blocks_from_plan(plan), *blocks], estimate=self.estimate,
+            # The plan has already counted every text it kept: reuse those counts in the layout.
+            counted = {a.text: a.used for a in plan.allocations if a.text}
+
+            def estimate(text: str) -> int:
+                tokens = counted.get(text)
+                return self.estimate(text) if tokens is None else tokens
+
+            layout = arrange([*blocks_from_plan(plan), *blocks], estimate=estimate,
                              restate_constraints=self.restate_constraints)
         for b in blocks:
             outputs.setdefault(b.id, b.text)

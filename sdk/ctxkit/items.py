@@ -158,6 +158,8 @@ def record_items(
     an item already, and listing them again would count their tokens twice. So is any record
     whose id is in ``skip`` (the plan's segment names).
     """
+    from ctxkit.operators import content_key  # loaded only when records are listed
+
     items: list[Item] = []
     for r in records:
         if r.id in skip or (r.compacted_by is None and not r.cleared):
@@ -175,8 +177,6 @@ def record_items(
             requested = estimate(r.text)
             reason = f"folded into the compaction summary {r.compacted_by}; not sent verbatim"
             action = "summarize"
-            from ctxkit.operators import content_key
-
             content_hash = content_key(r.text) if r.text else None
         items.append(
             Item(
@@ -206,6 +206,8 @@ def projection_items(
     which is an item already. With ``include_kept`` every group is listed (use it when the
     projected messages are sent as they are). A group holding tool results is untrusted.
     """
+    if kind not in ITEM_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {ITEM_KINDS}")
     kept = set(projection.kept_group_ids)
     items: list[Item] = []
     for g in projection.groups:
@@ -235,7 +237,6 @@ def projection_items(
             )
         )
     return items
-
 
 
 def block_items(blocks: Iterable[Block], *, untrusted_kinds: Collection[str] = UNTRUSTED_KINDS,

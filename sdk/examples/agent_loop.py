@@ -147,7 +147,7 @@ def run_agent(*, steps: int = 4, run_id: str = "agent-loop", client: Client | No
         if final:
             outcome.claims = [Claim(text=response["content"][0]["text"], evidence_keys=["refund_rate"])]
         manifest = built.manifest(
-            call_id=f"{run_id}/step-{step}",
+            call_id=f"{run_id}-step-{step}",  # no "/": call ids appear in URL paths
             run_id=run_id,
             step=step,
             model=MODEL,

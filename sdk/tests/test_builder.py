@@ -507,7 +507,7 @@ def test_the_agent_loop_example_builds_valid_manifests_offline():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     manifests = module.run_agent(steps=5, run_id="example-test", client=None)
-    assert [m.call_id for m in manifests] == [f"example-test/step-{n}" for n in range(5)]
+    assert [m.call_id for m in manifests] == [f"example-test-step-{n}" for n in range(5)]
     for m in manifests:
         assert accepted(m) == []
         assert m.usage.input_tokens > 0 and m.builder.name == "ctxkit"

@@ -18,7 +18,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         User = get_user_model()
-        user, created = User.objects.get_or_create(username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True})
+        user, created = User.objects.get_or_create(
+            username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
+        )
         if created or not user.check_password(DEMO_PASSWORD):
             user.set_password(DEMO_PASSWORD)
             user.save()
@@ -29,7 +31,7 @@ class Command(BaseCommand):
         _, raw_key = services.create_api_key(project=project, name="demo", can_ingest=True, can_read=True)
         report = demo.load(project=project)
         self.stdout.write(
-            f"demo data: {report['accepted']} calls stored, {report['duplicates']} already there\n"
+            f"demo data: {report['accepted']} calls stored and analysed, {report['duplicates']} already there\n"
             f"\n  open     http://127.0.0.1:8000/\n"
             f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
             f"  api key  {raw_key}   (ingest + read, project 'demo')\n"

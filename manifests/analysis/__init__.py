@@ -1,0 +1,143 @@
+"""Analysis of stored calls (docs/analysis.md): per-call figures, drop attribution,
+cache causes, regressions, the prefix registry, compaction review and rollups.
+
+Entry points, called by the Celery tasks in manifests/tasks.py:
+
+- :func:`analyze_calls` analyses the given calls in chunks. Each chunk is one
+  transaction that locks its calls, replaces every row derived from them, marks
+  them analysed and recomputes the rollup buckets they touch. A call already
+  analysed is skipped, so a redelivered task changes nothing; a worker killed
+  mid-chunk leaves nothing half-written (the transaction rolls back).
+- :func:`sweep_unanalysed` finds calls stored but never analysed (Redis down at
+  ingest, a task lost) and analyses them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import partial
+
+from django.db import transaction
+from django.utils import timezone
+
+from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
+from manifests.analysis.data import load
+from manifests.analysis.prices import PriceBook
+from manifests.models import Attribution, Call, CallFigures, CompactionFigures, Project
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["analyze_calls", "sweep_unanalysed"]
+
+DEFAULT_CHUNK = 100
+
+
+def _chunk_size() -> int:
+    try:
+        return max(1, int(os.environ.get("CTXVIEW_ANALYSIS_CHUNK", DEFAULT_CHUNK)))
+    except ValueError:
+        return DEFAULT_CHUNK
+
+
+def _test_pause(chunk_index: int) -> None:
+    """Test-only hook for the fault tests (tests/test_pipeline_worker.py): with
+    CTXVIEW_TEST_PAUSE_FILE set, the chunk number CTXVIEW_TEST_PAUSE_AT_CHUNK writes that
+    file and sleeps CTXVIEW_TEST_PAUSE_SECONDS inside its open transaction, so a test can
+    kill the worker in the middle of a task. Unset in production: one getenv per chunk."""
+    path = os.environ.get("CTXVIEW_TEST_PAUSE_FILE")
+    if not path or chunk_index != int(os.environ.get("CTXVIEW_TEST_PAUSE_AT_CHUNK", "0")):
+        return
+    with open(path, "w") as marker:
+        marker.write(str(os.getpid()))
+    time.sleep(float(os.environ.get("CTXVIEW_TEST_PAUSE_SECONDS", "60")))
+
+
+def _enqueue_notifications(regression_ids: list[int]) -> None:
+    """After commit, one notify task per new regression. A broker failure here must not
+    fail the analysis: the notification sweep sends them later."""
+    from manifests.tasks import notify_regression
+
+    for pk in regression_ids:
+        try:
+            notify_regression.delay(pk)
+        except Exception:  # noqa: BLE001 - broker down: the sweep retries
+            logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
+
+
+def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
+    with transaction.atomic():
+        query = Call.objects.select_for_update(skip_locked=True).filter(pk__in=list(ids))
+        if not force:
+            query = query.filter(analyzed_at__isnull=True)
+        # Locked in primary-key order: two workers never wait on each other in a cycle.
+        calls = list(query.order_by("pk"))
+        if not calls:
+            return 0
+        newly = [c for c in calls if c.analyzed_at is None]
+        pks = [c.pk for c in calls]
+        prices = PriceBook.load()
+        data = load(calls)
+
+        new_figures: list[CallFigures] = []
+        new_attributions: list[Attribution] = []
+        new_reviews: list[CompactionFigures] = []
+        for d in data:
+            positions = figures.relative_positions(d.manifest)
+            new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
+            new_attributions.extend(attribution.attribute(d, positions))
+            new_reviews.extend(compaction_review.review(d))
+        # Replace, never add to: what was derived before from these calls goes first.
+        CallFigures.objects.filter(call_id__in=pks).delete()
+        Attribution.objects.filter(call_id__in=pks).delete()
+        CompactionFigures.objects.filter(call_id__in=pks).delete()
+        CallFigures.objects.bulk_create(new_figures, batch_size=500)
+        Attribution.objects.bulk_create(new_attributions, batch_size=500)
+        CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
+
+        now = timezone.now()
+        Call.objects.filter(pk__in=pks).update(analyzed_at=now)
+        successors = cache.update_cache_events(pks, prices)
+        cache.update_prefix_registry(newly)
+        projects = Project.objects.in_bulk({c.project_id for c in calls})
+        found = regressions.detect(calls, projects)
+        touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls]
+        touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
+        rollups.recompute(rollups.keys_for(touched))
+        _test_pause(chunk_index)
+        notify = [r.pk for r in found if projects[r.project_id].webhook_url]
+        if notify:
+            transaction.on_commit(partial(_enqueue_notifications, notify))
+    return len(calls)
+
+
+def analyze_calls(call_ids: Sequence[int], *, force: bool = False) -> int:
+    """Analyse the given calls; returns how many were analysed now.
+
+    Calls already analysed are skipped unless ``force`` (re-analysis after a rule
+    change), and calls locked by another worker are left to it.
+    """
+    ids = sorted(set(call_ids))
+    size = _chunk_size()
+    done = 0
+    for index, start in enumerate(range(0, len(ids), size)):
+        done += _analyze_chunk(ids[start : start + size], force=force, chunk_index=index)
+    return done
+
+
+def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500) -> int:
+    """Analyse calls stored at least ``older_than_seconds`` ago and never analysed."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    ids = list(
+        Call.objects.filter(analyzed_at__isnull=True, received_at__lte=cutoff)
+        .order_by("received_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not ids:
+        return 0
+    done = analyze_calls(ids)
+    logger.info("sweep analysed %d of %d unanalysed calls", done, len(ids))
+    return done

@@ -1,0 +1,78 @@
+"""The call view and its what-if replay endpoint."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from manifests import replay
+from manifests.models import Attribution, CacheEvent, CallFigures, Project
+from manifests.selectors import calls as calls_sel
+from manifests.selectors.filters import Filters
+from manifests.views.common import json_endpoint, page, project_page
+
+
+@project_page
+def call_detail(request: HttpRequest, project: Project, filters: Filters, call_id: str) -> HttpResponse:
+    call = calls_sel.call_with_children(project, call_id)
+    items = list(call.items.all())
+    figures = CallFigures.objects.filter(call=call).first()
+    cache_event = CacheEvent.objects.filter(call=call).select_related("previous_call").first()
+    attributions = list(Attribution.objects.filter(call=call).order_by("is_risk", "evidence_key"))
+    by_evidence: dict[int, Attribution] = {}
+    by_key: dict[str, Attribution] = {}
+    for a in attributions:
+        if a.evidence_id and not a.is_risk:
+            by_evidence.setdefault(a.evidence_id, a)
+        by_key.setdefault(a.evidence_key, a)
+    evidence = [{"e": e, "attribution": by_evidence.get(e.pk) or by_key.get(e.key)} for e in call.evidence.all()]
+    compactions = [{"c": c, "figures": getattr(c, "figures", None), "invariants": list(c.invariants.all())}
+                   for c in call.compactions.all()]
+    allocation = calls_sel.allocation(call, items, effective_limit=figures.effective_limit if figures else None)
+    diff = calls_sel.diff_with_previous(call, items)
+    qs = filters.querystring()
+    whatif = {
+        "url": reverse("call-whatif", args=[project.slug]),
+        "call_id": call.call_id,
+        "budget": call.window,
+        "reserve": call.output_reserve,
+        "margin": call.safety_margin,
+        "min_budget": call.safety_margin + 1,
+        "max_budget": max(call.window * 3, 2000),
+    }
+    return page(request, "manifests/call.html", project, filters, "runs", {
+        "call": call,
+        "items": calls_sel.context_order(items),
+        "evidence": evidence,
+        "risks": [a for a in attributions if a.is_risk],
+        "compactions": compactions,
+        "figures": figures,
+        "cache_event": cache_event,
+        "allocation": allocation,
+        "diff": diff,
+        "next_call": calls_sel.next_call(call),
+        "whatif": whatif,
+        "qs": qs,
+    })
+
+
+@require_GET
+@json_endpoint
+def call_whatif(request: HttpRequest, project: Project) -> HttpResponse:
+    """``?call=<call_id>&budget=&reserve=&margin=``: the call's items allocated again by
+    ctxkit's allocator; see manifests/replay.py."""
+    call_id = request.GET.get("call", "")
+    if not call_id:
+        return JsonResponse({"error": "call is required", "errors": [{"path": "call", "message": "required"}]},
+                            status=400)
+    try:
+        call = calls_sel.call_with_children(project, call_id)
+    except Exception:  # Http404: answer in JSON like the rest of this endpoint
+        return JsonResponse({"error": "no such call"}, status=404)
+    try:
+        params = replay.parse_params(request.GET, call)
+    except replay.ReplayError as exc:
+        return JsonResponse({"error": str(exc), "errors": [{"path": exc.param, "message": exc.message}]},
+                            status=400)
+    return JsonResponse(replay.replay(call, list(call.items.all()), list(call.evidence.all()), params))

@@ -1,0 +1,172 @@
+"""Overview, runs, run, evidence triage, cache and compaction review pages."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from ctxkit.manifest import INVARIANT_NAMES
+from manifests.models import Run
+from manifests.selectors import cache as cache_sel
+from manifests.selectors import compactions as compaction_sel
+from manifests.selectors import evidence as evidence_sel
+from manifests.selectors import overview as overview_sel
+from manifests.selectors import runs as runs_sel
+from manifests.selectors.filters import Filters
+from manifests.selectors.projects import projects_for
+from manifests.views.common import bad_request, page, project_page
+
+
+def call_url(slug: str, call_id: str, qs: str = "") -> str:
+    return reverse("call-detail", args=[slug, call_id]) + (f"?{qs}" if qs else "")
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    return render(request, "manifests/index.html", {"projects": projects_for(request.user)})
+
+
+@project_page
+def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+    regressions = overview_sel.regressions(project, filters)
+    return page(request, "manifests/overview.html", project, filters, "overview", {
+        "cards": overview_sel.headline(project, filters),
+        "charts": overview_sel.charts(project, filters, regressions),
+        "regressions": regressions[:5],
+        "missing": overview_sel.recent_missing(project, filters),
+        "compactions": compaction_sel.totals(project, filters),
+        "failures": compaction_sel.failure_counts(project, filters),
+    })
+
+
+@project_page
+def runs(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+    result = runs_sel.runs_page(project, filters, request.GET.get("page"))
+    qs = filters.querystring()
+    chart = [{"run": r.run_id, "agent": r.agent, "at": r.last_seen.isoformat(), "hit": r.hit_rate,
+              "calls": r.call_count, "missing": r.evidence_missing, "failed": r.failed_compactions,
+              "url": reverse("run-detail", args=[project.slug, r.run_id]) + (f"?{qs}" if qs else "")}
+             for r in result.object_list]
+    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart})
+
+
+@project_page
+def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> HttpResponse:
+    run = Run.objects.filter(project=project, run_id=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    steps = runs_sel.run_steps(run)
+    qs = filters.querystring()
+    kinds = sorted({k for s in steps for k in s["tokens_by_kind"]})
+    chart = {
+        "steps": [s["call"].step for s in steps],
+        "urls": [call_url(project.slug, s["call"].call_id, qs) for s in steps],
+        "kinds": {k: [s["tokens_by_kind"].get(k, 0) for s in steps] for k in kinds},
+        "window": [s["call"].window for s in steps],
+        "input_cap": [s["call"].input_cap for s in steps],
+        "effective_limit": [s["effective_limit"] for s in steps],
+        "hit_rate": [s["hit_rate"] for s in steps],
+        "cause": [s["cache_cause"] for s in steps],
+        "segment": [s["cache_segment"] for s in steps],
+        "detail": [s["cache_detail"] for s in steps],
+        "compactions": [
+            {"step": s["call"].step, "text": f"{c.strategy}: {c.tokens_before}→{c.tokens_after} tokens"
+             + (f", {c.failed_invariants} invariant(s) failed" if c.failed_invariants else "")}
+            for s in steps for c in s["compactions"]
+        ],
+        "edits": [
+            {"step": s["call"].step, "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
+            for s in steps for e in s["edits"]
+        ],
+    }
+    return page(request, "manifests/run.html", project, filters, "runs", {"run": run, "steps": steps,
+                                                                         "chart": chart})
+
+
+@project_page
+def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+    query = request.GET.get("q", "").strip()
+    key = request.GET.get("key", "").strip()
+    run_id = request.GET.get("run", "").strip()
+    if len(query) > evidence_sel.MAX_QUERY or len(key) > 200 or len(run_id) > 200:
+        return bad_request(request, "q", "at most 200 characters", project=project)
+    context = {"query": query, "key": key, "causes": evidence_sel.cause_breakdown(project, filters)}
+    if query:
+        context["results"] = evidence_sel.search(project, filters, query)
+    if key:
+        runs_missing = evidence_sel.runs_missing(project, filters, key)
+        context["runs_missing"] = runs_missing
+        if not run_id and runs_missing:
+            run_id = runs_missing[0]["call__run__run_id"]
+        run = Run.objects.filter(project=project, run_id=run_id).first() if run_id else None
+        if run is not None:
+            rows = evidence_sel.timeline(project, run, key)
+            context["run"] = run
+            context["timeline"] = rows
+            context["timeline_chart"] = _timeline_chart(project.slug, filters, rows)
+    else:
+        context["most_missing"] = evidence_sel.most_missing(project, filters)
+    chart = {"causes": [{"cause": r["cause"], "label": r["label"], "n": r["n"], "risk": r["is_risk"]}
+                        for r in context["causes"]]}
+    context["chart"] = chart
+    return page(request, "manifests/evidence.html", project, filters, "evidence", context,
+                keep={"q": query, "key": key, "run": run_id})
+
+
+STAGES = ["candidate", "granted", "truncated", "summarized", "present", "used"]
+
+
+def _timeline_chart(slug: str, filters: Filters, rows: list[dict]) -> dict:
+    """A grid: one column per step, one row per stage; 1 yes, 0 no, null unknown."""
+    declared = [r for r in rows if r["declared"]]
+    z = []
+    for stage in STAGES:
+        z.append([None if r[stage] is None else int(bool(r[stage])) for r in declared])
+    return {
+        "steps": [r["call"].step for r in declared],
+        "stages": STAGES,
+        "z": z,
+        "urls": [call_url(slug, r["call"].call_id, filters.querystring()) for r in declared],
+        "causes": [r["attribution"].cause if r["attribution"] else "" for r in declared],
+    }
+
+
+@project_page
+def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+    return page(request, "manifests/cache.html", project, filters, "cache", {
+        "by_agent_model": cache_sel.by_agent_model(project, filters),
+        "regressions": cache_sel.regressions(project, filters),
+        "miss_cost": cache_sel.miss_cost(project, filters),
+        "prefixes": cache_sel.prefixes(project, filters, request.GET.get("page")),
+        "chart": cache_sel.chart(project, filters),
+    })
+
+
+@project_page
+def compactions(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+    failed = request.GET.get("failed", "").strip()
+    if failed and failed not in INVARIANT_NAMES:
+        return bad_request(request, "failed", f"{failed!r} is not one of {', '.join(INVARIANT_NAMES)}",
+                           project=project)
+    only_failed = request.GET.get("only_failed", "") == "1"
+    result = compaction_sel.events(project, filters, failed=failed, only_failed=only_failed,
+                                   page=request.GET.get("page"))
+    qs = filters.querystring()
+    points = []
+    for c in result.object_list:
+        fig = getattr(c, "figures", None)
+        if fig is not None and fig.ratio_r is not None:
+            points.append({"r": fig.ratio_r, "d": fig.distortion_d or 0, "failed": bool(c.failed_invariants),
+                           "label": f"{c.call.call_id} · {c.strategy}",
+                           "url": call_url(project.slug, c.call.call_id, qs)})
+    return page(request, "manifests/compactions.html", project, filters, "compactions", {
+        "page_obj": result,
+        "failed": failed,
+        "only_failed": only_failed,
+        "invariant_names": INVARIANT_NAMES,
+        "failures": compaction_sel.failure_counts(project, filters),
+        "totals": compaction_sel.totals(project, filters),
+        "chart": {"points": points},
+    }, keep={"failed": failed, "only_failed": "1" if only_failed else ""})

@@ -1,0 +1,54 @@
+/* Shared chart helpers. Every string that comes from an agent (item ids, reasons,
+   labels) goes through esc() before Plotly sees it: Plotly renders a subset of HTML
+   in labels, and agent text is data, never markup. */
+(function () {
+  "use strict";
+  var ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  function esc(s) {
+    return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) { return ESC[c]; });
+  }
+  function data(id) {
+    var el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+  var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  function plot(id, traces, layout) {
+    var el = document.getElementById(id);
+    if (!el) { return null; }
+    var base = {
+      margin: { l: 60, r: 20, t: 36, b: 40 },
+      font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d2330" },
+      paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+      hoverlabel: { align: "left" },
+      legend: { orientation: "h", y: -0.2 }
+    };
+    Plotly.newPlot(el, traces, Object.assign(base, layout || {}), config);
+    return el;
+  }
+  /* Points carry their link in customdata; a click follows it (same origin only). */
+  function follow(el, index) {
+    if (!el) { return; }
+    el.on("plotly_click", function (ev) {
+      var p = ev.points && ev.points[0];
+      var url = p && (index === undefined ? p.customdata : (p.customdata || [])[index]);
+      if (typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/") { window.location.href = url; }
+    });
+  }
+  function pct(v) { return v === null || v === undefined ? "–" : (v * 100).toFixed(0) + "%"; }
+  var KIND = {
+    system: "#3b6fd8", tools: "#6f8fe0", task: "#1f4fb0", constraint: "#163c88", memory: "#8e6bd1",
+    history: "#e0a100", summary: "#c98a00", tool_result: "#2e9d6a", retrieval: "#5cb88a", example: "#9aa3b2",
+    state: "#1b7f5a", user: "#d2603a", other: "#b0b7c3"
+  };
+  var CAUSE = {
+    hit: "#2e7d32", prefix_changed: "#c62828", ttl_expired: "#e0a100", cold_start: "#6f8fe0",
+    below_minimum: "#9aa3b2", never_candidate: "#8e6bd1", budget: "#c62828", truncated: "#e0a100",
+    compaction: "#d2603a", not_used: "#6f8fe0", middle_zone: "#b0b7c3"
+  };
+  function color(map, key, i) {
+    var fallback = ["#3b6fd8", "#e0a100", "#2e9d6a", "#c62828", "#8e6bd1", "#d2603a", "#5b6475"];
+    return map[key] || fallback[i % fallback.length];
+  }
+  window.ctxview = { esc: esc, data: data, plot: plot, follow: follow, pct: pct, KIND: KIND, CAUSE: CAUSE,
+                     color: color };
+})();

@@ -1,0 +1,43 @@
+/* Run view: context per step stacked by kind against window / cap / effective limit,
+   hit rate per step with its cause, compaction and context-edit markers. */
+(function () {
+  "use strict";
+  var cv = window.ctxview, esc = cv.esc, d = cv.data("run-data");
+  var x = d.steps;
+  var traces = Object.keys(d.kinds).map(function (k, i) {
+    return { type: "bar", name: esc(k), x: x, y: d.kinds[k], customdata: d.urls,
+             marker: { color: cv.color(cv.KIND, k, i) }, hovertemplate: "step %{x}<br>" + esc(k) + ": %{y} tokens<extra></extra>" };
+  });
+  function line(name, y, color, dash) {
+    return { type: "scatter", mode: "lines", name: name, x: x, y: y, line: { color: color, width: 2, dash: dash, shape: "hvh" },
+             hovertemplate: name + " %{y}<extra></extra>" };
+  }
+  traces.push(line("window", d.window, "#1d2330", "solid"));
+  traces.push(line("input cap", d.input_cap, "#5b6475", "dash"));
+  if (d.effective_limit.some(function (v) { return v; })) { traces.push(line("effective limit", d.effective_limit, "#8e6bd1", "dot")); }
+  var top = Math.max.apply(null, d.window.concat([1]));
+  if (d.compactions.length) {
+    traces.push({ type: "scatter", mode: "markers", name: "compaction", x: d.compactions.map(function (c) { return c.step; }),
+                  y: d.compactions.map(function () { return top * 1.04; }), text: d.compactions.map(function (c) { return esc(c.text); }),
+                  marker: { symbol: "diamond", size: 12, color: "#d2603a" }, hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
+  }
+  if (d.edits.length) {
+    traces.push({ type: "scatter", mode: "markers", name: "context edit", x: d.edits.map(function (c) { return c.step; }),
+                  y: d.edits.map(function () { return top * 1.08; }), text: d.edits.map(function (c) { return esc(c.text); }),
+                  marker: { symbol: "triangle-down", size: 11, color: "#5b6475" }, hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
+  }
+  cv.follow(cv.plot("chart-steps", traces, {
+    barmode: "stack", height: 340, xaxis: { title: { text: "step" }, dtick: 1 }, yaxis: { title: { text: "tokens" } },
+    margin: { l: 60, r: 20, t: 20, b: 40 }
+  }));
+  var text = d.cause.map(function (c, i) {
+    return c ? esc(c) + (d.segment[i] ? " (" + esc(d.segment[i]) + " changed)" : "") + (d.detail[i] ? "<br>" + esc(d.detail[i]) : "") : "no cache event";
+  });
+  var colors = d.cause.map(function (c, i) { return cv.color(cv.CAUSE, c || "", i); });
+  cv.follow(cv.plot("chart-hits", [{
+    type: "scatter", mode: "lines+markers", x: x, y: d.hit_rate, customdata: d.urls, text: text,
+    line: { color: "#9aa3b2", width: 1 }, marker: { color: colors, size: 12, line: { color: "#fff", width: 1 } },
+    hovertemplate: "step %{x}: %{y:.0%}<br>%{text}<extra></extra>", name: "hit rate"
+  }], { height: 220, yaxis: { tickformat: ".0%", range: [-0.05, 1.05] }, xaxis: { dtick: 1, title: { text: "step" } },
+        margin: { l: 60, r: 20, t: 10, b: 40 }, showlegend: false }));
+})();

@@ -1,0 +1,153 @@
+"""Helpers for the analysis tests: manifests built with ctxkit, stored through the
+real ingest service and analysed by calling the analysis directly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from ctxkit.builder import build_manifest
+from ctxkit.manifest import Compaction, Evidence, Item, Manifest, Outcome, Prefix, PrefixSegment, Usage
+from manifests import analysis
+from manifests.ingest import ingest_body
+from manifests.models import Call, Project
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+MODEL = "claude-sonnet-4-5"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def prefix(**segments: tuple[str, int]) -> Prefix:
+    """A stable prefix from named segments (content, tokens), hashed like ctxkit's layout."""
+    parts = [PrefixSegment(name=name, hash=sha(content), tokens=tokens) for name, (content, tokens) in segments.items()]
+    return Prefix(
+        hash=sha("".join(p.hash for p in parts)),
+        tokens=sum(p.tokens for p in parts),
+        segments=parts,
+    )
+
+
+SYSTEM = ("You are a careful refund analyst. Cite evidence by id.", 600)
+TOOLS = ('[{"name": "get_refund"}, {"name": "get_logs"}]', 900)
+STABLE = prefix(system=SYSTEM, tools=TOOLS)
+
+
+def item(item_id: str, kind: str = "retrieval", action: str = "keep", tokens: int = 100, **extra: Any) -> Item:
+    used = 0 if action in {"drop", "dedupe", "clear"} else extra.pop("used", tokens)
+    return Item(
+        id=item_id,
+        kind=kind,
+        action=action,
+        requested_tokens=extra.pop("requested", tokens),
+        granted_tokens=extra.pop("granted", used),
+        used_tokens=used,
+        **extra,
+    )
+
+
+def manifest(
+    call_id: str,
+    *,
+    run_id: str = "run-1",
+    step: int = 0,
+    items: Sequence[Item] = (),
+    evidence: Sequence[Evidence] = (),
+    usage: Usage | None = None,
+    prefix_: Prefix | None = None,
+    at: datetime | None = None,
+    seconds: float | None = None,
+    compactions: Sequence[Compaction] = (),
+    outcome: Outcome | None = None,
+    model: str = MODEL,
+    agent: str = "analyst",
+    window: int = 8000,
+) -> Manifest:
+    """One call's manifest through ctxkit's builder (the SDK's own manifest path)."""
+    started = at or T0 + timedelta(seconds=seconds if seconds is not None else step * 10)
+    return build_manifest(
+        call_id=call_id,
+        run_id=run_id,
+        step=step,
+        model=model,
+        agent=agent,
+        window=window,
+        extra_items=items,
+        readback=evidence,
+        usage=usage or Usage(input_tokens=2000, cache_read_tokens=0, output_tokens=100),
+        prefix=prefix_,
+        started_at=started,
+        compactions=compactions,
+        outcome=outcome,
+    )
+
+
+def as_dict(m: Manifest | dict) -> dict:
+    return m if isinstance(m, dict) else msgspec.to_builtins(m)
+
+
+def store(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
+    """Store manifests through the ingest service; returns their calls in the same order."""
+    bodies = [as_dict(m) for m in manifests]
+    report = ingest_body(project=project, body=json.dumps({"manifests": bodies}).encode())
+    statuses = [r.status for r in report.results]
+    assert statuses == ["accepted"] * len(bodies), report.to_dict()
+    by_id = {c.call_id: c for c in Call.objects.filter(project=project, call_id__in=[b["call_id"] for b in bodies])}
+    return [by_id[b["call_id"]] for b in bodies]
+
+
+def store_and_analyse(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
+    calls = store(project, manifests)
+    analysis.analyze_calls([c.pk for c in calls])
+    return [Call.objects.get(pk=c.pk) for c in calls]
+
+
+class Receiver:
+    """A real HTTP server on a free local port that records webhook deliveries and answers
+    with the statuses it is given, in order (then 200)."""
+
+    def __init__(self, statuses: Sequence[int] = ()) -> None:
+        import http.server
+        import threading
+
+        self.statuses = list(statuses)
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/ctxview"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

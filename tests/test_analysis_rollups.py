@@ -1,0 +1,141 @@
+"""Hourly and daily rollups: equal to the raw aggregate, and never double-counted."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
+
+from manifests import analysis
+from manifests.analysis import rollups
+from manifests.analysis.trends import trend, trend_from_raw
+from manifests.models import Rollup
+from tests.analysis_support import SYSTEM, T0, TOOLS, item, manifest, prefix, store, store_and_analyse
+from tests.conftest import make_manifest
+
+pytestmark = pytest.mark.django_db
+
+FIELDS = [f.name for f in Rollup._meta.fields if f.name not in {"id", "computed_at"}]
+BROKEN = Compaction(id="cmp", strategy="summary", tokens_before=3000, tokens_after=600,
+                    invariants=[Invariant(name="user_constraints", ok=False, lost=["test env only"]),
+                                Invariant(name="required_evidence", ok=False, lost=["429"])])
+
+
+def snapshot():
+    return sorted(tuple(r[f] for f in FIELDS) for r in Rollup.objects.values(*FIELDS))
+
+
+def varied(n: int, *, agent: str = "analyst", hours: float = 0):
+    """The n-th call of a varied workload: hits and misses, kept and dropped evidence."""
+    verified = ("yes", "no", "unknown")[n % 3]
+    items = [
+        item("system", kind="system", tokens=300),
+        item("tools", kind="tools", tokens=500),
+        item("log", kind="tool_result", action="truncate" if n % 2 else "keep", tokens=200 + n, trust="untrusted"),
+        item("page", kind="retrieval", action="drop" if n % 3 == 0 else "keep", tokens=150),
+    ]
+    evidence = [
+        Evidence(key="rate", expected_item="log", present=n % 2 == 0, found_in="log" if n % 2 == 0 else None),
+        Evidence(key="policy", expected_item="page", present=n % 3 != 0, found_in=None if n % 3 == 0 else "page"),
+    ]
+    m = manifest(
+        f"{agent}-{n}", run_id=f"{agent}-run-{n // 4}", step=n % 4, at=T0 + timedelta(hours=hours, minutes=n),
+        agent=agent, items=items, evidence=evidence, compactions=[BROKEN] if n % 5 == 0 else [],
+        prefix_=prefix(system=(SYSTEM[0] + str(n % 2), 600), tools=TOOLS),
+        usage=Usage(input_tokens=2000 + n, cache_read_tokens=(1200 if n % 4 else 0), output_tokens=100 + n),
+    )
+    from ctxkit.manifest import Outcome
+
+    m.outcome = Outcome(verified=verified)
+    return m
+
+
+def workload():
+    out = [varied(n, hours=h) for n, h in zip(range(40), [0, 0.5, 1.2, 5, 23.5, 24.2, 30, 47] * 5)]
+    out += [varied(n, agent="writer", hours=2) for n in range(10)]
+    return out
+
+
+def test_it_sums_one_hour_from_the_source_rows(project):
+    calls = store_and_analyse(project, [varied(n) for n in range(6)])
+    hour = Rollup.objects.get(project=project, bucket="hour")
+    assert hour.start == T0 and (hour.agent, hour.model) == ("analyst", calls[0].model)
+    assert hour.calls == 6 and hour.items == 24
+    assert hour.input_tokens == sum(2000 + n for n in range(6))
+    assert hour.cache_read_tokens == 1200 * 4  # calls 1, 2, 3 and 5
+    assert hour.output_tokens == sum(100 + n for n in range(6))
+    assert hour.uncached_input_tokens == hour.input_tokens - hour.cache_read_tokens
+    assert hour.cost == pytest.approx(sum(c.figures.cost for c in calls))
+    assert hour.verified_successes == 2  # calls 0 and 3
+    assert (hour.evidence_total, hour.evidence_present) == (12, 3 + 4)
+    assert (hour.compactions, hour.invariant_failures) == (2, 4)  # calls 0 and 5, two failed checks each
+    assert hour.attributions == {"budget": 2, "truncated": 3}
+    assert hour.tokens_by_kind == {"system": 1800, "tools": 3000, "tool_result": sum(200 + n for n in range(6)),
+                                   "retrieval": 150 * 4}
+    # The system prompt alternates between two versions: every later call of a run changed prefix.
+    assert hour.cache_causes == {"cold_start": 2, "prefix_changed": 4} and hour.prefix_changes == 4
+    assert hour.hit_rate == pytest.approx(hour.cache_read_tokens / hour.input_tokens)
+    assert hour.cost_per_verified_success == pytest.approx(hour.cost / 2)
+    day = Rollup.objects.get(project=project, bucket="day")
+    assert day.start == T0.replace(hour=0) and [getattr(day, f) for f in rollups.SUM_FIELDS] == [
+        getattr(hour, f) for f in rollups.SUM_FIELDS]
+
+
+@pytest.mark.parametrize("bucket", ["hour", "day"])
+def test_it_matches_the_raw_aggregate(project, bucket):
+    store_and_analyse(project, workload())
+    start, end = T0 - timedelta(days=1), T0 + timedelta(days=3)
+    from_rollups = trend(project, start=start, end=end, bucket=bucket)
+    raw = trend_from_raw(project, start=start, end=end, bucket=bucket)
+    assert len(from_rollups) == len(raw) >= (3 if bucket == "day" else 8)
+    for a, b in zip(from_rollups, raw, strict=True):
+        assert a.pop("cost") == pytest.approx(b.pop("cost"))
+        a.pop("cost_per_verified_success"), b.pop("cost_per_verified_success")
+        assert a == b
+    assert trend(project, start=start, end=end, agent="writer")[0]["calls"] == 10
+
+
+def test_it_never_double_counts_when_calls_are_analysed_again(project):
+    calls = store_and_analyse(project, workload())
+    before = snapshot()
+    pks = [c.pk for c in calls]
+    assert analysis.analyze_calls(pks) == 0  # a redelivered task: nothing to do
+    assert analysis.analyze_calls(pks, force=True) == len(pks)  # re-analysis recomputes, never adds
+    assert analysis.analyze_calls(pks[:7], force=True) == 7
+    assert snapshot() == before
+
+
+def test_it_recomputes_a_bucket_when_more_calls_arrive(project):
+    store_and_analyse(project, [varied(n) for n in range(3)])
+    store_and_analyse(project, [varied(n) for n in range(3, 6)])
+    assert Rollup.objects.filter(bucket="hour").count() == 1
+    assert Rollup.objects.get(bucket="hour").calls == 6
+
+
+def test_it_counts_only_analysed_calls(project):
+    store(project, [varied(0)])
+    store_and_analyse(project, [varied(1)])
+    assert Rollup.objects.get(bucket="hour").calls == 1
+
+
+def test_it_rebuilds_rollups_identically_from_the_source(project):
+    store_and_analyse(project, workload())
+    before = snapshot()
+    Rollup.objects.all().delete()
+    written = rollups.rebuild(project_id=project.pk, start=T0 - timedelta(days=1), end=T0 + timedelta(days=3))
+    assert written == len(before)
+    assert snapshot() == before
+
+
+def test_it_updates_the_bucket_of_a_successor_whose_cause_changed(project):
+    late_hour = T0 + timedelta(hours=3)
+    first = make_manifest("s0", run_id="r", step=0)
+    third = make_manifest("s2", run_id="r", step=2, started_at=late_hour.isoformat())
+    store_and_analyse(project, [first, third])
+    assert Rollup.objects.get(bucket="hour", start=late_hour).cache_causes == {"hit": 1}
+    changed = make_manifest("s1", run_id="r", step=1, prefix={"hash": "f" * 64, "tokens": 2000})
+    changed["usage"] = {"input_tokens": 3000, "cache_write_tokens": 2000}
+    store_and_analyse(project, [changed])
+    # s2 now follows s1, whose prefix differs: its own hour (not s1's) says so.
+    assert Rollup.objects.get(bucket="hour", start=late_hour).prefix_changes == 1
