@@ -18,11 +18,14 @@ $(STAMP): requirements.txt sdk/pyproject.toml
 	touch $(STAMP)
 
 # Headless Chromium for the browser tests (Debian's package; Playwright's own
-# browser download does not work offline).
-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v /usr/bin/chromium >/dev/null 2>&1 || \
+# browser download does not work offline), and plotly.js copied from the installed
+# plotly package into static/vendor/ (the dashboard never loads it from a CDN).
+browser: $(STAMP)
+	@test -x /usr/bin/chromium || \
 	  { echo "installing Debian's chromium for the browser tests"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@test -x /usr/bin/chromium || { echo "Debian's chromium is missing: the browser tests cannot run" >&2; exit 1; }
+	@SECRET_KEY=$${SECRET_KEY:-vendor-step-only} $(PY) manage.py vendor_plotly
 
 run: $(STAMP)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput

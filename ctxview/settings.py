@@ -6,6 +6,7 @@ silent default.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -118,6 +119,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # The test database is a file (in memory-backed /dev/shm when there is one), not
+    # SQLite's private in-memory database, so the Celery worker the pipeline tests start
+    # can open it too; one file per test process, so concurrent runs never share one.
+    _test_dir = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    DATABASES["default"]["TEST"] = {"NAME": str(_test_dir / f"ctxview-test-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -66,25 +66,36 @@ def _estimator(unit: int) -> Estimator:
 
 
 def _filler(tokens: int, unit: int) -> str:
-    chars = max(0, tokens // unit)
-    lines = [FILL * FILL_PER_LINE] * (chars // FILL_PER_LINE)
-    if chars % FILL_PER_LINE:
-        lines.append(FILL * (chars % FILL_PER_LINE))
-    return "\n".join(lines)
+    """Filler that ``_estimator(unit)`` counts as exactly ``tokens``: lines of FILL characters
+    (so line-based operators can keep part of it), padded with dots for the remainder."""
+    n = tokens // unit
+    while n > 0 and n * unit + math.ceil((math.ceil(n / FILL_PER_LINE) - 1) / 4) > tokens:
+        n -= 1
+    lines = [FILL * FILL_PER_LINE] * (n // FILL_PER_LINE)
+    if n % FILL_PER_LINE:
+        lines.append(FILL * (n % FILL_PER_LINE))
+    newlines = max(0, len(lines) - 1)
+    rest = tokens - n * unit - math.ceil(newlines / 4)
+    pad = 4 * (math.ceil(newlines / 4) + rest) - newlines if rest > 0 else 0
+    return "\n".join(lines) + "." * pad
 
 
-def _source_text(item: Item, missing: int, unit: int) -> str:
-    """The text the segment is rebuilt from: the sent text, with filler for what was cut."""
+def _parts(item: Item) -> tuple[str, str]:
+    """The sent text split where the cut was: (head, tail). A head/tail cut's marker is
+    taken out, since the replay puts the omitted middle back in its place."""
     sent = item.text or ""
-    if missing <= 0:
-        return sent
-    filler = _filler(missing, unit)
-    if not sent:
-        return filler
     marker = MARKER_RE.search(sent)
-    if marker is not None:  # a head/tail cut: the omitted middle goes back where it was
-        return sent[: marker.start()] + "\n" + filler + "\n" + sent[marker.end():]
-    return sent + "\n" + filler
+    if marker is not None:
+        return sent[: marker.start()], sent[marker.end():]
+    return sent, ""
+
+
+def _source_text(parts: tuple[str, str], missing: int, unit: int) -> str:
+    """The text the segment is rebuilt from: the sent text, with filler for what was cut."""
+    head, tail = parts
+    if missing <= 0:
+        return head + (("\n" + tail) if tail else "")
+    return "\n".join(p for p in (head, _filler(missing, unit), tail) if p)
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,8 @@ def parse_params(query: Any, call: Call) -> Params:
 def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Params) -> dict[str, Any]:
     """Allocate the call's items again under ``params``; see the module docstring."""
     replayable = [i for i in items if i.action not in SKIPPED_ACTIONS]
-    sent_tokens = {i.item_id: estimate_tokens(i.text) if i.text else 0 for i in replayable}
+    parts = {i.item_id: _parts(i) for i in replayable}
+    sent_tokens = {name: estimate_tokens("\n\n".join(p for p in ps if p)) for name, ps in parts.items()}
     missing = {i.item_id: max(0, i.requested_tokens - sent_tokens[i.item_id]) for i in replayable}
     unit = max(1, math.ceil(sum(missing.values()) / MAX_FILL_CHARS))
     estimate = _estimator(unit)
@@ -128,7 +140,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         Segment(
             name=i.item_id,
             kind=i.kind,
-            text=_source_text(i, missing[i.item_id], unit),
+            text=_source_text(parts[i.item_id], missing[i.item_id], unit),
             priority=i.priority,
             policy=policy_for(i),  # type: ignore[arg-type]
             trust=i.trust,  # type: ignore[arg-type]
@@ -141,11 +153,19 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
     plan = allocate(segments, budget=params.budget, reserve=params.reserve, safety_margin=params.safety_margin,
                     estimate=estimate)
     by_name = {a.name: a for a in plan.allocations}
+    # The same replay at the call's own budget is the baseline a change is measured against:
+    # the manifest does not record everything the agent's allocator knew (floors, policies),
+    # so even at its own budget the replay can differ a little from what happened.
+    own = Params(budget=call.window, reserve=call.output_reserve, safety_margin=call.safety_margin)
+    base_plan = plan if own == params else allocate(
+        segments, budget=own.budget, reserve=own.reserve, safety_margin=own.safety_margin, estimate=estimate)
+    base = {a.name: a for a in base_plan.allocations}
 
     rows = []
     for i in replayable:
         a = by_name[i.item_id]
         actual_used = i.used_tokens if i.used_tokens is not None else (i.granted_tokens or 0)
+        b = base[i.item_id]
         rows.append({
             "id": i.item_id,
             "kind": i.kind,
@@ -155,12 +175,17 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
             "requested": i.requested_tokens,
             "actual": {"action": i.action, "granted": i.granted_tokens, "used": actual_used},
             "replay": {"action": a.action, "granted": a.granted, "used": a.used, "reason": a.reason[:300]},
-            "changed": a.action != i.action or a.used != actual_used,
+            "baseline": {"action": b.action, "used": b.used},
+            "changed": a.action != b.action or a.used != b.used,
         })
     outputs = plan.outputs()
     texts = {i.item_id: i.text for i in replayable}
     whole = {name for name, n in missing.items() if n == 0 and texts.get(name)}
     ev_rows = [_evidence(e, by_name, texts, outputs, whole) for e in evidence]
+    base_outputs = base_plan.outputs()
+    for row, e in zip(ev_rows, evidence, strict=True):
+        row["baseline"] = _evidence(e, base, texts, base_outputs, whole)["replay"]
+    same = sum(1 for r in rows if r["baseline"]["action"] == r["actual"]["action"])
     in_context = [a for a in plan.allocations if a.used > 0]
     return {
         "call_id": call.call_id,
@@ -185,6 +210,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
             "evidence_total": len(ev_rows),
             "evidence_present": sum(1 for e in ev_rows if e["replay"] == "present"),
             "evidence_at_risk": sum(1 for e in ev_rows if e["replay"] == "at risk"),
+            "baseline_same_action": same,
         },
         "unit": unit,
     }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ctxkit.manifest import Usage
 
+from ctxkit.manifest import Usage
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
 from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, store, store_and_analyse

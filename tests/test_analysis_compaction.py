@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from ctxkit.compaction import Record, Summary, compact
 from ctxkit.manifest import Compaction, Invariant
-
 from manifests.analysis.trends import compaction_failures
 from manifests.models import CompactionFigures
 from tests.analysis_support import T0, item, manifest, store_and_analyse
@@ -40,8 +40,8 @@ def test_it_reviews_a_ctxkit_compaction_that_lost_a_constraint(project):
 
 
 def test_it_reviews_a_clean_compaction(project):
-    comp = Compaction(id="cmp-ok", strategy="extractive", tokens_before=4000, tokens_after=1000,
-                      invariants=[Invariant(name="user_constraints", ok=True), Invariant(name="required_evidence", ok=True)])
+    checks = [Invariant(name="user_constraints", ok=True), Invariant(name="required_evidence", ok=True)]
+    comp = Compaction(id="cmp-ok", strategy="extractive", tokens_before=4000, tokens_after=1000, invariants=checks)
     call = store_and_analyse(project, [manifest("c1", items=[item("a")], compactions=[comp])])[0]
     review = CompactionFigures.objects.get(call=call)
     assert (review.ratio_r, review.distortion_d, review.failed, review.lost_fields) == (0.25, 0.0, False, [])

@@ -6,9 +6,9 @@ import json
 from datetime import timedelta
 
 import pytest
-from ctxkit.manifest import Usage
 from django.utils import timezone
 
+from ctxkit.manifest import Usage
 from manifests.analysis import notify
 from manifests.models import Regression
 from tests.analysis_support import (

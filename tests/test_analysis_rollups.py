@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 
+from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 from manifests import analysis
 from manifests.analysis import rollups
 from manifests.analysis.trends import trend, trend_from_raw

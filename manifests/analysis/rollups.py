@@ -90,6 +90,12 @@ def _lock(keys: list[Key]) -> dict[Key, int]:
     return {(b, p, s.astimezone(UTC), a, m): pk for pk, b, p, s, a, m in rows}
 
 
+def _money(cost: float) -> float:
+    """Costs are float sums whose last bits depend on the order the database adds them in;
+    rounded to a millionth of a unit, a recomputed bucket is equal to the one it replaces."""
+    return round(float(cost), 6)
+
+
 def _counts(queryset: Any, field: str) -> dict[str, int]:
     return {k: n for k, n in queryset.values_list(field).annotate(n=Count("pk")).order_by(field) if n}
 
@@ -119,6 +125,7 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
     )
     values: dict[str, Any] = {k: v or 0 for k, v in totals.items()}
     values["evidence_present"] = values["evidence_total"] - values.pop("evidence_missing")
+    values["cost"] = _money(values["cost"])
     ids = calls.values("pk")
     comp = Compaction.objects.filter(call__in=ids).aggregate(n=Count("pk"), failures=Sum("failed_invariants"))
     values["compactions"] = comp["n"] or 0
@@ -146,13 +153,14 @@ def day_values(project_id: int, start: datetime, agent: str, model: str) -> dict
     hours = Rollup.objects.filter(
         project_id=project_id, bucket=Rollup.HOUR, start__gte=start, start__lt=start + DAY, agent=agent, model=model
     )
-    for row in hours:
+    for row in hours.order_by("start"):
         for f in SUM_FIELDS:
             values[f] += getattr(row, f)
         for name in DICT_FIELDS:
             target = values[name]
             for k, n in getattr(row, name).items():
                 target[k] = target.get(k, 0) + n
+    values["cost"] = _money(values["cost"])
     return values
 
 

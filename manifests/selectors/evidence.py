@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
 
 from ctxkit.manifest import ABSENT_ACTIONS
 from manifests.models import Attribution, Evidence, Item, Project, Run
+from manifests.selectors import series
 from manifests.selectors.filters import Filters
 
 CUT_ACTIONS = {"truncate", "hard_cut"}
@@ -51,13 +53,32 @@ def search(project: Project, filters: Filters, query: str, limit: int = 50) -> d
     return {"keys": keys, "items": items}
 
 
+# Causes of evidence that did not reach the model (not_used was present; middle_zone is a risk flag).
+MISSING_CAUSES = ("never_candidate", "budget", "truncated", "compaction")
+
+
+def _attributions(project: Project, filters: Filters) -> QuerySet[Attribution]:
+    qs = Attribution.objects.filter(project=project)
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    if filters.agent:
+        qs = qs.filter(call__agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(call__model=filters.model)
+    return qs
+
+
 def most_missing(project: Project, filters: Filters, limit: int = 20) -> list[dict[str, Any]]:
+    """Evidence keys most often missing in the range. Read from the attributions (one per
+    missing evidence, indexed by project, cause and time), not from the evidence table."""
     return list(
-        Evidence.objects.filter(project=project, present=False)
-        .filter(_calls(project, filters))
-        .values("key")
-        .annotate(missing=Count("pk"), last=Max("call__started_at"))
-        .order_by("-missing", "key")[:limit]
+        _attributions(project, filters)
+        .filter(cause__in=MISSING_CAUSES)
+        .values("evidence_key")
+        .annotate(missing=Count("pk"), last=Max("started_at"))
+        .order_by("-missing", "evidence_key")[:limit]
     )
 
 
@@ -112,22 +133,19 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
 
 
 def cause_breakdown(project: Project, filters: Filters) -> list[dict[str, Any]]:
-    """Attributions by cause in the range, each with its latest example call."""
+    """Attributions by cause in the range (summed from the roll-ups), each with its latest
+    example call (one indexed lookup per cause)."""
     labels = dict(Attribution.CAUSES)
-    qs = Attribution.objects.filter(project=project)
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(call__model=filters.model)
-    rows = list(qs.values("cause", "is_risk").annotate(n=Count("pk"), last=Max("pk")).order_by("-n"))
-    examples = {a.pk: a for a in Attribution.objects.filter(pk__in=[r["last"] for r in rows]).select_related("call")}
-    for r in rows:
-        r["label"] = labels.get(r["cause"], r["cause"])
-        r["example"] = examples.get(r["last"])
+    counts: dict[str, int] = defaultdict(int)
+    for row in series.rollups(project, filters).values_list("attributions", flat=True):
+        for cause, n in (row or {}).items():
+            counts[cause] += n
+    rows = []
+    for cause, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if not n:
+            continue
+        example = (_attributions(project, filters).filter(cause=cause).select_related("call")
+                   .order_by("-started_at").first())
+        rows.append({"cause": cause, "label": labels.get(cause, cause), "n": n,
+                     "is_risk": cause == Attribution.MIDDLE_ZONE, "example": example})
     return rows
-
-

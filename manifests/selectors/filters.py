@@ -46,6 +46,8 @@ class Filters:
     # Raw since/until as typed, so the form shows back what the user entered.
     since_raw: str = ""
     until_raw: str = ""
+    # When a named range was read: "the last 24h" ends then (until stays None: open-ended).
+    as_of: datetime | None = None
 
     @property
     def start(self) -> datetime | None:
@@ -59,7 +61,7 @@ class Filters:
     def span(self) -> timedelta | None:
         if self.since is None:
             return None
-        return (self.until or timezone.now()) - self.since
+        return (self.until or self.as_of or timezone.now()) - self.since
 
     def previous(self) -> Filters | None:
         """The period of the same length just before this one (for "against the previous period")."""
@@ -83,11 +85,17 @@ class Filters:
 
 
 def _time(raw: str, param: str, *, end: bool) -> datetime:
-    value = parse_datetime(raw)
+    """An ISO 8601 time, or a date (a date as ``until`` means the end of that day)."""
+    message = f"{raw!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or 2026-11-29T14:00Z)"
+    try:  # Django's parsers raise ValueError for well-formed but impossible dates (month 13)
+        # A bare date first: parse_datetime would read "2026-11-28" as its midnight.
+        day = parse_date(raw) if len(raw) == 10 else None
+        value = parse_datetime(raw) if day is None else None
+    except ValueError:
+        raise FilterError(param, message) from None
     if value is None:
-        day = parse_date(raw)
         if day is None:
-            raise FilterError(param, f"{raw!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or 2026-11-29T14:00Z)")
+            raise FilterError(param, message)
         value = datetime(day.year, day.month, day.day) + (timedelta(days=1) if end else timedelta())
     if timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.get_default_timezone())
@@ -117,5 +125,6 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     if key not in RANGES:
         raise FilterError("range", f"{key!r} is not one of {', '.join(RANGES)}")
     span = RANGES[key]
-    since = (now or timezone.now()) - span if span is not None else None
-    return Filters(agent=agent, model=model, range=key, since=since)
+    now = now or timezone.now()
+    since = now - span if span is not None else None
+    return Filters(agent=agent, model=model, range=key, since=since, as_of=now)

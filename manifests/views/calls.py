@@ -54,6 +54,9 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         "next_call": calls_sel.next_call(call),
         "whatif": whatif,
         "qs": qs,
+        # Reversed once here, not once per item row in the template.
+        "evidence_url": reverse("evidence", args=[project.slug]),
+        "qs_amp": f"&{qs}" if qs else "",
     })
 
 

@@ -18,6 +18,9 @@ from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
 from manifests.views.common import bad_request, page, project_page
 
+KIND_ORDER = ["system", "constraint", "task", "tools", "memory", "summary", "history", "retrieval", "example",
+              "state", "tool_result", "user", "other"]
+
 
 def call_url(slug: str, call_id: str, qs: str = "") -> str:
     return reverse("call-detail", args=[slug, call_id]) + (f"?{qs}" if qs else "")
@@ -59,7 +62,9 @@ def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> 
         raise Http404("no such run")
     steps = runs_sel.run_steps(run)
     qs = filters.querystring()
-    kinds = sorted({k for s in steps for k in s["tokens_by_kind"]})
+    # Stacked bottom-up in the order of a context: the head kinds first, the tail last.
+    kinds = sorted({k for s in steps for k in s["tokens_by_kind"]},
+                   key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else len(KIND_ORDER), k))
     chart = {
         "steps": [s["call"].step for s in steps],
         "urls": [call_url(project.slug, s["call"].call_id, qs) for s in steps],

@@ -22,7 +22,11 @@ aging=None, aging_step=1) -> Plan``
    shortened snippet). What capped segments leave is shared again among the others (water
    filling); the last tokens from rounding go one each in ``(-effective_priority, name)`` order.
    Segments with priority 0 only get what the weighted ones leave.
-6. Each segment is cut to its grant by its policy (operators module). ``used <= granted``
+6. ``drop`` segments are all or nothing: a share below the whole need would be wasted, so the
+   shares of those that got too little are pooled and they are granted whole from it in
+   ``(-effective_priority, name)`` order while they fit; the rest of the pool water-fills the
+   segments that can shrink.
+7. Each segment is cut to its grant by its policy (operators module). ``used <= granted``
    always; a segment whose grant buys nothing is ``drop``.
 
 Aging (seed 5.3.2): ``aging`` maps segment name -> number of consecutive previous calls in which
@@ -50,35 +54,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ctxkit import alloc_cache
+from ctxkit.alloc_apply import POLICY_ACTION, apply_policy  # noqa: F401  (POLICY_ACTION: re-exported)
+from ctxkit.alloc_share import share, whole_or_nothing
 from ctxkit.manifest import ITEM_KINDS, Budget, Item
 from ctxkit.operators import (
     OpRecord,
-    compress_schema,
-    content_key,
-    dedupe_lines,
-    extract_lines,
+    memo,
     merge_near_duplicate_lines,
     merge_near_duplicates,
-    ref_replace,
-    sliding_window,
-    summarize_lines,
-    truncate_head_tail,
+    score_line,
 )
-from ctxkit.tokens import Estimator, clip, estimate_tokens
+from ctxkit.ops_dedupe import dedupe_record
+from ctxkit.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, memo_estimator, tokens_from_cjk
 
 Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
 POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
 
-# The manifest action a policy produces when it has to shrink its segment.
-POLICY_ACTION = {
-    "extract": "extract",
-    "summarize": "summarize",
-    "truncate": "truncate",
-    "ref": "ref",
-    "window": "truncate",
-    "schema": "compress",
-    "drop": "drop",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,19 +269,46 @@ def allocate(
     if len(set(names)) != len(names):
         raise ValueError("segment names must be unique (they become manifest item ids)")
     aging = aging or {}
-    allocs = [
-        Allocation(
-            name=s.name, kind=s.kind, policy=s.policy, priority=s.priority,
-            effective_priority=s.priority + aging_step * max(0, aging.get(s.name, 0)),
-            pinned=s.pinned and not naive, trust=s.trust, zone=s.zone, source_ref=s.source_ref,
-            position=i, raw_tokens=estimate(s.text), requested=0, content_hash=content_key(s.text) if s.text else "",
-        )
-        for i, s in enumerate(segments)
-    ]
+    # Per-text facts (content key, CJK count, line dedupe) come from a cache kept across calls;
+    # the estimator gets a memo for this call, which asks for the same counts many times over
+    # (raw size, dedupe, policy, cut, check of the cut). The facts' CJK counts give the
+    # default estimator's counts of the segments without a scan.
+    default = estimate is estimate_tokens
+    known: dict[str, int] = {}
+    estimate = memo_estimator(estimate, known=known)
+    repeats: list[tuple[str, list[list[int]]] | None] = []  # line dedupe to apply, by position
+    allocs: list[Allocation] = []
+    for i, s in enumerate(segments):
+        text = s.text
+        pinned = s.policy == "pin" and not naive
+        if text:
+            line_dedupe = not naive and s.dedupe and not pinned and "\n" in text
+            f = alloc_cache.facts(text, line_dedupe)
+            repeats.append(f.repeats if line_dedupe and f.repeats and f.repeats[1] else None)
+            if default:  # tokens_from_cjk, inline: this loop runs for every segment of every call
+                raw = f.cjk + -(-(len(text) - f.cjk) // CHARS_PER_TOKEN_LATIN)
+                if not text.isascii():
+                    known[text] = raw
+                    if f.deduped_cjk:
+                        deduped = f.repeats[0]  # type: ignore[index]
+                        known[deduped] = tokens_from_cjk(len(deduped), f.deduped_cjk)
+            else:
+                raw = estimate(text)
+            key = f.key
+        else:
+            repeats.append(None)
+            raw, key = 0, ""
+        # Positional, in field order (name ... requested, granted, used, action, reason, text,
+        # content_hash): keyword construction of this 21-field class costs several times more.
+        allocs.append(Allocation(
+            s.name, s.kind, s.policy, s.priority,
+            s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
+            pinned, s.trust, s.zone, s.source_ref, i, raw, 0, 0, 0, "keep", "", "", key,
+        ))
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
     else:
-        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate)
+        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate, repeats)
     plan.starvation = {
         a.name: aging.get(a.name, 0) + 1 for a in plan.allocations if a.action == "drop" and a.requested > 0
     }
@@ -314,21 +333,17 @@ def _naive(segments: Sequence[Segment], allocs: list[Allocation], budget: int, e
     return _plan("naive", allocs, budget, 0, 0, budget, False, 0, [])
 
 
-def _order_key(a: Allocation) -> tuple[int, str]:
-    return (-a.effective_priority, a.name)
-
-
 def _priority(
-    segments: Sequence[Segment], allocs: list[Allocation], budget: int, reserve: int, margin: int, estimate: Estimator
+    segments: Sequence[Segment], allocs: list[Allocation], budget: int, reserve: int, margin: int, estimate: Estimator,
+    repeats: Sequence[tuple[str, list[list[int]]] | None],
 ) -> Plan:
     warnings: list[str] = []
     cap = max(0, budget - reserve - margin)
     if reserve + margin > budget:
         warnings.append(f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget}); input cap is 0")
-    by_name = {s.name: s for s in segments}
-    alloc_by_name = {a.name: a for a in allocs}
-    texts = {s.name: s.text for s in segments}
-    order = sorted(allocs, key=lambda a: (not a.pinned, *_order_key(a)))
+    texts = [s.text for s in segments]  # by position (allocs[i] is segments[i]'s), after lossless dedupe
+    keys = [(not a.pinned, -a.effective_priority, a.name) for a in allocs]
+    order = [allocs[i] for i in sorted(range(len(allocs)), key=keys.__getitem__)]
 
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
@@ -340,16 +355,17 @@ def _priority(
         else:
             seen.setdefault(a.content_hash, a)
     near = [
-        a for a in order if by_name[a.name].near_dupes and not a.pinned and a.duplicate_of is None and texts[a.name]
-    ]
+        a for a in order
+        if segments[a.position].near_dupes and not a.pinned and a.duplicate_of is None and texts[a.position]
+    ] if any(s.near_dupes for s in segments) else []
     if len(near) > 1:
-        _, record = merge_near_duplicates([(a.name, texts[a.name]) for a in near])
+        _, record = merge_near_duplicates([(a.name, texts[a.position]) for a in near])
+        alloc_by_name = {a.name: a for a in allocs}
         for dup, info in record.data["merged"].items():
             _mark_duplicate(alloc_by_name[dup], alloc_by_name[info["into"]],
                             f"near-duplicate (5-gram jaccard {info['jaccard']:.2f}) of")
     saved = 0
-    for a in allocs:
-        seg = by_name[a.name]
+    for seg, a in zip(segments, allocs, strict=True):  # allocs[i] is segments[i]'s
         a.requested = a.raw_tokens
         if a.duplicate_of is not None:
             saved += a.raw_tokens
@@ -357,15 +373,14 @@ def _priority(
         if a.pinned or not seg.text:
             continue
         text = seg.text
-        if seg.dedupe and "\n" in text and text.lstrip()[:1] not in ("{", "["):  # line dedupe would break JSON
-            text, rec = dedupe_lines(text, estimate=estimate)
-            if rec.data["removed"]:
-                a.operations.append(rec)
+        if (found := repeats[a.position]) is not None:  # never for JSON: line dedupe would break it
+            a.operations.append(dedupe_record(text, *found, estimate))
+            text = found[0]
         if seg.near_dupes:
             text, rec = merge_near_duplicate_lines(text, estimate=estimate)
             if rec.data.get("merged"):
                 a.operations.append(rec)
-        texts[a.name] = text
+        texts[a.position] = text
         a.requested = estimate(text) if a.operations else a.raw_tokens
         saved += a.raw_tokens - a.requested
 
@@ -376,18 +391,21 @@ def _priority(
         warnings.append(f"pinned segments need {pinned_tokens} tokens but the input cap is {cap}: "
                         "reduce hard segments, split the task or use a larger window")
     left = max(0, cap - pinned_tokens)
-    others = sorted((a for a in allocs if not a.pinned and a.duplicate_of is None), key=_order_key)
+    others = [a for a in order if not a.pinned and a.duplicate_of is None]  # (-effective_priority, name) order
     for a in others:
-        seg = by_name[a.name]
-        floor = seg.min_tokens
-        if seg.policy == "window" and seg.pinned_lines:
-            floor = max(floor, estimate("\n".join(seg.pinned_lines)) + 1)
-        a.granted = min(floor, a.requested, left)
-        left -= a.granted
-    _share(left, others)
+        seg = segments[a.position]
+        if seg.min_tokens or seg.policy == "window":  # else the floor is 0, as granted already is
+            floor = seg.min_tokens
+            if seg.policy == "window" and seg.pinned_lines:
+                floor = max(floor, estimate("\n".join(seg.pinned_lines)) + 1)
+            a.granted = min(floor, a.requested, left)
+            left -= a.granted
+    share(left, others)
+    whole_or_nothing(others)
 
-    for a in allocs:
-        _apply(by_name[a.name], a, texts[a.name], budget, estimate)
+    scorer = memo(score_line)
+    for seg, a in zip(segments, allocs, strict=True):
+        apply_policy(seg, a, texts[a.position], budget, estimate, scorer)
     if over_budget:
         for a in allocs:
             if not a.pinned and a.action == "drop" and a.requested:
@@ -400,95 +418,6 @@ def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:
     dup.action = "dedupe"
     dup.reason = f"{how} {keep.name}; provenance merged into it"
     keep.merged_sources.append(dup.source_ref or dup.name)
-
-
-def _share(pool: int, others: list[Allocation]) -> None:
-    """Water-fill ``pool`` over the segments' remaining needs by effective priority."""
-    weighted = [a for a in others if a.requested > a.granted and a.effective_priority > 0]
-    unweighted = [a for a in others if a.requested > a.granted and a.effective_priority <= 0]
-    for group, equal in ((weighted, False), (unweighted, True)):
-        if pool <= 0 or not group:
-            continue
-
-        def weight(a: Allocation, equal: bool = equal) -> int:
-            return 1 if equal else a.effective_priority
-
-        need = {a.name: a.requested - a.granted for a in group}
-        level_pool, level_weight = pool, sum(weight(a) for a in group)
-        by_ratio = sorted(group, key=lambda a: (need[a.name] / weight(a), *_order_key(a)))
-        unsaturated: list[Allocation] = []
-        for index, a in enumerate(by_ratio):
-            if need[a.name] * level_weight <= level_pool * weight(a):  # capped below its share
-                a.granted += need[a.name]
-                level_pool -= need[a.name]
-                level_weight -= weight(a)
-            else:
-                unsaturated = by_ratio[index:]
-                break
-        handed = 0
-        for a in unsaturated:
-            add = level_pool * weight(a) // level_weight
-            a.granted += add
-            handed += add
-        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order
-        for a in sorted(unsaturated, key=_order_key)[:rest]:
-            a.granted += 1
-        pool = 0 if unsaturated else level_pool
-
-
-def _apply(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estimator) -> None:
-    """Cut the segment to its grant by its policy and explain it."""
-    if a.duplicate_of is not None:
-        return
-    if a.pinned:
-        a.granted, a.text, a.used, a.action = a.requested, text, a.requested, "keep"
-        a.reason = "pinned: kept whole and charged first (never compressed)"
-        return
-    notes = [op.detail for op in a.operations]  # lossless dedupe done before allocation
-    whole = a.requested <= a.granted  # then the text is the (deduped) segment as counted
-    if whole:
-        a.text, a.action = text, ("compress" if a.operations else "keep")
-        notes.append("fits whole")
-    elif a.granted <= 0:
-        a.action = "drop"
-        notes.append("no budget left after pinned segments and higher priorities")
-    else:
-        out, rec = _run_policy(seg, text, a.granted, estimate)
-        if estimate(out) > a.granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
-            out, rec = truncate_head_tail(out, a.granted, ref=seg.source_ref, estimate=estimate)
-        if out and estimate(out) > a.granted:
-            out = ""
-        a.operations.append(rec)
-        a.text = out
-        a.action = POLICY_ACTION[seg.policy] if out else "drop"
-        notes.append(rec.detail if out else f"{seg.policy} could not fit anything useful")
-    notes.append(f"{a.name} got {a.granted} tokens at budget {budget}")
-    if a.effective_priority != a.priority:
-        notes.append(f"aged priority {a.effective_priority}")
-    a.reason = "; ".join(notes)
-    a.used = a.requested if whole else estimate(a.text) if a.text else 0
-
-
-def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator) -> tuple[str, OpRecord]:
-    ref = seg.source_ref
-    if seg.policy == "extract":
-        return extract_lines(text, grant, ref=ref, pinned=seg.pinned_lines, estimate=estimate)
-    if seg.policy == "summarize":
-        return summarize_lines(text, grant, keep_recent=seg.keep_recent, ref=ref, pinned=seg.pinned_lines,
-                               estimate=estimate)
-    if seg.policy == "truncate":
-        return truncate_head_tail(text, grant, ref=ref, head_ratio=seg.head_ratio, estimate=estimate)
-    if seg.policy == "ref":
-        return ref_replace(text, ref=ref, why=seg.why, estimate=estimate)
-    if seg.policy == "window":
-        pins = set(seg.pinned_lines)
-        turns = [line for line in text.split("\n") if line.strip() and line not in pins]
-        return sliding_window(turns, budget=grant, max_turns=seg.keep_recent or None, pinned=seg.pinned_lines,
-                              estimate=estimate)
-    if seg.policy == "schema":
-        return compress_schema(text, grant, estimate=estimate)
-    before = estimate(text)
-    return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")
 
 
 def _plan(

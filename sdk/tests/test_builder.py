@@ -259,7 +259,7 @@ def test_a_reserve_larger_than_the_window_is_recorded_clipped_with_a_warning():
 def test_more_items_than_the_schema_allows_are_folded_into_one_item():
     segs = [Segment(name=f"s{n}", kind="memory", text=f"fact {n}", policy="drop") for n in range(MAX_ITEMS + 40)]
     segs += [Segment(name=f"p{n}", kind="task", text=f"rule {n}", policy="pin") for n in range(10)]  # the last ones
-    m = build_manifest(**ident(), plan=allocate(segs, budget=100), validate=False)
+    m = build_manifest(**ident(), plan=allocate(segs, budget=20), validate=False)
     assert len(m.items) == MAX_ITEMS
     assert m.items[-1].id == "ctxkit:omitted" and "51 more candidates" in m.items[-1].reason
     kept = [i for i in m.items if i.action == "keep"]

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import re
+import unicodedata
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ctxkit import operators
 from ctxkit.fixtures import TOOLS, TOOLS_SCHEMA
 from ctxkit.operators import (
     MARKER_RE,
+    OpRecord,
     compress_schema,
     content_key,
     dedupe_items,
@@ -27,7 +32,10 @@ from ctxkit.operators import (
     summarize_lines,
     truncate_head_tail,
 )
-from ctxkit.tokens import estimate_tokens
+from ctxkit.ops_dedupe import key_and_repeats, line_repeats
+from ctxkit.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.ops_schema import cut_schema, plan_schema
+from ctxkit.tokens import estimate_tokens, memo_estimator
 
 LOG = "\n".join(
     ["HEAD: GET /refund status=200 refund_rate=0.0321"]
@@ -45,6 +53,40 @@ def test_normalize_folds_width_case_and_whitespace() -> None:
     assert content_key("Hello   World") == content_key("hello world\n")
     assert content_key("hello world") != content_key("hello, world")
     assert len(content_key("x")) == 16
+
+
+# Text where the fast paths matter: fullwidth punctuation, odd whitespace, combining marks, line feeds.
+MESSY = "aB z\n\t\r\x0b\x1c\xa0\u2028\u3000，：；（）！？％Ａｂ退e\u0301ﬁßſΣ…"
+messy_text = st.text(alphabet=st.sampled_from(list(MESSY)), max_size=80)
+
+
+@given(messy_text)
+def test_normalize_and_the_content_key_match_their_definition(text: str) -> None:
+    normal = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    assert normalize(text) == normal
+    lines = text.split("\n")
+    norms = [" ".join(unicodedata.normalize("NFKC", line).casefold().split()) for line in lines]
+    expected: list[list[int]] = []
+    first: dict[str, int] = {}
+    for number, norm in enumerate(norms, start=1):
+        if len(norm) >= 16 and norm in first:
+            expected.append([number, first[norm]])
+        elif len(norm) >= 16:
+            first[norm] = number
+    dropped = {pair[0] for pair in expected}
+    out = "\n".join(line for n, line in enumerate(lines, start=1) if n not in dropped)
+    assert line_repeats(text) == (out, expected)
+    assert key_and_repeats(text) == (content_key(text), out, expected)
+    assert dedupe_lines(text)[0] == out
+
+
+@given(messy_text.map(lambda t: t.replace("\n", " ")))
+def test_repeated_lines_are_found_through_width_case_and_spacing(line: str) -> None:
+    padded = line + " long enough to count as a line"
+    variant = "\t " + "".join(c.upper() if c.isascii() else c for c in padded).replace(" ", "\u3000 ")
+    assert normalize(variant) == normalize(padded)
+    out, removed = line_repeats("\n".join([padded, variant, "other line, also long enough"]))
+    assert removed == [[2, 1]] and out == padded + "\nother line, also long enough"
 
 
 def test_dedupe_lines_removes_repeats_and_keeps_the_first_and_short_lines() -> None:
@@ -147,6 +189,40 @@ def test_score_line_rewards_numbers_negations_units_refs_failures_and_key_values
     assert score_line("error code=429 after 20s, must not retry") == 5 + 4 + 3 + 3 + 2
 
 
+_CONSTRAINT_WORDS = re.compile(
+    r"\b(must|never|only|not|no|don't|do not|cannot|can't|forbidden|required|at least|at most|without)\b", re.I
+)
+_UNIT_WORDS = re.compile(r"\d\s*(s|sec|secs|seconds|min|minutes|h|hours|kb|mb|gb|usd|cents?)\b", re.I)
+_URI = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
+
+
+def reference_score(line: str) -> int:
+    """score_line as the seed states it, check by check (score_line folds them into fewer passes)."""
+    low = line.lower()
+    return (5 * any(c.isdigit() for c in line)
+            + 4 * bool(any(h in line for h in operators.CONSTRAINT_HINTS) or _CONSTRAINT_WORDS.search(line))
+            + 3 * bool(any(u in low for u in operators.UNIT_HINTS) or _UNIT_WORDS.search(line))
+            + 2 * ("://" in line or "/" in line) + 2 * bool(_URI.search(line))
+            + 3 * any(h in low for h in operators.FAIL_HINTS) + 2 * ("=" in line))
+
+
+words = st.sampled_from(["must", "MUST", "muſt", "no", "don't", "at least", "3 s", "5 SEC", "7ſec", "²", "٣ h",
+                         "KB", "\u212aB", "bi://x", "a / b", "HTTP://Z", "1://", "failed", "TIMED OUT", "e_x",
+                         "不得", "超时", "分钟", "％", "%", "token", "k=v", " ", "x", "\t"])
+
+
+@given(st.lists(words, max_size=8).map("".join))
+@example("muſt go")
+@example("7ſec")
+@example("٣ h")
+@example("5 \u212aB")
+@example("ſ://x")
+@example("KB:3")
+def test_score_line_matches_the_seed_definition(line: str) -> None:
+    assert score_line(line) == reference_score(line)
+    assert operators.is_failure_line(line) == any(h in line.lower() for h in operators.FAIL_HINTS)
+
+
 def test_extract_keeps_high_scoring_lines_in_order_with_a_marker() -> None:
     filler = "this line is only filler prose without any signal in it at all"
     text = "\n".join([filler, "金额单位必须为「分」", filler, "refund_rate=0.0321", filler])
@@ -182,6 +258,22 @@ def test_extract_keeps_pinned_lines_before_higher_scoring_ones() -> None:
 def test_extract_and_summarize_respect_the_budget(text: str, budget: int) -> None:
     assert estimate_tokens(extract_lines(text, budget)[0]) <= budget
     assert estimate_tokens(summarize_lines(text, budget)[0]) <= budget
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="ab1不/=\n 退，…", max_size=200), st.sampled_from([None, "log#1", "退款"]),
+       st.sampled_from([(), ("ab",)]), st.integers(min_value=0, max_value=4))
+def test_a_line_plan_cut_at_any_budget_equals_the_operator(text: str, ref, pinned, keep_recent: int) -> None:
+    # The allocator keeps plans across calls and cuts them at each call's grant.
+    words = lambda s: len(s.split()) + 1  # noqa: E731
+    for estimate in (estimate_tokens, memo_estimator(), words):
+        extract = plan_extract(text, pinned=pinned, estimate=estimate)
+        summary = plan_summary(text, keep_recent=keep_recent, pinned=pinned, estimate=estimate)
+        for budget in range(0, 50, 4):
+            assert cut_lines(extract, budget, ref=ref, estimate=estimate) == extract_lines(
+                text, budget, ref=ref, pinned=pinned, estimate=estimate)
+            assert cut_lines(summary, budget, ref=ref, estimate=estimate) == summarize_lines(
+                text, budget, keep_recent=keep_recent, ref=ref, pinned=pinned, estimate=estimate)
 
 
 def test_summary_keeps_failure_evidence_and_recent_turns() -> None:
@@ -236,6 +328,17 @@ def test_truncation_is_idempotent_and_never_stacks_markers() -> None:
     assert "ref=r;" in twice  # the ref of the first cut is carried over
     assert int(MARKER_RE.search(twice).group(1)) > int(MARKER_RE.search(once).group(1))
     assert estimate_tokens(twice) <= 50
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="abc \n", max_size=200) | st.text(alphabet="ab \n{}[]…退", max_size=200),
+       st.integers(min_value=0, max_value=80))
+def test_truncation_computes_for_ascii_what_the_search_finds(text: str, budget: int) -> None:
+    # Cuts of ASCII text are computed, not searched, with the default estimator or a memo of it.
+    for candidate in (text, "a" * 100 + text, "status=ok " * 20 + text, "row\n" * 30 + text):
+        searched = truncate_head_tail(candidate, budget, ref="log#1", estimate=lambda s: estimate_tokens(s))
+        assert truncate_head_tail(candidate, budget, ref="log#1") == searched
+        assert truncate_head_tail(candidate, budget, ref="log#1", estimate=memo_estimator()) == searched
 
 
 def test_head_ratio_is_adjustable() -> None:
@@ -353,6 +456,33 @@ def test_schema_compression_understands_anthropic_tools_and_enums() -> None:
                   "required": ["mode"]}}]
     out, _ = compress_schema(json.dumps(tools, indent=4), 20)
     assert out == 'set_mode(mode: "fast"|"safe") - Set the mode.'
+
+
+def test_a_schema_plan_cut_at_any_budget_equals_the_operator() -> None:
+    for text in (TOOLS, json.dumps(TOOLS_SCHEMA[:2]), "not json\nat all"):
+        plan = plan_schema(text)
+        for budget in range(0, estimate_tokens(text) + 5, 7):
+            assert cut_schema(plan, text, budget) == compress_schema(text, budget)
+
+
+def test_op_records_stay_frozen_values_with_a_fresh_data_dict() -> None:
+    one, two = OpRecord("dedupe", 10, 8), OpRecord("dedupe", 10, 8)
+    assert one == two and one.data == {} and one.data is not two.data
+    assert OpRecord(op="x", tokens_before=1, tokens_after=0, detail="d", data={"k": 1}).data == {"k": 1}
+    try:
+        one.op = "changed"  # type: ignore[misc]
+        raise AssertionError("an OpRecord must stay frozen")
+    except dataclasses.FrozenInstanceError:
+        pass
+    assert dataclasses.replace(one, detail="x") == OpRecord("dedupe", 10, 8, "x")
+
+
+def test_the_operators_module_still_exports_everything_it_did_before_the_split() -> None:
+    before = {"SAFE_ORDER", "OpRecord", "normalize", "content_key", "dedupe_lines", "dedupe_items", "shingles",
+              "jaccard_5gram", "near_duplicate_pairs", "Merged", "merge_near_duplicates", "merge_near_duplicate_lines",
+              "FAIL_HINTS", "CONSTRAINT_HINTS", "UNIT_HINTS", "score_line", "is_failure_line", "extract_lines",
+              "summarize_lines", "ref_replace", "MARKER_RE", "truncate_head_tail", "sliding_window", "compress_schema"}
+    assert before <= set(operators.__all__) and all(hasattr(operators, name) for name in before)
 
 
 def test_schema_compression_falls_back_to_extraction_for_non_json() -> None:

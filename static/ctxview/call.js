@@ -166,6 +166,9 @@
         y: d.items.map(function (r) { return r.replay.used; }), marker: { color: "#3b6fd8" } }
     ], { barmode: "group", height: 240, margin: { l: 50, r: 10, t: 10, b: 60 }, legend: { orientation: "h", y: 1.15 },
          yaxis: { title: { text: "tokens" } } });
+    var fidelity = document.getElementById("whatif-fidelity");
+    fidelity.textContent = "At the call's own budget the replay takes the same action as the agent for " +
+      s.baseline_same_action + " of " + s.items + " items; highlighted rows differ from that baseline.";
     status.textContent = d.warnings.length ? d.warnings.join("; ") : "";
   }
   function clampReserve() {

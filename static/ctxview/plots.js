@@ -22,7 +22,11 @@
       hoverlabel: { align: "left" },
       legend: { orientation: "h", y: -0.2 }
     };
-    Plotly.newPlot(el, traces, Object.assign(base, layout || {}), config);
+    var merged = Object.assign(base, layout || {});
+    // A fixed container height: a responsive plot re-laid out on resize never spills
+    // over what follows it.
+    if (merged.height) { el.style.height = merged.height + "px"; }
+    Plotly.newPlot(el, traces, merged, config);
     return el;
   }
   /* Points carry their link in customdata; a click follows it (same origin only). */

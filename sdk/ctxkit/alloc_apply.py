@@ -1,0 +1,105 @@
+"""Cutting each segment to its grant by its policy, and the reason it gives (allocator step 7).
+
+Used by :mod:`ctxkit.allocator`; split out to keep modules small. The budget-independent half
+of ``extract``, ``summarize`` and ``schema`` (lines ranked and costed, schema steps rendered)
+is kept across calls in :mod:`ctxkit.alloc_cache` when the estimator is the default one, so
+only the cut at this call's grant is redone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctxkit import alloc_cache
+from ctxkit.ops_common import OpRecord
+from ctxkit.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
+from ctxkit.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.ops_truncate import ref_replace, truncate_head_tail
+from ctxkit.tokens import Estimator, is_default_estimator
+
+if TYPE_CHECKING:
+    from ctxkit.allocator import Allocation, Segment
+
+# The manifest action a policy produces when it has to shrink its segment.
+POLICY_ACTION = {
+    "extract": "extract",
+    "summarize": "summarize",
+    "truncate": "truncate",
+    "ref": "ref",
+    "window": "truncate",
+    "schema": "compress",
+    "drop": "drop",
+}
+
+
+def apply_policy(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estimator, scorer: Scorer) -> None:
+    """Cut the segment to its grant by its policy and explain it."""
+    if a.duplicate_of is not None:
+        return
+    if a.pinned:
+        a.granted, a.text, a.used, a.action = a.requested, text, a.requested, "keep"
+        a.reason = "pinned: kept whole and charged first (never compressed)"
+        return
+    # The reason: the lossless dedupe done before allocation, what happens here, the grant.
+    earlier = "; ".join(op.detail for op in a.operations) if a.operations else ""
+    if a.requested <= a.granted:  # whole: the text is the (deduped) segment as counted
+        a.text, a.action, a.used = text, ("compress" if a.operations else "keep"), a.requested
+        note = "fits whole"
+    elif a.granted <= 0:
+        a.action = "drop"
+        note = "no budget left after pinned segments and higher priorities"
+    else:
+        out, rec = _run_policy(seg, text, a.granted, estimate, scorer)
+        used = estimate(out)
+        if used > a.granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
+            out, rec = truncate_head_tail(out, a.granted, ref=seg.source_ref, estimate=estimate)
+            used = estimate(out)
+        if out and used > a.granted:
+            out = ""
+        a.operations.append(rec)
+        a.text, a.used = out, (used if out else 0)
+        a.action = POLICY_ACTION[seg.policy] if out else "drop"
+        note = rec.detail if out else f"{seg.policy} could not fit anything useful"
+    reason = f"{earlier}; {note}" if earlier else note
+    reason += f"; {a.name} got {a.granted} tokens at budget {budget}"
+    if a.effective_priority != a.priority:
+        reason += f"; aged priority {a.effective_priority}"
+    a.reason = reason
+
+
+def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer) -> tuple[str, OpRecord]:
+    ref = seg.source_ref
+    if seg.policy in ("extract", "summarize"):
+        # Ranking lines and costing them does not depend on the grant: with the default estimator
+        # (whose costs are then part of the plan) it is kept across calls and only the cut is redone.
+        key = (seg.policy, text, tuple(seg.pinned_lines), seg.keep_recent)  # a list would not hash
+        default = is_default_estimator(estimate)
+        plan: LinePlan | None = alloc_cache.plan(key) if default else None  # type: ignore[assignment]
+        if plan is None:
+            if seg.policy == "extract":
+                plan = plan_extract(text, pinned=seg.pinned_lines, estimate=estimate, scorer=scorer)
+            else:
+                plan = plan_summary(text, keep_recent=seg.keep_recent, pinned=seg.pinned_lines, estimate=estimate,
+                                    scorer=scorer)
+            if default:
+                alloc_cache.keep_plan(key, text, plan)
+        return cut_lines(plan, grant, ref=ref, estimate=estimate)
+    if seg.policy == "truncate":
+        return truncate_head_tail(text, grant, ref=ref, head_ratio=seg.head_ratio, estimate=estimate)
+    if seg.policy == "ref":
+        return ref_replace(text, ref=ref, why=seg.why, estimate=estimate)
+    if seg.policy == "window":
+        pins = set(seg.pinned_lines)
+        turns = [line for line in text.split("\n") if line.strip() and line not in pins]
+        return sliding_window(turns, budget=grant, max_turns=seg.keep_recent or None, pinned=seg.pinned_lines,
+                              estimate=estimate, scorer=scorer)
+    if seg.policy == "schema":  # every step's rendering is grant-independent too
+        if not is_default_estimator(estimate):
+            return compress_schema(text, grant, estimate=estimate)
+        schema: SchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
+        if schema is None:
+            schema = plan_schema(text, estimate=estimate)
+            alloc_cache.keep_plan(("schema", text), text, schema)
+        return cut_schema(schema, text, grant, estimate=estimate)
+    before = estimate(text)
+    return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")

@@ -1,0 +1,118 @@
+"""What the allocator learns about a segment's text, kept across ``allocate`` calls.
+
+An agent allocates again at every step over mostly the same texts (system prompt, tools, task,
+history, earlier tool results). Their content key (NFKC, casefold, sha256), CJK count and
+line dedupe are pure functions of the text, so they are computed once and looked up after
+that; only the work that depends on the grant runs every call. The cache is bounded by the
+characters it holds (oldest entries leave first) and is safe to share between threads: an
+entry is written whole, and a race at worst computes the same facts twice.
+
+The same holds for the budget-independent half of ``extract``, ``summarize`` (lines ranked,
+their costs) and ``schema`` (each step rendered and counted): ``plan`` keeps it, and only the
+cut at this call's grant is redone.
+
+``facts(text, repeats) -> TextFacts``; ``plan(key) -> plan | None``, ``keep_plan(key, text,
+plan)``; ``stats() -> dict``; ``clear()``
+empties both (a benchmark of the cold path, tests); ``MAX_CHARS`` bounds each (past it the
+oldest entries are evicted; it never refuses).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from ctxkit.ops_dedupe import content_key, key_and_repeats
+from ctxkit.tokens import count_cjk
+
+# About 4 MB-16 MB of text, depending on the script: a long agent context several times over.
+MAX_CHARS = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TextFacts:
+    """Facts about one text. ``repeats`` is ``line_repeats(text)`` (deduped text, removed
+    pairs) when asked for; ``deduped_cjk`` the CJK count of that deduped text."""
+
+    key: str
+    cjk: int
+    json_like: bool
+    repeats: tuple[str, list[list[int]]] | None = None
+    deduped_cjk: int = 0
+
+
+class _Bounded:
+    """A dict bounded by the characters of text its entries stand for; oldest entries leave first."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, tuple[int, object]] = {}
+        self.chars = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: Hashable) -> object | None:
+        hit = self.entries.get(key)
+        return None if hit is None else hit[1]
+
+    def put(self, key: Hashable, size: int, value: object) -> None:
+        with self.lock:
+            old = self.entries.pop(key, None)
+            if old is not None:
+                self.chars -= old[0]
+            self.entries[key] = (size + 1, value)
+            self.chars += size + 1
+            while self.chars > MAX_CHARS and self.entries:
+                oldest = next(iter(self.entries))
+                self.chars -= self.entries.pop(oldest)[0]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.chars = 0
+
+
+_facts = _Bounded()
+_plans = _Bounded()
+
+
+def facts(text: str, repeats: bool) -> TextFacts:
+    """The facts of ``text``; with ``repeats``, line dedupe too (unless the text looks like JSON,
+    where dropping a repeated line would break it). Callers must not mutate ``repeats``."""
+    hit = _facts.entries.get(text)  # inline of _facts.get: this runs for every segment of every call
+    if hit is not None:
+        known: TextFacts = hit[1]  # type: ignore[assignment]
+        if known.repeats is not None or not repeats or known.json_like:
+            return known
+    json_like = text.lstrip()[:1] in ("{", "[")
+    if repeats and not json_like:
+        key, out, removed = key_and_repeats(text)
+        new = TextFacts(key, count_cjk(text), json_like, (out, removed), count_cjk(out) if removed else 0)
+    else:
+        new = TextFacts(content_key(text), count_cjk(text), json_like)
+    _facts.put(text, len(text), new)
+    return new
+
+
+def plan(key: Hashable) -> object | None:
+    """The plan (``LinePlan``, ``SchemaPlan``) kept for ``key``, or None. The key must hold
+    everything the plan depends on besides the (default) estimator: policy, text, pinned
+    lines, keep_recent."""
+    hit = _plans.entries.get(key)
+    return None if hit is None else hit[1]
+
+
+def keep_plan(key: Hashable, text: str, made: object) -> None:
+    """Keep ``made``, the plan for ``key``, whose text is ``text`` (its size counts to the bound)."""
+    _plans.put(key, len(text), made)
+
+
+def stats() -> dict[str, int]:
+    """How much is kept: entries and characters of text, for facts and for plans."""
+    return {"facts": len(_facts.entries), "facts_chars": _facts.chars, "plans": len(_plans.entries),
+            "plans_chars": _plans.chars}
+
+
+def clear() -> None:
+    """Forget everything (the next call pays the full cost again)."""
+    _facts.clear()
+    _plans.clear()

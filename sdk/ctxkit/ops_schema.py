@@ -1,0 +1,176 @@
+"""Tool schema compression (seed 001, 5.3.3): compact JSON, fewer docs, signatures, fewer tools.
+
+Re-exported by ``ctxkit.operators``; see its docstring for the API.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ctxkit.ops_common import OpRecord
+from ctxkit.ops_extract import extract_lines
+from ctxkit.ops_truncate import _json
+from ctxkit.tokens import Estimator, estimate_tokens
+
+
+def _tool_parts(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(dict holding name/description, parameter schema) for OpenAI, Anthropic or flat tools."""
+    holder = tool["function"] if isinstance(tool.get("function"), dict) else tool
+    params = holder.get("parameters", holder.get("input_schema"))
+    return holder, params if isinstance(params, dict) else None
+
+
+def _strip_param_docs(schema: Any) -> None:
+    if isinstance(schema, dict):
+        for key in ("description", "title", "examples", "default"):
+            schema.pop(key, None)
+        for sub in schema.values():
+            _strip_param_docs(sub)
+    elif isinstance(schema, list):
+        for sub in schema:
+            _strip_param_docs(sub)
+
+
+def _first_sentence(text: str) -> str:
+    m = re.search(r"[.。!！?？](\s|$)", text)
+    return text[: m.end()].strip() if m else text
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaPlan:
+    """The budget-independent half of :func:`compress_schema`: every step's rendering and cost.
+
+    ``steps`` is None when the text is not a JSON list of tool objects (then extract_lines
+    applies). ``tools`` is the list after the last step, for dropping trailing tools. Make it
+    with :func:`plan_schema`, cut it with :func:`cut_schema` (the allocator keeps plans across
+    calls); both must use the same estimator.
+    """
+
+    before: int
+    steps: tuple[tuple[str, str, int], ...] | None  # (label, rendering after the step, its estimate)
+    tools: tuple[dict[str, Any], ...] = ()
+
+
+def _parse_tools(text: str) -> list[dict[str, Any]] | None:
+    try:
+        tools = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return None
+    return tools
+
+
+def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[str, str, int]]:
+    """Apply the compression steps to ``tools`` in place, yielding (label, rendering, estimate) after each."""
+
+    def param_docs(t: dict[str, Any]) -> None:
+        _strip_param_docs(_tool_parts(t)[1])
+
+    def short_desc(t: dict[str, Any]) -> None:
+        holder = _tool_parts(t)[0]
+        if isinstance(holder.get("description"), str):
+            holder["description"] = _first_sentence(holder["description"])
+
+    def no_desc(t: dict[str, Any]) -> None:
+        _tool_parts(t)[0].pop("description", None)
+
+    def required_only(t: dict[str, Any]) -> None:
+        params = _tool_parts(t)[1]
+        if params and isinstance(params.get("properties"), dict):
+            required = set(params.get("required", []))
+            params["properties"] = {k: v for k, v in params["properties"].items() if k in required}
+
+    steps: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool]] = [
+        ("compact JSON", None, False),
+        ("dropped parameter descriptions", param_docs, False),
+        ("shortened tool descriptions", short_desc, False),
+        ("rendered as signatures with short descriptions", None, True),
+        ("dropped tool descriptions, kept name/parameters/required", no_desc, True),
+        ("dropped optional parameters", required_only, True),
+    ]
+    for label, step, signatures in steps:
+        if step is not None:
+            for tool in tools:
+                step(tool)
+        out = _signatures(tools) if signatures else _json(tools)
+        yield label, out, estimate(out)
+
+
+def _drop_tools(
+    tools: list[dict[str, Any]], budget: int, before: int, done: list[str], estimate: Estimator
+) -> tuple[str, OpRecord]:
+    """Nothing fits after every step: drop trailing tools (from ``tools``, in place) until it does."""
+    dropped: list[str] = []
+    while tools and estimate(_signatures(tools)) > budget:
+        dropped.insert(0, str(_tool_parts(tools.pop())[0].get("name", "?")))
+    out = _signatures(tools) if tools else ""
+    done.append(f"dropped tools {', '.join(dropped)}")
+    return out, OpRecord("schema", before, estimate(out), "; ".join(done), {"steps": done, "dropped_tools": dropped})
+
+
+def compress_schema(text: str, budget: int, *, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:
+    """Compress a JSON list of tool schemas step by step until it fits (seed 5.3.3).
+
+    Names, required parameters, types and enums survive longest: they are what a valid
+    call needs. Non-JSON input falls back to :func:`extract_lines`.
+    """
+    before = estimate(text)
+    if before <= budget:
+        return text, OpRecord("schema", before, before, "fits")
+    tools = _parse_tools(text)
+    if tools is None:
+        return extract_lines(text, budget, estimate=estimate)
+    done: list[str] = []
+    for label, out, tokens in _steps(tools, estimate):  # lazily: stop at the first step that fits
+        done.append(label)
+        if tokens <= budget:
+            return out, OpRecord("schema", before, tokens, "; ".join(done), {"steps": done})
+    return _drop_tools(tools, budget, before, done, estimate)
+
+
+def plan_schema(text: str, *, estimate: Estimator = estimate_tokens) -> SchemaPlan:
+    """Every step of :func:`compress_schema` on ``text``, rendered and counted once."""
+    tools = _parse_tools(text)
+    if tools is None:
+        return SchemaPlan(estimate(text), None)
+    steps = tuple(_steps(tools, estimate))
+    return SchemaPlan(estimate(text), steps, tuple(tools))
+
+
+def cut_schema(
+    plan: SchemaPlan, text: str, budget: int, *, estimate: Estimator = estimate_tokens
+) -> tuple[str, OpRecord]:
+    """``compress_schema(text, budget)`` from the plan of ``text``: the first step that fits."""
+    if plan.before <= budget:
+        return text, OpRecord("schema", plan.before, plan.before, "fits")
+    if plan.steps is None:
+        return extract_lines(text, budget, estimate=estimate)
+    done: list[str] = []
+    for label, out, tokens in plan.steps:
+        done.append(label)
+        if tokens <= budget:
+            return out, OpRecord("schema", plan.before, tokens, "; ".join(done), {"steps": done})
+    return _drop_tools(list(plan.tools), budget, plan.before, done, estimate)
+
+
+def _signatures(tools: list[dict[str, Any]]) -> str:
+    """One line per tool: ``name(req: type, opt?: type, mode: "a"|"b") - description``."""
+    lines = []
+    for tool in tools:
+        holder, params = _tool_parts(tool)
+        props = params.get("properties", {}) if params else {}
+        required = set(params.get("required", [])) if params else set()
+        args = []
+        for pname, spec in props.items():
+            spec = spec if isinstance(spec, dict) else {}
+            kind = "|".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"]) if "enum" in spec else \
+                str(spec.get("type", "any"))
+            args.append(f"{pname}{'' if pname in required else '?'}: {kind}")
+        desc = holder.get("description")
+        lines.append(f"{holder.get('name', '?')}({', '.join(args)})" + (f" - {desc}" if desc else ""))
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""The pipeline with the real thing: a Celery worker process consuming from Redis.
+
+Ingest a batch and see it analysed; Redis unreachable during ingest and the sweep
+analysing the stored calls later; a worker killed in the middle of a task and the
+task redelivered, with nothing counted twice; a failing webhook retried.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from ctxkit.manifest import Usage
+from manifests.analysis import notify
+from manifests.analysis.trends import trend, trend_from_raw
+from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
+from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, Receiver, as_dict, free_port, item, manifest, prefix
+from tests.conftest import make_manifest
+from tests.pipeline_support import REDIS_URL, broker, redis_prefix, wait_for, workers  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def batch(n: int, *, run: str = "run-1") -> dict:
+    return {"manifests": [make_manifest(f"{run}/{k}", run_id=run, step=k, items=6) for k in range(n)]}
+
+
+def analysed(count: int):
+    return lambda: Call.objects.filter(analyzed_at__isnull=False).count() == count
+
+
+def received(worker, task: str) -> list[str]:
+    return re.findall(rf"Task {re.escape(task)}\[([0-9a-f-]+)\] received", worker.text())
+
+
+def test_it_analyses_an_ingested_batch_in_a_worker(api, redis_prefix, workers):  # noqa: F811
+    worker = workers()
+    with broker(REDIS_URL, redis_prefix):
+        response = api.post(batch(3))
+    assert response.status_code == 200 and response.json()["accepted"] == 3
+    wait_for(analysed(3), "the batch to be analysed", workers=(worker,))
+    assert CallFigures.objects.count() == 3
+    assert Rollup.objects.get(bucket="hour").calls == 3
+    # One task for the batch, never one per manifest.
+    wait_for(lambda: "succeeded" in worker.text(), "the task to finish", workers=(worker,))
+    assert len(received(worker, "manifests.tasks.analyze_calls")) == 1
+
+
+def test_it_stores_while_redis_is_down_and_the_sweep_analyses_later(api, redis_prefix, workers):  # noqa: F811
+    with broker(f"redis://127.0.0.1:{free_port()}/0", redis_prefix):
+        response = api.post(batch(4))
+    assert response.status_code == 200 and response.json()["accepted"] == 4
+    assert Call.objects.count() == 4 and not Call.objects.filter(analyzed_at__isnull=False).exists()
+    # Redis is back; nothing was queued, so only the beat sweep can find these calls.
+    worker = workers(beat=True, CTXVIEW_SWEEP_INTERVAL="1", CTXVIEW_SWEEP_MIN_AGE="0")
+    wait_for(analysed(4), "the sweep to analyse the stored calls", workers=(worker,))
+    assert received(worker, "manifests.tasks.sweep_unanalysed")
+    assert not received(worker, "manifests.tasks.analyze_calls")
+    assert Rollup.objects.get(bucket="day").calls == 4
+
+
+def test_it_redelivers_the_task_of_a_killed_worker_without_double_counting(
+    api, redis_prefix, workers, tmp_path  # noqa: F811
+):
+    marker = tmp_path / "paused"
+    # Chunks of 2 calls: the first chunk commits, the worker dies inside the second. A prefork
+    # worker, whose parent would acknowledge the message at once if the task did not ack late.
+    slow = workers(pool="prefork", CELERY_VISIBILITY_TIMEOUT="2", CTXVIEW_ANALYSIS_CHUNK="2",
+                   CTXVIEW_TEST_PAUSE_FILE=str(marker), CTXVIEW_TEST_PAUSE_AT_CHUNK="1",
+                   CTXVIEW_TEST_PAUSE_SECONDS="300")
+    with broker(REDIS_URL, redis_prefix):
+        assert api.post(batch(4)).status_code == 200
+    wait_for(marker.exists, "the worker to pause inside the second chunk", workers=(slow,))
+    assert Call.objects.filter(analyzed_at__isnull=False).count() == 2
+    assert Rollup.objects.get(bucket="hour").calls == 2
+    (task_id,) = received(slow, "manifests.tasks.analyze_calls")
+
+    slow.kill()
+    time.sleep(2.5)  # let the unacknowledged message outlive the (test) visibility timeout
+    fresh = workers(CELERY_VISIBILITY_TIMEOUT="2", CTXVIEW_ANALYSIS_CHUNK="2")
+    wait_for(analysed(4), "the redelivered task to finish the batch", workers=(fresh,))
+    assert received(fresh, "manifests.tasks.analyze_calls") == [task_id]  # the same task, delivered again
+
+    # Exactly four calls everywhere: the first chunk was not counted a second time.
+    assert Rollup.objects.get(bucket="hour").calls == 4 and Rollup.objects.get(bucket="day").calls == 4
+    assert CallFigures.objects.count() == 4
+    assert Attribution.objects.filter(is_risk=False).count() == 4  # one missing evidence per call
+    assert PrefixEntry.objects.get().calls == 4
+    project = Call.objects.first().project
+    window = {"start": T0.replace(hour=0), "end": T0.replace(hour=23)}
+    assert [p["calls"] for p in trend(project, **window)] == [p["calls"] for p in trend_from_raw(project, **window)]
+
+
+def test_it_retries_a_failing_webhook_from_the_worker(api, project, redis_prefix, workers):  # noqa: F811
+    receiver = Receiver(statuses=[503])
+    try:
+        project.webhook_url, project.webhook_secret = receiver.url, "hook-secret"
+        project.regression_window_calls = 5
+        project.save()
+        stamped = prefix(system=(SYSTEM[0] + " 10:07", 612), tools=TOOLS)
+        hit, miss = Usage(input_tokens=3000, cache_read_tokens=1500), Usage(input_tokens=3000, cache_write_tokens=1500)
+        plan = [(hit, STABLE)] * 10 + [(miss, stamped)] * 5
+        body = {"manifests": [as_dict(manifest(f"c{n}", run_id=f"r{n}", seconds=60 * n, usage=u, prefix_=p,
+                                               items=[item("q", kind="user")])) for n, (u, p) in enumerate(plan)]}
+        worker = workers()
+        with broker(REDIS_URL, redis_prefix):
+            assert api.post(body).status_code == 200
+        wait_for(lambda: Regression.objects.filter(notified_at__isnull=False).exists(),
+                 "the webhook to be delivered after a retry", workers=(worker,))
+        regression = Regression.objects.get()
+        assert regression.notify_attempts == 2
+        assert len(receiver.requests) == 2
+        for headers, raw in receiver.requests:
+            assert notify.verify("hook-secret", raw, headers["x-ctxview-signature"])
+            assert json.loads(raw)["regression"]["id"] == regression.pk
+        assert "Retry in" in worker.text()
+    finally:
+        receiver.close()

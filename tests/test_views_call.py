@@ -1,0 +1,109 @@
+"""The call view: allocation bar data, items, evidence with its cause, compaction invariants,
+the diff against the previous call, and hostile text shown as text."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from manifests.models import Membership
+from tests.conftest import make_manifest
+from tests.views_support import demo_world_fixture  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def script_json(body: str, element_id: str):
+    m = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body, flags=re.S)
+    assert m, element_id
+    return json.loads(m.group(1))
+
+
+def get(world, call_id: str) -> str:
+    r = world.client(world.member).get(f"/p/{world.project.slug}/calls/{call_id}/")
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def test_it_draws_the_allocation_in_context_order_with_reserve_and_headroom(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    alloc = script_json(body, "allocation-data")
+    assert (alloc["window"], alloc["reserve"], alloc["input_cap"]) == (800, 160, 640)
+    assert alloc["used"] + alloc["headroom"] == alloc["input_cap"]
+    inside = [r for r in alloc["items"] if r["in_context"]]
+    assert [r["position"] for r in inside] == sorted(r["position"] for r in inside)
+    zones = [r["zone"] for r in inside]
+    assert zones == sorted(zones, key=["head", "middle", "tail"].index)  # grouped head, middle, tail
+    history = next(r for r in alloc["items"] if r["id"] == "history")
+    assert (history["requested"], history["granted"], history["action"]) == (115, 79, "summarize")
+    assert "history got 79 tokens at budget 800" in body
+
+
+def test_it_lists_items_with_trust_reason_and_text(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    row = re.search(r'<tr class="untrusted[^"]*" data-item="tool_result">(.*?)</tr>', body, flags=re.S)
+    assert row and "untrusted" in row.group(1) and "truncate" in row.group(1)
+    assert "log#sha256:4be1c0d2" in row.group(1)  # the ref
+    assert "text sent" in row.group(1)
+
+
+def test_it_shows_missing_evidence_with_the_decision_that_caused_it(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    row = re.search(r'<tr data-evidence="rate_limit">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "missing" in row
+    assert "history" in row and "summarize" in row  # the item and the action that lost it
+    assert "history got 79 tokens at budget 800" in row
+    present = re.search(r'<tr data-evidence="refund_rate">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "present" in present
+
+
+def test_it_shows_the_compaction_invariants_and_what_they_lost(demo_world):
+    body = get(demo_world, "coder-list-endpoint/step-6")
+    card = re.search(r'<div class="card" data-compaction="[^"]+">(.*?)</div>', body, flags=re.S).group(1)
+    assert "user_constraints" in card and "failed" in card
+    assert "do not change public API compatibility" in card
+    assert "r = 0.42" in card  # 474 -> 197 tokens
+
+
+def test_it_says_what_changed_since_the_previous_call(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    diff = re.search(r'<table class="grid compact" id="diff">(.*?)</table>', body, flags=re.S).group(1)
+    assert re.search(r"changed</span></td><td>history</td>.*action keep → summarize", diff, flags=re.S)
+    assert re.search(r"evidence</span></td><td>rate_limit</td>.*now missing", diff, flags=re.S)
+    assert 'id="prev-call"' in body and "refunds-budget-800/step-5/" in body
+    assert "First call of the run" in get(demo_world, "refunds-budget-800/step-0")
+
+
+def test_it_answers_404_for_an_unknown_call(demo_world):
+    r = demo_world.client(demo_world.owner).get(f"/p/{demo_world.project.slug}/calls/no-such-call/")
+    assert r.status_code == 404
+
+
+PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+
+
+def test_it_escapes_hostile_text_everywhere(owner, project, api):
+    manifest = make_manifest("evil-1", run_id="evil-run", agent=PAYLOAD[:60], items=6)
+    manifest["items"][4]["reason"] = PAYLOAD
+    manifest["items"][4]["text"] = PAYLOAD
+    manifest["items"][4]["source_ref"] = PAYLOAD
+    manifest["evidence"] = [{"key": "k1", "label": PAYLOAD[:150], "literal": PAYLOAD, "present": False}]
+    manifest["warnings"] = [PAYLOAD]
+    manifest["compactions"][0]["invariants"][0]["lost"] = [PAYLOAD[:150]]
+    assert api.post(manifest).json()["accepted"] == 1
+    assert project.membership_set.filter(user=owner, role=Membership.OWNER).exists()
+    from django.test import Client
+
+    client = Client()
+    client.force_login(owner)
+    for url in (f"/p/{project.slug}/calls/evil-1/", f"/p/{project.slug}/runs/evil-run/", f"/p/{project.slug}/runs/",
+                f"/p/{project.slug}/evidence/?q=k1", f"/p/{project.slug}/compactions/", f"/p/{project.slug}/"):
+        body = client.get(url).content.decode()
+        assert "<script>window.__pwned" not in body, url
+        assert 'onerror="window' not in body, url
+    body = client.get(f"/p/{project.slug}/calls/evil-1/").content.decode()
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in body  # shown, as text
+    data = re.search(r'<script id="allocation-data" type="application/json">(.*?)</script>', body, flags=re.S).group(1)
+    assert "<script" not in data and "\\u003Cscript" in data  # json_script escapes < > &

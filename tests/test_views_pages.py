@@ -1,0 +1,135 @@
+"""Overview, runs, run, evidence triage, cache and compaction review on the demo data."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from manifests.models import Call, Item
+from tests.views_support import demo_world_fixture  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def body_of(world, path: str) -> str:
+    r = world.client(world.owner).get(f"/p/{world.project.slug}/{path}")
+    assert r.status_code == 200, path
+    return r.content.decode()
+
+
+def script_json(body: str, element_id: str):
+    return json.loads(re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body,
+                                flags=re.S).group(1))
+
+
+def card(body: str, key: str) -> str:
+    return re.search(rf'data-card="{key}">(.*?)</div>\s*</div>', body, flags=re.S).group(1)
+
+
+def test_it_shows_headline_figures_and_links_to_the_three_questions(demo_world):
+    body = body_of(demo_world, "")
+    calls = Call.objects.filter(project=demo_world.project).count()
+    assert re.search(rf'class="value">{calls}<', card(body, "calls"))
+    assert re.search(r'class="value">\d+\.\d%<', card(body, "hit_rate"))
+    assert "vs" in card(body, "calls")  # against the previous period
+    # Question 1: a missing evidence links to its call.
+    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
+    assert "/calls/" in q1 and "Evidence triage" in q1
+    # Question 2: the regression, with the segment that changed, links to its call.
+    q2 = re.search(r'id="q-cache">(.*?)</div>', body, flags=re.S).group(1)
+    assert "prefix_changed: system changed" in q2 and "/calls/research-" in q2
+    # Question 3: the failed invariant links to the filtered compaction review.
+    q3 = re.search(r'id="q-compactions">(.*?)</div>', body, flags=re.S).group(1)
+    assert "compactions/?failed=user_constraints" in q3
+
+
+def test_it_passes_the_chart_data_of_the_overview(demo_world):
+    data = script_json(body_of(demo_world, "?range=24h"), "overview-data")
+    assert data["bucket"] == "hour" and len(data["x"]) >= 10
+    assert {"system", "tools", "history"} <= set(data["by_kind"])
+    rates = [r for r in data["hit_rate"] if r is not None]
+    assert max(rates) > 0.7 and rates[-1] < 0.1  # the release broke the cache
+    assert data["regressions"] and data["regressions"][0]["segment"] == "system"
+    assert any(data["prefix_changes"])
+    assert "compaction" in data["causes"]
+
+
+def test_it_lists_runs_with_their_figures(demo_world):
+    body = body_of(demo_world, "runs/")
+    row = re.search(r'<tr data-run="refunds-budget-800">(.*?)</tr>', body, flags=re.S).group(1)
+    assert ">7<" in row  # calls
+    assert 'class="missing"' in row  # evidence missing
+    row = re.search(r'<tr data-run="coder-list-endpoint">(.*?)</tr>', body, flags=re.S).group(1)
+    assert re.search(r'<span class="missing">1</span>', row)  # one failed compaction
+    runs = script_json(body, "runs-data")
+    assert all(r["url"].startswith(f"/p/{demo_world.project.slug}/runs/") for r in runs)
+
+
+def test_it_draws_each_step_of_a_run(demo_world):
+    body = body_of(demo_world, "runs/coder-list-endpoint/")
+    data = script_json(body, "run-data")
+    assert data["steps"] == list(range(9))
+    assert data["window"] == [3000] * 9 and data["input_cap"] == [2400] * 9
+    assert all(v > 0 for v in data["effective_limit"])
+    assert [c["step"] for c in data["compactions"]] == [6] and "1 invariant(s) failed" in data["compactions"][0]["text"]
+    assert data["urls"][6].endswith("/calls/coder-list-endpoint/step-6/")
+    approval = script_json(body_of(demo_world, "runs/research-approval/"), "run-data")
+    assert approval["cause"][4] == "ttl_expired"  # after the approval pause
+    assert approval["cause"][5] == "hit"
+
+
+def test_it_finds_evidence_by_key_label_ref_and_content_hash(demo_world):
+    body = body_of(demo_world, "evidence/?q=rate_limit")
+    assert re.search(r'id="search-keys">.*rate_limit', body, flags=re.S)
+    assert "rate_limit" in body_of(demo_world, "evidence/?q=429 rate")  # by label
+    assert "refunds-budget-800/step-6" in body_of(demo_world, "evidence/?q=log%23sha256:4be1c0d2")  # by ref
+    digest = Item.objects.filter(project=demo_world.project, item_id="web_page").values_list(
+        "content_hash", flat=True).first()
+    found = body_of(demo_world, f"evidence/?q={digest}")
+    assert re.search(r'id="search-items">.*research-vendor-page', found, flags=re.S)
+
+
+def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
+    body = body_of(demo_world, "evidence/?key=rate_limit&run=refunds-budget-800")
+    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    assert "not declared" in rows["2"]  # the 429 happened at step 3
+    assert 'class="present">yes' in rows["3"]
+    assert 'class="missing">no' in rows["6"] and "summarize" in rows["6"]
+    chart = script_json(body, "timeline-data")
+    assert chart["steps"] == [3, 4, 5, 6] and chart["z"][chart["stages"].index("present")] == [1, 1, 1, 0]
+    # Without a run, the latest run where it went missing is shown.
+    assert "across run <a" in body_of(demo_world, "evidence/?key=rate_limit")
+
+
+def test_it_breaks_the_causes_down_with_example_calls(demo_world):
+    body = body_of(demo_world, "evidence/")
+    causes = dict(re.findall(r'<tr data-cause="(\w+)">(.*?)</tr>', body, flags=re.S))
+    assert "compaction" in causes and "/calls/" in causes["compaction"]
+    assert "most-missing" in body
+
+
+def test_it_shows_the_cache_by_agent_and_model_and_the_regression_diff(demo_world):
+    body = body_of(demo_world, "cache/")
+    table = re.search(r'id="by-agent-model">(.*?)</table>', body, flags=re.S).group(1)
+    assert "researcher" in table and "claude-sonnet-4-5" in table and "refund-analyst" in table
+    reg = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
+    assert '<b class="changed-segment">system</b>' in reg
+    assert re.search(r"<td>system</td>.*?changed", reg, flags=re.S)
+    assert re.search(r"<td>tools</td>.*?same", reg, flags=re.S)
+    assert float(re.search(r'id="miss-total">([\d.]+)<', body).group(1)) > 0
+    assert re.search(r'id="prefixes">.*<code>', body, flags=re.S)
+    data = script_json(body, "cache-data")
+    assert data["points"] and {"hit", "prefix_changed"} <= {p["cause"] for p in data["points"]}
+
+
+def test_it_filters_compactions_by_failed_invariant(demo_world):
+    body = body_of(demo_world, "compactions/?failed=user_constraints")
+    assert 'data-compaction="' in body and "coder-list-endpoint/step-6" in body
+    assert "do not change public API compatibility" in body
+    assert "No compactions match" in body_of(demo_world, "compactions/?failed=pending_obligations")
+    r = demo_world.client(demo_world.owner).get(f"/p/{demo_world.project.slug}/compactions/?failed=bogus")
+    assert r.status_code == 400
+    points = script_json(body, "compactions-data")["points"]
+    assert points and points[0]["failed"] and points[0]["url"].endswith("/calls/coder-list-endpoint/step-6/")
