@@ -83,7 +83,8 @@ def broker(url: str, prefix: str) -> Iterator[None]:
 class Worker:
     """``celery -A ctxview worker`` in its own process group, logging to a file."""
 
-    def __init__(self, tmp: Path, prefix: str, *, beat: bool = False, pool: str = "solo", **env: str) -> None:
+    def __init__(self, tmp: Path, prefix: str, *, beat: bool = False, pool: str = "solo", concurrency: int = 1,
+                 **env: str) -> None:
         self.name = f"w{uuid.uuid4().hex[:8]}"
         self.log_path = tmp / f"{self.name}.log"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("CTXVIEW_TEST_", "CELERY_"))}
@@ -96,7 +97,7 @@ class Worker:
         )
         base.update(env)
         command = [
-            str(CELERY), "-A", "ctxview", "worker", f"--pool={pool}", "--concurrency=1", "--loglevel=INFO",
+            str(CELERY), "-A", "ctxview", "worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
             "-n", f"{self.name}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]

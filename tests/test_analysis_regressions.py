@@ -72,6 +72,19 @@ def test_it_records_a_regression_where_the_drop_crosses_the_threshold(tuned):
     assert (regression.cause, regression.changed_segment) == ("prefix_changed", "system")
 
 
+def test_it_names_the_changed_segment_when_every_call_has_its_own_prefix(tuned):
+    # A timestamp in the system prompt: each call's prefix is new, so no single
+    # "after" prefix is common; the regression must still name the system segment.
+    stamped = [
+        prefix(system=(SYSTEM[0] + f" Current time: 2026-11-29 10:{n:02d}.", 612), tools=TOOLS) for n in range(5)
+    ]
+    calls = runs(tuned, [(HIT, STABLE)] * 10 + [(MISS, p) for p in stamped])
+    regression = Regression.objects.get()
+    assert regression.prefix_before == STABLE.hash
+    assert regression.prefix_after == calls[12].prefix_hash != STABLE.hash
+    assert (regression.cause, regression.changed_segment) == ("prefix_changed", "system")
+
+
 def test_it_records_one_regression_per_drop_and_a_new_one_after_recovery(tuned):
     runs(tuned, [(HIT, STABLE)] * 10 + [(MISS, STAMPED)] * 8)
     assert Regression.objects.count() == 1  # the drop lasts: still the same regression

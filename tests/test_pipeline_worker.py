@@ -24,8 +24,11 @@ from tests.pipeline_support import REDIS_URL, broker, redis_prefix, wait_for, wo
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def batch(n: int, *, run: str = "run-1") -> dict:
-    return {"manifests": [make_manifest(f"{run}/{k}", run_id=run, step=k, items=6) for k in range(n)]}
+def batch(n: int, *, run: str = "run-1", prefix_hash: str = "a" * 64) -> dict:
+    manifests = [make_manifest(f"{run}/{k}", run_id=run, step=k, items=6) for k in range(n)]
+    for m in manifests:
+        m["prefix"]["hash"] = prefix_hash
+    return {"manifests": manifests}
 
 
 def analysed(count: int):
@@ -47,6 +50,24 @@ def test_it_analyses_an_ingested_batch_in_a_worker(api, redis_prefix, workers): 
     # One task for the batch, never one per manifest.
     wait_for(lambda: "succeeded" in worker.text(), "the task to finish", workers=(worker,))
     assert len(received(worker, "manifests.tasks.analyze_calls")) == 1
+
+
+def test_it_keeps_rollups_exact_when_two_processes_analyse_the_same_hour(api, redis_prefix, workers):  # noqa: F811
+    with broker(REDIS_URL, redis_prefix):
+        # Batches in the same hour, queued first, then taken by two processes at once; nothing
+        # else they write is shared (runs and prefixes differ): only the rollup's lock orders them.
+        for n in range(16):
+            assert api.post(batch(4, run=f"run-{n}", prefix_hash=f"{n:064x}")).status_code == 200
+    worker = workers(pool="prefork", concurrency=2)
+    wait_for(analysed(64), "the batches to be analysed", workers=(worker,))
+    project = Call.objects.first().project
+    window = {"start": T0.replace(hour=0), "end": T0.replace(hour=23)}
+    for bucket in ("hour", "day"):
+        from_rollups = trend(project, bucket=bucket, **window)
+        raw = trend_from_raw(project, bucket=bucket, **window)
+        assert [(p["calls"], p["input_tokens"], p["attributions"], p["tokens_by_kind"]) for p in from_rollups] == [
+            (p["calls"], p["input_tokens"], p["attributions"], p["tokens_by_kind"]) for p in raw]
+    assert Rollup.objects.get(bucket="hour").calls == 64
 
 
 def test_it_stores_while_redis_is_down_and_the_sweep_analyses_later(api, redis_prefix, workers):  # noqa: F811

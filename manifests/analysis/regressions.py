@@ -95,7 +95,11 @@ def _store(project: Project, agent: str, model: str, call: Call, seq: list[dict[
     drop, baseline, current = found
     before_rows = seq[end + 1 - 2 * window : end + 1 - window]
     after_rows = seq[end + 1 - window : end + 1]
-    prefix_before, prefix_after = _mode(before_rows), _mode(after_rows)
+    # Before: the prefix most baseline calls shared. After: the prefix of the call
+    # where the drop crossed the threshold. (The most common prefix of the current
+    # window would hide a per-call value such as a timestamp: every call then has
+    # its own prefix and the old one stays the most common.)
+    prefix_before, prefix_after = _mode(before_rows), seq[end]["prefix_hash"] or _mode(after_rows)
     segments_before = _segments(project.pk, prefix_before)
     segments_after = segments_before if prefix_after == prefix_before else _segments(project.pk, prefix_after)
     changed_segment = ""
