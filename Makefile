@@ -29,7 +29,7 @@ browser: $(STAMP)
 
 run: $(STAMP)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput
-	DEBUG=$${DEBUG:-1} $(PY) manage.py seed_demo
+	DEBUG=$${DEBUG:-1} CTXVIEW_DEMO_HOST=$(HOST):$(PORT) $(PY) manage.py seed_demo
 	@if [ -n "$$REDIS_URL" ]; then \
 	  echo "REDIS_URL is set: starting a Celery worker and beat"; \
 	  DEBUG=$${DEBUG:-1} $(VENV)/bin/celery -A ctxview worker --beat --loglevel=INFO --concurrency=2 & \

@@ -66,7 +66,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     pks = [c.pk for c in calls]
     tokens = defaultdict(dict)
     for row in (
-        Item.objects.filter(call_id__in=pks, position__isnull=False)
+        Item.objects.filter(call_id__in=pks)
         .exclude(action__in=ABSENT_ACTIONS)
         .values("call_id", "kind")
         .annotate(tokens=Sum(Coalesce("used_tokens", "granted_tokens", "requested_tokens")))

@@ -3,6 +3,8 @@ sent through the real ingest path (the same service the API calls)."""
 
 from __future__ import annotations
 
+import os
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -32,7 +34,7 @@ class Command(BaseCommand):
         report = demo.load(project=project)
         self.stdout.write(
             f"demo data: {report['accepted']} calls stored and analysed, {report['duplicates']} already there\n"
-            f"\n  open     http://127.0.0.1:8000/\n"
+            f"\n  open     http://{os.environ.get('CTXVIEW_DEMO_HOST', '127.0.0.1:8000')}/\n"
             f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
             f"  api key  {raw_key}   (ingest + read, project 'demo')\n"
         )
