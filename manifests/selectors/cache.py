@@ -10,9 +10,10 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, Sum
 
 from manifests.analysis.prices import PriceBook
-from manifests.models import CacheEvent, PrefixEntry, Project, Regression
+from manifests.models import CacheEvent, PrefixEntry, Project
 from manifests.selectors import series as s
 from manifests.selectors.filters import Filters
+from manifests.selectors.overview import filtered_regressions
 
 MAX_POINTS = 5000  # per-call points on the chart; beyond that the hourly roll-up is enough
 
@@ -36,14 +37,7 @@ def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
     """What the misses added, per model: the prefix a miss writes (or sends uncached) instead
     of reading it from the cache. Misses below the provider's minimum could not hit anyway."""
     qs = CacheEvent.objects.filter(project=project).exclude(cause__in=[CacheEvent.HIT, CacheEvent.BELOW_MINIMUM])
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(call__model=filters.model)
+    qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
     book = PriceBook.load()
     rows, total = [], 0.0
     for r in (qs.values("call__model", "cause")
@@ -60,16 +54,7 @@ def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
 
 
 def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dict[str, Any]]:
-    qs = Regression.objects.filter(project=project).select_related("call")
-    if filters.since is not None:
-        qs = qs.filter(detected_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(detected_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(model=filters.model)
-    regs = list(qs.order_by("-detected_at")[:limit])
+    regs = list(filtered_regressions(project, filters)[:limit])
     events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs])
               .select_related("previous_call")}
     out = []

@@ -13,14 +13,7 @@ PER_PAGE = 50
 
 def _base(project: Project, filters: Filters):
     qs = Compaction.objects.filter(project=project)
-    if filters.since is not None:
-        qs = qs.filter(call__started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(call__started_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(call__model=filters.model)
+    qs = filters.apply(qs, since_field="call__started_at", agent_field="call__agent", model_field="call__model")
     return qs
 
 

@@ -59,14 +59,7 @@ MISSING_CAUSES = ("never_candidate", "budget", "truncated", "compaction")
 
 def _attributions(project: Project, filters: Filters) -> QuerySet[Attribution]:
     qs = Attribution.objects.filter(project=project)
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(call__model=filters.model)
+    qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
     return qs
 
 

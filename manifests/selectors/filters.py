@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
+from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -69,6 +70,28 @@ class Filters:
         if span is None or self.since is None:
             return None
         return Filters(agent=self.agent, model=self.model, range="custom", since=self.since - span, until=self.since)
+
+    def apply(
+        self,
+        qs: QuerySet,
+        *,
+        since_field: str = "started_at",
+        until_field: str | None = None,
+        agent_field: str = "agent",
+        model_field: str = "model",
+    ) -> QuerySet:
+        """Narrow ``qs`` to this time range, agent and model: the one place every page's
+        filters meet the data. A run overlaps the range when it was last seen after its
+        start and first seen before its end, hence the two time fields."""
+        if self.since is not None:
+            qs = qs.filter(**{f"{since_field}__gte": self.since})
+        if self.until is not None:
+            qs = qs.filter(**{f"{until_field or since_field}__lt": self.until})
+        if self.agent:
+            qs = qs.filter(**{agent_field: self.agent})
+        if self.model:
+            qs = qs.filter(**{model_field: self.model})
+        return qs
 
     def params(self, **override: str) -> dict[str, str]:
         out = {"agent": self.agent, "model": self.model}

@@ -13,14 +13,7 @@ from manifests.selectors.filters import Filters
 
 def _runs(project: Project, filters: Filters) -> int:
     qs = Run.objects.filter(project=project)
-    if filters.since is not None:
-        qs = qs.filter(last_seen__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(first_seen__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(model=filters.model)
+    qs = filters.apply(qs, since_field="last_seen", until_field="first_seen")
     return qs.count()
 
 
@@ -68,7 +61,7 @@ def headline(project: Project, filters: Filters) -> list[dict[str, Any]]:
 def regressions(project: Project, filters: Filters, limit: int = 20) -> list[Regression]:
     """Regressions in the range, latest first; ``segment`` is the prefix segment that changed
     (from the regression, else from the cache event of the call where it was detected)."""
-    regs = list(_regressions(project, filters)[:limit])
+    regs = list(filtered_regressions(project, filters)[:limit])
     events = dict(CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs]).values_list("call_id",
                                                                                               "changed_segment"))
     for r in regs:
@@ -76,30 +69,16 @@ def regressions(project: Project, filters: Filters, limit: int = 20) -> list[Reg
     return regs
 
 
-def _regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
+def filtered_regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
     qs = Regression.objects.filter(project=project).select_related("call")
-    if filters.since is not None:
-        qs = qs.filter(detected_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(detected_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(model=filters.model)
+    qs = filters.apply(qs, since_field="detected_at")
     return qs.order_by("-detected_at")
 
 
 def recent_missing(project: Project, filters: Filters, limit: int = 8) -> QuerySet[Attribution]:
     """The latest missing-evidence attributions (not the risk flags), for links to their calls."""
     qs = Attribution.objects.filter(project=project, is_risk=False).select_related("call")
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(call__model=filters.model)
+    qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
     return qs.order_by("-started_at")[:limit]
 
 

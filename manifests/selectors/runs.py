@@ -19,14 +19,7 @@ RUNS_PER_PAGE = 50
 def runs_page(project: Project, filters: Filters, page: str | int | None) -> Page:
     """A page of runs, newest first; the per-run totals are computed for this page only."""
     qs = Run.objects.filter(project=project)
-    if filters.since is not None:
-        qs = qs.filter(last_seen__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(first_seen__lt=filters.until)
-    if filters.agent:
-        qs = qs.filter(agent=filters.agent)
-    if filters.model:
-        qs = qs.filter(model=filters.model)
+    qs = filters.apply(qs, since_field="last_seen", until_field="first_seen")
     result = Paginator(qs.order_by("-last_seen", "-pk"), RUNS_PER_PAGE).get_page(page)
     runs = list(result.object_list)
     stats = {
