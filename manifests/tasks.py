@@ -26,18 +26,21 @@ logger = logging.getLogger(__name__)
 # workers (IntegrityError), the broker away while enqueueing a follow-up.
 TRANSIENT = (OperationalError, InterfaceError, IntegrityError, BrokerError, ConnectionError, TimeoutError)
 
+# What the analysis tasks share: retry transient errors with capped, jittered backoff
+# (below the visibility timeout), acknowledge late, and stop a stuck task.
+ANALYSIS_TASK = {
+    "bind": True,
+    "autoretry_for": TRANSIENT,
+    "retry_backoff": 2,
+    "retry_backoff_max": MAX_COUNTDOWN_SECONDS // 2,
+    "retry_jitter": True,
+    "acks_late": True,
+    "time_limit": 300,
+    "soft_time_limit": 240,
+}
 
-@shared_task(
-    bind=True,
-    autoretry_for=TRANSIENT,
-    retry_backoff=2,
-    retry_backoff_max=MAX_COUNTDOWN_SECONDS // 2,
-    retry_jitter=True,
-    max_retries=8,
-    acks_late=True,
-    time_limit=300,
-    soft_time_limit=240,
-)
+
+@shared_task(**ANALYSIS_TASK, max_retries=8)
 def analyze_calls(self, call_ids: list[int]) -> int:
     """Analyse one ingested batch (one task per batch, never per manifest)."""
     try:
@@ -48,17 +51,7 @@ def analyze_calls(self, call_ids: list[int]) -> int:
         return 0
 
 
-@shared_task(
-    bind=True,
-    autoretry_for=TRANSIENT,
-    retry_backoff=2,
-    retry_backoff_max=MAX_COUNTDOWN_SECONDS // 2,
-    retry_jitter=True,
-    max_retries=3,
-    acks_late=True,
-    time_limit=300,
-    soft_time_limit=240,
-)
+@shared_task(**ANALYSIS_TASK, max_retries=3)
 def sweep_unanalysed(self, older_than_seconds: float = 60, limit: int = 500) -> int:
     """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse them."""
     try:
