@@ -166,7 +166,7 @@ def validation_ratios(items: int, rounds: int = 300) -> dict[str, float]:
     import msgspec
     import orjson
 
-    from ctxkit.manifest import decode_manifest, semantic_errors
+    from ctxkit.record.manifest import decode_manifest, semantic_errors
 
     body = orjson.dumps(manifest(0, 100))  # the yardstick: a 100-item manifest
 
@@ -243,7 +243,7 @@ def main() -> None:
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
     django.setup()
-    from ctxkit.manifest import decode_manifest
+    from ctxkit.record.manifest import decode_manifest
     from manifests.ingest import _item_rows
 
     decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]

@@ -124,6 +124,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # can open it too; one file per test process, so concurrent runs never share one.
     _test_dir = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     DATABASES["default"]["TEST"] = {"NAME": str(_test_dir / f"ctxview-test-{os.getpid()}.sqlite3")}
+else:
+    # One test database per test process here too, so two suites (two checkouts, or
+    # a developer's run beside CI) never create or drop each other's database.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

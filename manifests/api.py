@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ctxkit.manifest import json_schema
+from ctxkit.record.manifest import json_schema
 from manifests import ingest
 from manifests.auth import HasIngestScope, HasReadScope
 from manifests.models import Call, Compaction, Run
@@ -212,7 +212,7 @@ def _ordered_items() -> QuerySet:
 
 @extend_schema(exclude=True)
 def manifest_json_schema(request: Any) -> HttpResponse:
-    """The manifest's JSON Schema, generated from ctxkit.manifest; public, like any spec."""
+    """The manifest's JSON Schema, generated from ctxkit.record.manifest; public, like any spec."""
     import json
 
     return HttpResponse(json.dumps(json_schema(), indent=2, sort_keys=True), content_type="application/schema+json")

@@ -1,10 +1,10 @@
 """Demo data: runs built with ctxkit that show the three questions ctxview answers.
 
-Every call is built the way an agent would build it: ``ctxkit.builder.ContextBuilder``
-allocates the segments (``ctxkit.allocator``), lays them out HEAD / MIDDLE / TAIL and
-hashes the stable prefix (``ctxkit.layout``), reads the key fields back
-(``ctxkit.readback``); history is compacted with ``ctxkit.compaction.compact``; the
-provider's usage goes through ``ctxkit.usage.normalize_usage``. The manifests are then
+Every call is built the way an agent would build it: ``ctxkit.record.builder.ContextBuilder``
+allocates the segments (``ctxkit.context.allocator``), lays them out HEAD / MIDDLE / TAIL and
+hashes the stable prefix (``ctxkit.context.layout``), reads the key fields back
+(``ctxkit.context.readback``); history is compacted with ``ctxkit.context.compaction.compact``; the
+provider's usage goes through ``ctxkit.record.usage.normalize_usage``. The manifests are then
 stored through ``ingest.ingest_body``, the same path as ``POST /api/v1/manifests``.
 
 The runs (times are relative to "now", so the demo always looks recent; call ids are
@@ -34,12 +34,12 @@ from typing import Any
 import msgspec
 from django.utils import timezone
 
-from ctxkit.allocator import Segment
-from ctxkit.builder import ContextBuilder
-from ctxkit.compaction import Record, compact
+from ctxkit.context.allocator import Segment
+from ctxkit.context.compaction import Record, compact
+from ctxkit.context.readback import KeyField
 from ctxkit.fixtures import TOOLS_SCHEMA
-from ctxkit.manifest import Claim, Outcome
-from ctxkit.readback import KeyField
+from ctxkit.record.builder import ContextBuilder
+from ctxkit.record.manifest import Claim, Outcome
 from manifests import ingest
 from manifests.models import Project
 

@@ -2,7 +2,7 @@
 
 The hot path is built for speed (see docs/performance.md): the body is split into
 raw manifests without parsing them (msgspec.Raw), each is decoded straight into
-the shared ``ctxkit.manifest.Manifest`` type, and the whole batch is written in
+the shared ``ctxkit.record.manifest.Manifest`` type, and the whole batch is written in
 one transaction with one statement per table (``COPY`` for items on PostgreSQL).
 A bad manifest is rejected with the JSON path of every bad field and never blocks
 the good ones beside it.
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ctxkit.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
 logger = logging.getLogger(__name__)

@@ -2,14 +2,14 @@
 
 The call's items are turned back into allocator segments (requested tokens, priority,
 pinned, a policy chosen from the action taken and the item's kind, and the text when
-the agent sent it), allocated again with ``ctxkit.allocator.allocate``, and each item's
+the agent sent it), allocated again with ``ctxkit.context.allocator.allocate``, and each item's
 and each required evidence's fate is compared with what really happened.
 
 Approximation, said on the page too: an item whose full text was not sent is modelled
 by filler of its requested size (a private-use character worth ``unit`` tokens), so
 its cut is exact in tokens but evidence inside it can only be judged by how much of it
 survives: kept whole = present, dropped = missing, cut = at risk. Where the text was
-sent, evidence is read back from the replayed outputs literally (``ctxkit.readback``).
+sent, evidence is read back from the replayed outputs literally (``ctxkit.context.readback``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ctxkit.allocator import Segment, allocate
-from ctxkit.manifest import MAX_TOKENS
-from ctxkit.operators import MARKER_RE
-from ctxkit.readback import KeyField, read_back
-from ctxkit.tokens import Estimator, estimate_tokens
+from ctxkit.context.allocator import Segment, allocate
+from ctxkit.context.operators import MARKER_RE
+from ctxkit.context.readback import KeyField, read_back
+from ctxkit.context.tokens import Estimator, estimate_tokens
+from ctxkit.record.manifest import MAX_TOKENS
 from manifests.models import Call, Evidence, Item
 
 FILL = "\ue000"  # a private-use character: never in real text, never matched by a literal

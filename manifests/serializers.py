@@ -1,4 +1,4 @@
-"""Read-side serializers (the write side validates with ctxkit.manifest)."""
+"""Read-side serializers (the write side validates with ctxkit.record.manifest)."""
 
 from rest_framework import serializers
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.builder import build_manifest
-from ctxkit.manifest import Compaction, Evidence, Item, Manifest, Outcome, Prefix, PrefixSegment, Usage
+from ctxkit.record.builder import build_manifest
+from ctxkit.record.manifest import Compaction, Evidence, Item, Manifest, Outcome, Prefix, PrefixSegment, Usage
 from manifests import analysis
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ctxkit.allocator import Segment
-from ctxkit.builder import ContextBuilder
-from ctxkit.compaction import Record, Summary, compact
-from ctxkit.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usage
-from ctxkit.readback import KeyField
+from ctxkit.context.allocator import Segment
+from ctxkit.context.compaction import Record, Summary, compact
+from ctxkit.context.readback import KeyField
+from ctxkit.record.builder import ContextBuilder
+from ctxkit.record.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usage
 from manifests import analysis
 from manifests.models import Attribution
 from tests.analysis_support import MODEL, T0, item, manifest, store_and_analyse

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ctxkit.manifest import Usage
+from ctxkit.record.manifest import Usage
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
 from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, store, store_and_analyse

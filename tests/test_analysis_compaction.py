@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from ctxkit.compaction import Record, Summary, compact
-from ctxkit.manifest import Compaction, Invariant
+from ctxkit.context.compaction import Record, Summary, compact
+from ctxkit.record.manifest import Compaction, Invariant
 from manifests.analysis.trends import compaction_failures
 from manifests.models import CompactionFigures
 from tests.analysis_support import T0, item, manifest, store_and_analyse

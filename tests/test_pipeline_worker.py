@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ctxkit.manifest import Usage
+from ctxkit.record.manifest import Usage
 from manifests.analysis import notify
 from manifests.analysis.trends import trend, trend_from_raw
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup

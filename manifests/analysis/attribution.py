@@ -9,8 +9,8 @@ not rest on is "not used"; present evidence in the middle of the context gets a
 
 from __future__ import annotations
 
-from ctxkit.manifest import Evidence as ManifestEvidence
-from ctxkit.manifest import Item as ManifestItem
+from ctxkit.record.manifest import Evidence as ManifestEvidence
+from ctxkit.record.manifest import Item as ManifestItem
 from manifests.analysis.data import CallData, clean
 from manifests.models import Attribution
 

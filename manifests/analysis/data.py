@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ctxkit.manifest import ABSENT_ACTIONS, Manifest, decode_manifest
-from ctxkit.manifest import Item as ManifestItem
+from ctxkit.record.manifest import ABSENT_ACTIONS, Manifest, decode_manifest
+from ctxkit.record.manifest import Item as ManifestItem
 from manifests.models import Call, Compaction, Evidence
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxkit.manifest import Item as ManifestItem
-from ctxkit.manifest import Manifest
+from ctxkit.record.manifest import Item as ManifestItem
+from ctxkit.record.manifest import Manifest
 from manifests.analysis.data import CallData, clean, context_tokens, in_context
 from manifests.analysis.prices import Price
 from manifests.models import CallFigures

@@ -22,7 +22,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from ctxkit.manifest import ABSENT_ACTIONS
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup
 
 HOUR = timedelta(hours=1)

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 
-from ctxkit.manifest import ABSENT_ACTIONS
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.models import Attribution, Call, Compaction, CompactionFigures, Item, Project, Rollup
 
 TREND_SUMS = (

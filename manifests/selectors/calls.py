@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import Prefetch
 from django.http import Http404
 
-from ctxkit.manifest import ABSENT_ACTIONS
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.models import Call, Compaction, Invariant, Item, Project
 
 ZONE_ORDER = {"head": 0, "middle": 1, "tail": 2}

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet
 
-from ctxkit.manifest import ABSENT_ACTIONS
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.models import Attribution, Evidence, Item, Project, Run
 from manifests.selectors import series
 from manifests.selectors.filters import Filters

@@ -9,7 +9,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce
 
-from ctxkit.manifest import ABSENT_ACTIONS
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
 from manifests.selectors.filters import Filters
 

@@ -21,17 +21,19 @@ _EXPORTS: dict[str, str] = {
             "Prefix", "PrefixSegment", "Outcome", "Claim", "Builder", "FieldError", "convert_manifest",
             "decode_manifest", "json_schema",
         ),
-        "manifest",
+        "record.manifest",
     ),
     # building a manifest
-    **dict.fromkeys(("build_manifest", "ContextBuilder", "BuiltContext", "blocks_from_plan"), "builder"),
-    **dict.fromkeys(("record_items", "projection_items", "block_items", "short_id", "UNTRUSTED_KINDS"), "items"),
+    **dict.fromkeys(("build_manifest", "ContextBuilder", "BuiltContext", "blocks_from_plan"), "record.builder"),
+    **dict.fromkeys(("record_items", "projection_items", "block_items", "short_id", "UNTRUSTED_KINDS"), "record.items"),
     # tokens
-    **dict.fromkeys(("estimate_tokens", "clip", "bpe_estimator", "count_cjk", "file_report", "Estimator"), "tokens"),
+    **dict.fromkeys(
+        ("estimate_tokens", "clip", "bpe_estimator", "count_cjk", "file_report", "Estimator"), "context.tokens"
+    ),
     # grouping and budgeted projection
-    **dict.fromkeys(("group_interactions", "project", "Group", "Projection"), "grouping"),
+    **dict.fromkeys(("group_interactions", "project", "Group", "Projection"), "context.grouping"),
     # allocator
-    **dict.fromkeys(("Segment", "allocate", "Plan", "Allocation"), "allocator"),
+    **dict.fromkeys(("Segment", "allocate", "Plan", "Allocation"), "context.allocator"),
     # operators
     **dict.fromkeys(
         (
@@ -39,30 +41,30 @@ _EXPORTS: dict[str, str] = {
             "merge_near_duplicates", "merge_near_duplicate_lines", "score_line", "extract_lines", "summarize_lines",
             "ref_replace", "truncate_head_tail", "sliding_window", "compress_schema",
         ),
-        "operators",
+        "context.operators",
     ),
     # key-field read-back
-    **dict.fromkeys(("KeyField", "ReadBack", "read_back", "to_evidence", "format_readback"), "readback"),
+    **dict.fromkeys(("KeyField", "ReadBack", "read_back", "to_evidence", "format_readback"), "context.readback"),
     # compaction and clearing
     **dict.fromkeys(
         (
             "Record", "Summary", "compact", "should_compact", "extractive_summarizer", "clear_tool_results",
             "CompactionResult", "ClearResult",
         ),
-        "compaction",
+        "context.compaction",
     ),
     # layout and caching
-    **dict.fromkeys(("Block", "Layout", "arrange", "volatile_warnings", "canonical_json"), "layout"),
+    **dict.fromkeys(("Block", "Layout", "arrange", "volatile_warnings", "canonical_json"), "context.layout"),
     # handoff summaries
-    **dict.fromkeys(("check_handoff", "validate_handoff", "HandoffReport"), "handoff"),
+    **dict.fromkeys(("check_handoff", "validate_handoff", "HandoffReport"), "context.handoff"),
     # provider usage
     **dict.fromkeys(
         ("normalize_usage", "detect_provider", "applied_edits_to_manifest", "uncached_input_tokens", "cache_hit_ratio"),
-        "usage",
+        "record.usage",
     ),
     # sending
-    "Client": "client",
-    "Spool": "spool",
+    "Client": "record.client",
+    "Spool": "record.spool",
 }
 
 # Kept literal (static tools read it); a test checks it lists exactly the names above.
@@ -169,10 +171,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from ctxkit.allocator import Allocation, Plan, Segment, allocate
-    from ctxkit.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
-    from ctxkit.client import Client
-    from ctxkit.compaction import (
+    from ctxkit.context.allocator import Allocation, Plan, Segment, allocate
+    from ctxkit.context.compaction import (
         ClearResult,
         CompactionResult,
         Record,
@@ -182,11 +182,32 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         extractive_summarizer,
         should_compact,
     )
-    from ctxkit.grouping import Group, Projection, group_interactions, project
-    from ctxkit.handoff import HandoffReport, check_handoff, validate_handoff
-    from ctxkit.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
-    from ctxkit.layout import Block, Layout, arrange, canonical_json, volatile_warnings
-    from ctxkit.manifest import (
+    from ctxkit.context.grouping import Group, Projection, group_interactions, project
+    from ctxkit.context.handoff import HandoffReport, check_handoff, validate_handoff
+    from ctxkit.context.layout import Block, Layout, arrange, canonical_json, volatile_warnings
+    from ctxkit.context.operators import (
+        OpRecord,
+        compress_schema,
+        content_key,
+        dedupe_items,
+        dedupe_lines,
+        extract_lines,
+        jaccard_5gram,
+        merge_near_duplicate_lines,
+        merge_near_duplicates,
+        normalize,
+        ref_replace,
+        score_line,
+        sliding_window,
+        summarize_lines,
+        truncate_head_tail,
+    )
+    from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
+    from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
+    from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
+    from ctxkit.record.client import Client
+    from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
+    from ctxkit.record.manifest import (
         SCHEMA_V1,
         Budget,
         Builder,
@@ -206,27 +227,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         decode_manifest,
         json_schema,
     )
-    from ctxkit.operators import (
-        OpRecord,
-        compress_schema,
-        content_key,
-        dedupe_items,
-        dedupe_lines,
-        extract_lines,
-        jaccard_5gram,
-        merge_near_duplicate_lines,
-        merge_near_duplicates,
-        normalize,
-        ref_replace,
-        score_line,
-        sliding_window,
-        summarize_lines,
-        truncate_head_tail,
-    )
-    from ctxkit.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
-    from ctxkit.spool import Spool
-    from ctxkit.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
-    from ctxkit.usage import (
+    from ctxkit.record.spool import Spool
+    from ctxkit.record.usage import (
         applied_edits_to_manifest,
         cache_hit_ratio,
         detect_provider,

@@ -20,7 +20,7 @@ DEFAULT_HOST = "http://127.0.0.1:8000"
 
 
 def _count(args: argparse.Namespace) -> int:
-    from ctxkit import tokens  # imported here: `send-spool` must not pay for (or depend on) it
+    from ctxkit.context import tokens  # imported here: `send-spool` must not pay for (or depend on) it
 
     try:
         report = tokens.file_report(args.file)
@@ -32,7 +32,7 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def _send_spool(args: argparse.Namespace) -> int:
-    from ctxkit.client import Client
+    from ctxkit.record.client import Client
 
     api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
     host = args.host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST

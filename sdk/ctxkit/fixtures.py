@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from ctxkit.allocator import Segment
-from ctxkit.readback import KeyField
+from ctxkit.context.allocator import Segment
+from ctxkit.context.readback import KeyField
 
 SMALL_BUDGET = 800
 DEFAULT_BUDGET = 1200

@@ -31,8 +31,9 @@ from ctxkit import (
     read_back,
     short_id,
 )
+from ctxkit.context.readback import KeyField
 from ctxkit.fixtures import DEFAULT_BUDGET, KEY_FIELDS, LARGE_BUDGET, SMALL_BUDGET, fixture_segments, reserve_for
-from ctxkit.manifest import (
+from ctxkit.record.manifest import (
     MAX_EVIDENCE,
     MAX_ID,
     MAX_ITEMS,
@@ -48,7 +49,6 @@ from ctxkit.manifest import (
     Usage,
     convert_manifest,
 )
-from ctxkit.readback import KeyField
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_loop.py"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from ctxkit.cli import main
-from ctxkit.manifest import Budget, Manifest
-from ctxkit.spool import Spool
+from ctxkit.record.manifest import Budget, Manifest
+from ctxkit.record.spool import Spool
 
 KEY = "cli-key"
 

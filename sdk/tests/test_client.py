@@ -19,9 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import msgspec
 import pytest
 
-from ctxkit.client import Client, backoff_delay, parse_retry_after
-from ctxkit.manifest import Budget, Item, Manifest, convert_manifest
-from ctxkit.spool import Spool
+from ctxkit.record.client import Client, backoff_delay, parse_retry_after
+from ctxkit.record.manifest import Budget, Item, Manifest, convert_manifest
+from ctxkit.record.spool import Spool
 
 API_KEY = "test-key"
 

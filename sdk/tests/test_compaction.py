@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from ctxkit.compaction import (
+from ctxkit.context.compaction import (
     Record,
     Summary,
     clear_tool_results,
@@ -16,9 +16,9 @@ from ctxkit.compaction import (
     extractive_summarizer,
     should_compact,
 )
-from ctxkit.handoff import check_handoff
-from ctxkit.manifest import MAX_NAME, Compaction, ContextEdit, convert_manifest
-from ctxkit.tokens import estimate_tokens
+from ctxkit.context.handoff import check_handoff
+from ctxkit.context.tokens import estimate_tokens
+from ctxkit.record.manifest import MAX_NAME, Compaction, ContextEdit, convert_manifest
 
 
 def chars(text: str) -> int:

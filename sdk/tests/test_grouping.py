@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.grouping import (
+from ctxkit.context.grouping import (
     MESSAGE_OVERHEAD,
     group_interactions,
     message_tokens,

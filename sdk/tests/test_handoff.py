@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxkit.compaction import Record, compact
-from ctxkit.handoff import check_handoff, has_source, validate_handoff
+from ctxkit.context.compaction import Record, compact
+from ctxkit.context.handoff import check_handoff, has_source, validate_handoff
 
 GOOD_EN = """\
 # Handoff

@@ -11,9 +11,8 @@ import unicodedata
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ctxkit import operators
-from ctxkit.fixtures import TOOLS, TOOLS_SCHEMA
-from ctxkit.operators import (
+from ctxkit.context import operators
+from ctxkit.context.operators import (
     MARKER_RE,
     OpRecord,
     compress_schema,
@@ -32,10 +31,11 @@ from ctxkit.operators import (
     summarize_lines,
     truncate_head_tail,
 )
-from ctxkit.ops_dedupe import key_and_repeats, line_repeats
-from ctxkit.ops_extract import cut_lines, plan_extract, plan_summary
-from ctxkit.ops_schema import cut_schema, plan_schema
-from ctxkit.tokens import estimate_tokens, memo_estimator
+from ctxkit.context.ops_dedupe import key_and_repeats, line_repeats
+from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.ops_schema import cut_schema, plan_schema
+from ctxkit.context.tokens import estimate_tokens, memo_estimator
+from ctxkit.fixtures import TOOLS, TOOLS_SCHEMA
 
 LOG = "\n".join(
     ["HEAD: GET /refund status=200 refund_rate=0.0321"]

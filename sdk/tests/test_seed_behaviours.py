@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 
-from ctxkit.allocator import Plan, allocate
+from ctxkit.context.allocator import Plan, allocate
+from ctxkit.context.operators import MARKER_RE, jaccard_5gram
+from ctxkit.context.readback import read_back
+from ctxkit.context.tokens import clip, estimate_tokens
 from ctxkit.fixtures import (
     DEFAULT_BUDGET,
     FOOTER,
@@ -22,10 +25,7 @@ from ctxkit.fixtures import (
     fixture_segments,
     reserve_for,
 )
-from ctxkit.manifest import ACTIONS
-from ctxkit.operators import MARKER_RE, jaccard_5gram
-from ctxkit.readback import read_back
-from ctxkit.tokens import clip, estimate_tokens
+from ctxkit.record.manifest import ACTIONS
 
 
 def run(budget: int, naive: bool = False) -> Plan:

@@ -1,4 +1,4 @@
-"""ctxkit.spool.Spool: crash-tolerant, multi-process, bounded JSONL segments."""
+"""ctxkit.record.spool.Spool: crash-tolerant, multi-process, bounded JSONL segments."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import msgspec
 
-from ctxkit.manifest import Budget, Manifest, decode_manifest
-from ctxkit.spool import Spool
+from ctxkit.record.manifest import Budget, Manifest, decode_manifest
+from ctxkit.record.spool import Spool
 
 SDK_DIR = str(Path(__file__).resolve().parents[1])
 
@@ -100,7 +100,7 @@ def test_a_crash_loses_at_most_the_partial_last_line(tmp_path: Path) -> None:
     # The child appends, starts a line it never finishes, and dies without closing.
     run_child(
         "import os, sys\n"
-        "from ctxkit.spool import Spool\n"
+        "from ctxkit.record.spool import Spool\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from test_spool import make_manifest\n"
         f"s = Spool({str(tmp_path)!r})\n"
@@ -129,8 +129,8 @@ def test_several_processes_write_their_own_segments(tmp_path: Path) -> None:
     code = (
         "import os\n"
         "from datetime import UTC, datetime\n"
-        "from ctxkit.manifest import Budget, Manifest\n"
-        "from ctxkit.spool import Spool\n"
+        "from ctxkit.record.manifest import Budget, Manifest\n"
+        "from ctxkit.record.spool import Spool\n"
         f"s = Spool({str(tmp_path)!r})\n"
         "for batch in range(5):\n"
         "    s.append([Manifest(schema='ctxview.manifest/v1', call_id=f'{os.getpid()}-{batch}-{n}', run_id='r',\n"

@@ -10,8 +10,8 @@ import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit import tokens
-from ctxkit.tokens import (
+from ctxkit.context import tokens
+from ctxkit.context.tokens import (
     bpe_estimator,
     clip,
     count_cjk,

@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from ctxkit.manifest import ContextEdit, Usage, convert_manifest
-from ctxkit.usage import (
+from ctxkit.record.manifest import ContextEdit, Usage, convert_manifest
+from ctxkit.record.usage import (
     applied_edits_to_manifest,
     cache_hit_ratio,
     detect_provider,

@@ -1,6 +1,6 @@
 """Lossy operators that keep whole lines: scored extraction, extractive summary, sliding window (seed 001, 5.4).
 
-Re-exported by ``ctxkit.operators``; see its docstring for the API. ``extract_lines``,
+Re-exported by ``ctxkit.context.operators``; see its docstring for the API. ``extract_lines``,
 ``summarize_lines`` and ``sliding_window`` accept ``scorer=`` (default :func:`score_line`) so
 a caller handling many texts in one go (the allocator) can pass a memoised scorer; the
 results are identical either way.
@@ -12,8 +12,16 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxkit.ops_common import OpRecord
-from ctxkit.tokens import Estimator, clip, count_cjk, estimate_tokens, is_default_estimator, remember, tokens_from_cjk
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.tokens import (
+    Estimator,
+    clip,
+    count_cjk,
+    estimate_tokens,
+    is_default_estimator,
+    remember,
+    tokens_from_cjk,
+)
 
 Scorer = Callable[[str], int]
 

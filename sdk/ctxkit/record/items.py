@@ -1,6 +1,6 @@
 """Manifest items from the parts of a build, and clipping to the schema's limits.
 
-Used by :mod:`ctxkit.builder`; the public helpers (:func:`record_items`,
+Used by :mod:`ctxkit.record.builder`; the public helpers (:func:`record_items`,
 :func:`projection_items`, :func:`block_items`, :func:`short_id`) are for callers who assemble
 ``extra_items`` themselves. Every helper returns items the server accepts: ids of at most
 ``MAX_ID`` characters, reasons clipped, token counts in range, ``used <= granted``.
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ctxkit.manifest import ABSENT_ACTIONS, ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item
-from ctxkit.tokens import Estimator, estimate_tokens
+from ctxkit.context.tokens import Estimator, estimate_tokens
+from ctxkit.record.manifest import ABSENT_ACTIONS, ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item
 
 if TYPE_CHECKING:
-    from ctxkit.allocator import Plan
-    from ctxkit.compaction import Record
-    from ctxkit.grouping import Projection
-    from ctxkit.layout import Block, Layout
+    from ctxkit.context.allocator import Plan
+    from ctxkit.context.compaction import Record
+    from ctxkit.context.grouping import Projection
+    from ctxkit.context.layout import Block, Layout
 
 # Kinds whose content is data, never instructions, whatever their segment says (seed 001, 5.9).
 UNTRUSTED_KINDS: frozenset[str] = frozenset({"tool_result", "retrieval"})
@@ -158,7 +158,7 @@ def record_items(
     an item already, and listing them again would count their tokens twice. So is any record
     whose id is in ``skip`` (the plan's segment names).
     """
-    from ctxkit.operators import content_key  # loaded only when records are listed
+    from ctxkit.context.operators import content_key  # loaded only when records are listed
 
     items: list[Item] = []
     for r in records:

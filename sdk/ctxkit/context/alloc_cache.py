@@ -23,8 +23,8 @@ import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ctxkit.ops_dedupe import content_key, key_and_repeats
-from ctxkit.tokens import count_cjk
+from ctxkit.context.ops_dedupe import content_key, key_and_repeats
+from ctxkit.context.tokens import count_cjk
 
 # About 4 MB-16 MB of text, depending on the script: a long agent context several times over.
 MAX_CHARS = 4_000_000

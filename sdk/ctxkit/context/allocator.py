@@ -54,19 +54,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxkit import alloc_cache
-from ctxkit.alloc_apply import POLICY_ACTION, apply_policy  # noqa: F401  (POLICY_ACTION: re-exported)
-from ctxkit.alloc_share import share, whole_or_nothing
-from ctxkit.manifest import ITEM_KINDS, Budget, Item
-from ctxkit.operators import (
+from ctxkit.context import alloc_cache
+from ctxkit.context.alloc_apply import POLICY_ACTION, apply_policy  # noqa: F401  (POLICY_ACTION: re-exported)
+from ctxkit.context.alloc_share import share, whole_or_nothing
+from ctxkit.context.operators import (
     OpRecord,
     memo,
     merge_near_duplicate_lines,
     merge_near_duplicates,
     score_line,
 )
-from ctxkit.ops_dedupe import dedupe_record
-from ctxkit.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, memo_estimator, tokens_from_cjk
+from ctxkit.context.ops_dedupe import dedupe_record
+from ctxkit.context.tokens import (
+    CHARS_PER_TOKEN_LATIN,
+    Estimator,
+    clip,
+    estimate_tokens,
+    memo_estimator,
+    tokens_from_cjk,
+)
+from ctxkit.record.manifest import ITEM_KINDS, Budget, Item
 
 Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
 POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxkit.tokens import Estimator, estimate_tokens
+from ctxkit.context.tokens import Estimator, estimate_tokens
 
 Message = Mapping[str, Any]
 MESSAGE_OVERHEAD = 4  # role and framing tokens per message, as chat formats add them

@@ -1,6 +1,6 @@
 """Lossless and provenance-keeping operators: exact dedupe and near-duplicate merging (seed 001, 5.3.1).
 
-Re-exported by ``ctxkit.operators``; see its docstring for the API.
+Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxkit.ops_common import OpRecord
-from ctxkit.tokens import Estimator, estimate_tokens
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.tokens import Estimator, estimate_tokens
 
 # Fullwidth punctuation common in Chinese text, and the ideographic space, with their NFKC
 # forms (each is the character's full compatibility decomposition).

@@ -1,6 +1,6 @@
 """Recoverable cuts: reference replacement and head/tail truncation with a ref marker (seed 001, 5.3-5.5).
 
-Re-exported by ``ctxkit.operators``; see its docstring for the API. JSON input is truncated
+Re-exported by ``ctxkit.context.operators``; see its docstring for the API. JSON input is truncated
 field-aware and stays valid JSON.
 """
 
@@ -10,9 +10,9 @@ import json
 import re
 from typing import Any
 
-from ctxkit.ops_common import OpRecord
-from ctxkit.ops_dedupe import content_key
-from ctxkit.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, is_default_estimator
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.ops_dedupe import content_key
+from ctxkit.context.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, is_default_estimator
 
 # --------------------------------------------------------------------------- #
 # Reference replacement

@@ -1,6 +1,6 @@
 """Tool schema compression (seed 001, 5.3.3): compact JSON, fewer docs, signatures, fewer tools.
 
-Re-exported by ``ctxkit.operators``; see its docstring for the API.
+Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxkit.ops_common import OpRecord
-from ctxkit.ops_extract import extract_lines
-from ctxkit.ops_truncate import _json
-from ctxkit.tokens import Estimator, estimate_tokens
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.ops_extract import extract_lines
+from ctxkit.context.ops_truncate import _json
+from ctxkit.context.tokens import Estimator, estimate_tokens
 
 
 def _tool_parts(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:

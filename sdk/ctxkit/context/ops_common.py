@@ -1,6 +1,6 @@
 """What every context operator returns besides its text: :class:`OpRecord`; and the safe-first order.
 
-Split out of ``ctxkit.operators`` (which re-exports both) so the operator modules can share it
+Split out of ``ctxkit.context.operators`` (which re-exports both) so the operator modules can share it
 without importing each other.
 """
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ctxkit.manifest import MAX_TOKENS, ContextEdit, Usage
+from ctxkit.record.manifest import MAX_TOKENS, ContextEdit, Usage
 
 PROVIDERS = ("anthropic", "openai_chat", "openai_responses", "gemini", "otel")
 _ALIASES = {

@@ -1,8 +1,8 @@
 """Cutting each segment to its grant by its policy, and the reason it gives (allocator step 7).
 
-Used by :mod:`ctxkit.allocator`; split out to keep modules small. The budget-independent half
+Used by :mod:`ctxkit.context.allocator`; split out to keep modules small. The budget-independent half
 of ``extract``, ``summarize`` and ``schema`` (lines ranked and costed, schema steps rendered)
-is kept across calls in :mod:`ctxkit.alloc_cache` when the estimator is the default one, so
+is kept across calls in :mod:`ctxkit.context.alloc_cache` when the estimator is the default one, so
 only the cut at this call's grant is redone.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ctxkit import alloc_cache
-from ctxkit.ops_common import OpRecord
-from ctxkit.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
-from ctxkit.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
-from ctxkit.ops_truncate import ref_replace, truncate_head_tail
-from ctxkit.tokens import Estimator, is_default_estimator
+from ctxkit.context import alloc_cache
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
+from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
+from ctxkit.context.tokens import Estimator, is_default_estimator
 
 if TYPE_CHECKING:
-    from ctxkit.allocator import Allocation, Segment
+    from ctxkit.context.allocator import Allocation, Segment
 
 # The manifest action a policy produces when it has to shrink its segment.
 POLICY_ACTION = {

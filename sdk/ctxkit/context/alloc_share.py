@@ -1,6 +1,6 @@
 """The allocator's budget arithmetic: water-filling by priority, and all-or-nothing ``drop`` segments.
 
-Used by :mod:`ctxkit.allocator` (its docstring, steps 5 and 6, states the rules); split out
+Used by :mod:`ctxkit.context.allocator` (its docstring, steps 5 and 6, states the rules); split out
 to keep modules small.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxkit.allocator import Allocation
+    from ctxkit.context.allocator import Allocation
 
 
 def order_key(a: Allocation) -> tuple[int, str]:

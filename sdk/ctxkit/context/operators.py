@@ -2,7 +2,7 @@
 
 API notes
 ---------
-Every operator is deterministic, takes an ``estimate`` (default :func:`ctxkit.tokens.estimate_tokens`)
+Every operator is deterministic, takes an ``estimate`` (default :func:`ctxkit.context.tokens.estimate_tokens`)
 and returns ``(result, OpRecord)``; the record says what was done, tokens before/after, and
 details (removed lines, merged sources, omitted tokens) for the manifest's ``reason``. Every
 operator that takes a ``budget`` returns text whose estimate is ``<= budget`` (possibly ``""``).
@@ -49,8 +49,8 @@ This module only re-exports: the code lives in ``ops_common`` (OpRecord, SAFE_OR
 
 from __future__ import annotations
 
-from ctxkit.ops_common import SAFE_ORDER, OpRecord, memo
-from ctxkit.ops_dedupe import (
+from ctxkit.context.ops_common import SAFE_ORDER, OpRecord, memo
+from ctxkit.context.ops_dedupe import (
     Merged,
     content_key,
     dedupe_items,
@@ -64,7 +64,7 @@ from ctxkit.ops_dedupe import (
     normalize,
     shingles,
 )
-from ctxkit.ops_extract import (
+from ctxkit.context.ops_extract import (
     CONSTRAINT_HINTS,
     FAIL_HINTS,
     UNIT_HINTS,
@@ -79,8 +79,8 @@ from ctxkit.ops_extract import (
     sliding_window,
     summarize_lines,
 )
-from ctxkit.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
-from ctxkit.ops_truncate import MARKER_RE, ref_replace, truncate_head_tail
+from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.ops_truncate import MARKER_RE, ref_replace, truncate_head_tail
 
 __all__ = [
     "CONSTRAINT_HINTS",

@@ -1,4 +1,4 @@
-"""The HTTP side of :class:`ctxkit.client.Client`: one POST of a batch, the
+"""The HTTP side of :class:`ctxkit.record.client.Client`: one POST of a batch, the
 retry timing helpers, and reading the server's per-manifest answer. Stdlib only."""
 
 from __future__ import annotations

@@ -23,21 +23,21 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ctxkit.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
+from ctxkit.record.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
 
 Estimate = Callable[[str], int]
 
 
 def resolve_estimate(estimate: Estimate | None) -> Estimate:
-    """The caller's estimator, else ``ctxkit.tokens.estimate_tokens``, else chars/4.
+    """The caller's estimator, else ``ctxkit.context.tokens.estimate_tokens``, else chars/4.
 
-    Resolved at call time so this module does not depend on ``ctxkit.tokens`` being
+    Resolved at call time so this module does not depend on ``ctxkit.context.tokens`` being
     importable when it is loaded.
     """
     if estimate is not None:
         return estimate
     try:
-        from ctxkit.tokens import estimate_tokens
+        from ctxkit.context.tokens import estimate_tokens
     except ImportError:
         return lambda text: max(1, len(text) // 4)
     return estimate_tokens

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ctxkit.items import (
+from ctxkit.context.tokens import Estimator, estimate_tokens
+from ctxkit.record.items import (
     UNTRUSTED_KINDS,
     block_items,
     clamp_tokens,
@@ -42,7 +43,7 @@ from ctxkit.items import (
     sanitize_item,
     short_id,
 )
-from ctxkit.manifest import (
+from ctxkit.record.manifest import (
     ABSENT_ACTIONS,
     MAX_COMPACTIONS,
     MAX_EDITS,
@@ -66,13 +67,12 @@ from ctxkit.manifest import (
     Usage,
     convert_manifest,
 )
-from ctxkit.tokens import Estimator, estimate_tokens
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used, not at import time
-    from ctxkit.allocator import Plan, Segment
-    from ctxkit.compaction import ClearResult, CompactionResult, Record
-    from ctxkit.layout import Block, Layout
-    from ctxkit.readback import KeyField, ReadBack
+    from ctxkit.context.allocator import Plan, Segment
+    from ctxkit.context.compaction import ClearResult, CompactionResult, Record
+    from ctxkit.context.layout import Block, Layout
+    from ctxkit.context.readback import KeyField, ReadBack
 
 BUILDER_NAME = "ctxkit"
 MAX_WARNINGS = 100
@@ -178,7 +178,7 @@ def _usage(usage: Any, provider: str, warnings: list[str]) -> Usage:
         if errors:
             raise ValueError("usage: " + "; ".join(errors))
         return usage
-    from ctxkit.usage import normalize_usage
+    from ctxkit.record.usage import normalize_usage
 
     # A provider response comes from outside: its shape can change with an SDK version. An
     # unreadable one is a warning on the manifest, never a crash of the agent's loop.
@@ -406,7 +406,7 @@ def build_manifest(
 
 def blocks_from_plan(plan: Plan) -> list[Block]:
     """A layout block for every allocation that reaches the model (id = segment name)."""
-    from ctxkit.layout import Block
+    from ctxkit.context.layout import Block
 
     return [
         Block(id=a.name, kind=a.kind, text=a.text, zone=a.zone)  # type: ignore[arg-type]
@@ -473,8 +473,8 @@ class ContextBuilder:
               key_fields: Sequence[KeyField] | None = None) -> BuiltContext:
         """Run the allocator over ``segments``, arrange what survived plus ``blocks`` (content the
         allocator does not manage, such as the question) and read the key fields back."""
-        from ctxkit.allocator import allocate
-        from ctxkit.readback import read_back
+        from ctxkit.context.allocator import allocate
+        from ctxkit.context.readback import read_back
 
         plan = allocate(segments, budget=self.budget, reserve=self.reserve, safety_margin=self.safety_margin,
                         estimate=self.estimate, naive=self.naive, aging=self.aging, aging_step=self.aging_step)
@@ -482,7 +482,7 @@ class ContextBuilder:
         outputs = plan.outputs()
         layout = None
         if not self.naive:  # the naive baseline is plain concatenation: no zones, no prefix
-            from ctxkit.layout import arrange
+            from ctxkit.context.layout import arrange
 
             # The plan has already counted every text it kept: reuse those counts in the layout.
             counted = {a.text: a.used for a in plan.allocations if a.text}

@@ -8,7 +8,7 @@ backoff and full jitter, ``Retry-After`` taken as a minimum. Other 4xx answers
 are final: counted as rejected and logged once. The exception is 401/403 with a
 spool configured: a wrong key is not the data's fault, so those manifests are
 spooled and sent once the key is fixed. Whatever cannot be queued or sent goes
-to the optional on-disk :class:`~ctxkit.spool.Spool` (replayed later, also by a
+to the optional on-disk :class:`~ctxkit.record.spool.Spool` (replayed later, also by a
 new process), or else is dropped and counted. The server is idempotent on
 ``call_id``, so a resend is always harmless.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.spool import Spool, encode_line
-from ctxkit.transport import (
+from ctxkit.record.spool import Spool, encode_line
+from ctxkit.record.transport import (
     BODY_OVERHEAD,
     PATH,
     Response,

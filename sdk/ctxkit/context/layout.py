@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ctxkit.manifest import MAX_SEGMENTS, Prefix, PrefixSegment
+from ctxkit.record.manifest import MAX_SEGMENTS, Prefix, PrefixSegment
 
 Zone = Literal["head", "middle", "tail"]
 ZONES: tuple[Zone, ...] = ("head", "middle", "tail")
@@ -38,12 +38,12 @@ _TAIL_RANK = {"state": 0, "tool_result": 0, "retrieval": 1, "user": 2, "constrai
 
 
 def _resolve_estimate(estimate: Estimate | None) -> Estimate:
-    # Same resolution as ctxkit.compaction.resolve_estimate; kept local so the layout does
+    # Same resolution as ctxkit.context.compaction.resolve_estimate; kept local so the layout does
     # not import the compaction module.
     if estimate is not None:
         return estimate
     try:
-        from ctxkit.tokens import estimate_tokens
+        from ctxkit.context.tokens import estimate_tokens
     except ImportError:
         return lambda text: max(1, len(text) // 4)
     return estimate_tokens
