@@ -4,6 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from manifests import api, views
+from manifests.views import settings as settings_views
 
 urlpatterns = [
     # Dashboard. Run and call ids may hold slashes ("run-7/step-3"), hence <path:...> last.
@@ -15,6 +16,14 @@ urlpatterns = [
     path("p/<slug:slug>/evidence/", views.evidence, name="evidence"),
     path("p/<slug:slug>/cache/", views.cache, name="cache"),
     path("p/<slug:slug>/compactions/", views.compactions, name="compactions"),
+    path("p/<slug:slug>/settings/", settings_views.project_settings_page, name="project-settings"),
+    path("p/<slug:slug>/settings/keys", settings_views.create_key, name="settings-create-key"),
+    path("p/<slug:slug>/settings/keys/<int:key_id>/revoke", settings_views.revoke_key, name="settings-revoke-key"),
+    path("p/<slug:slug>/settings/members", settings_views.invite_member, name="settings-invite"),
+    path("p/<slug:slug>/settings/members/<int:membership_id>", settings_views.change_member,
+         name="settings-member"),
+    path("p/<slug:slug>/settings/webhook", settings_views.configure_webhook, name="settings-webhook"),
+    path("p/<slug:slug>/settings/webhook/test", settings_views.test_webhook, name="settings-webhook-test"),
     path("p/<slug:slug>/whatif.json", views.call_whatif, name="call-whatif"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

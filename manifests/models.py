@@ -42,9 +42,12 @@ class Project(models.Model):
 
 
 class Membership(models.Model):
+    # owner: everything, including the settings (keys, members, webhook); member: the
+    # dashboard and a read-only view of the settings; viewer: the dashboard only.
     OWNER = "owner"
     MEMBER = "member"
-    ROLES = [(OWNER, "Owner"), (MEMBER, "Member")]
+    VIEWER = "viewer"
+    ROLES = [(OWNER, "Owner"), (MEMBER, "Member"), (VIEWER, "Viewer")]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)

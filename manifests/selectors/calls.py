@@ -53,6 +53,28 @@ def used_of(item: Item) -> int:
     return item.requested_tokens if item.action == "keep" else 0
 
 
+# How the allocation bar colours an item: by what the context builder did to it.
+ACTION_GROUPS = {
+    "whole": "kept whole",
+    "cut": "compressed or cut",
+    "summarized": "summarized",
+    "dropped": "dropped / not sent",
+}
+
+
+def action_group(item: Item) -> str:
+    """``whole`` (kept, all its tokens), ``cut`` (compressed, extracted, truncated,
+    replaced by a reference, or kept with fewer tokens than it asked for),
+    ``summarized``, or ``dropped`` (nothing of it reached the model)."""
+    if not in_context(item):
+        return "dropped"
+    if item.action == "summarize":
+        return "summarized"
+    if item.action != "keep" or used_of(item) < item.requested_tokens:
+        return "cut"
+    return "whole"
+
+
 def context_order(items: list[Item]) -> list[Item]:
     """Items in the order of the final context (zone, position), then the absent ones in manifest order."""
     present = sorted(
@@ -75,6 +97,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
                 "zone": (item.zone or "middle") if inside else "not sent",
                 "position": item.position,
                 "action": item.action,
+                "group": action_group(item),
                 "requested": item.requested_tokens,
                 "granted": item.granted_tokens if item.granted_tokens is not None else used_of(item),
                 "used": used_of(item),
@@ -99,6 +122,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
         "input_tokens": call.input_tokens,
         "headroom": call.input_cap - used,
         "zones": zones,
+        "groups": ACTION_GROUPS,
         "items": rows,
     }
 
