@@ -137,8 +137,16 @@
       annotations.push({ x: l.left / plotW * xmax, xanchor: "left", y: barTop, yref: "paper", yanchor: "bottom",
                          yshift: 12 + l.row * 18, showarrow: false, text: "<b>" + l.text + "</b>", font: { color: t.fg, size: 12 } });
     });
+    // The cap lines run in the gaps around the bars, never across a segment's label.
+    var n = rows.length, half = 0.35;
+    function paperY(y) { return barBottom + (1 - barBottom) * (1 - (y + 0.5) / n); }
+    var gaps = [[paperY(-half), 1]];
+    for (var k = 0; k < n; k++) { gaps.push([k + 1 < n ? paperY(k + 1 - half) : barBottom, paperY(k + half)]); }
     capLabels.forEach(function (c) {
-      shapes.push({ type: "line", xref: "x", yref: "y", x0: c.at, x1: c.at, y0: -0.48, y1: 0.48, line: { color: t.fg, width: 2, dash: c.dash } });
+      gaps.forEach(function (g) {
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: c.at, x1: c.at, y0: Math.min(g[0], g[1]), y1: Math.max(g[0], g[1]),
+                      line: { color: t.fg, width: 2, dash: c.dash } });
+      });
       annotations.push({ x: c.left / plotW * xmax, xanchor: "left", y: barBottom, yref: "paper", yanchor: "top",
                          yshift: -2 - c.row * 16, showarrow: false, text: c.text, font: { color: t.fg, size: 11 } });
     });
@@ -146,10 +154,10 @@
     cv.plot("allocation-window", [{
       type: "bar", orientation: "h", y: seg.y, x: seg.x, base: seg.base,
       marker: { color: seg.color, line: { color: t.surface, width: 1 },
-                pattern: { shape: seg.pattern, fgcolor: "rgba(255,255,255,0.45)", size: 8, solidity: 0.15 } },
+                pattern: { shape: seg.pattern, fillmode: "overlay", fgcolor: "rgba(255,255,255,0.35)", size: 8, solidity: 0.12 } },
       text: seg.text, textposition: "inside", insidetextanchor: "middle", textangle: 0,
       textfont: { color: seg.textColor, size: 11 }, constraintext: "none", cliponaxis: true,
-      hovertext: seg.hover, hoverinfo: "text", showlegend: false, width: 0.78, name: "tokens"
+      hovertext: seg.hover, hoverinfo: "text", showlegend: false, width: 0.7, name: "tokens"
     }], {
       height: height, barmode: "overlay", margin: { l: margin.l, r: margin.r, t: top, b: bottom },
       xaxis: { range: [0, xmax], fixedrange: true, anchor: "free", position: 0,
