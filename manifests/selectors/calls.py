@@ -53,20 +53,21 @@ def used_of(item: Item) -> int:
     return item.requested_tokens if item.action == "keep" else 0
 
 
-# How the allocation bar colours an item: by what the context builder did to it.
+# How the allocation bar colours an item: by what the context builder did to it. Where
+# it sits (in the context, or among the candidates not sent) is shown apart from this.
 ACTION_GROUPS = {
     "whole": "kept whole",
     "cut": "compressed or cut",
     "summarized": "summarized",
-    "dropped": "dropped / not sent",
+    "dropped": "dropped",
 }
 
 
 def action_group(item: Item) -> str:
-    """``whole`` (kept, all its tokens), ``cut`` (compressed, extracted, truncated,
+    """``whole`` (kept with all its tokens), ``cut`` (compressed, extracted, truncated,
     replaced by a reference, or kept with fewer tokens than it asked for),
-    ``summarized``, or ``dropped`` (nothing of it reached the model)."""
-    if not in_context(item):
+    ``summarized`` (itself, or folded into a summary item), or ``dropped``."""
+    if item.action in ABSENT_ACTIONS or (item.action == "keep" and not in_context(item)):
         return "dropped"
     if item.action == "summarize":
         return "summarized"

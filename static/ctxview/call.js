@@ -45,8 +45,9 @@
     if (!box) { return; }
     box.textContent = "";
     var spaces = spaceColors();
-    var entries = Object.keys(GROUP).map(function (g) { return [alloc.groups[g], GROUP[g].color, g === "dropped"]; })
-      .concat([["headroom", spaces.headroom.color], ["safety margin", spaces.margin.color], ["output reserve", spaces.reserve.color]]);
+    var entries = Object.keys(GROUP).map(function (g) { return [alloc.groups[g], GROUP[g].color]; })
+      .concat([["not sent (hatched)", "#8d96a6", true], ["headroom", spaces.headroom.color],
+               ["safety margin", spaces.margin.color], ["output reserve", spaces.reserve.color]]);
     entries.forEach(function (e) {
       var span = document.createElement("span");
       span.textContent = e[0];
@@ -102,9 +103,10 @@
     var off = 0;
     outside.forEach(function (r) {
       var tokens = Math.max(1, r.requested);
-      push(OUT, off, tokens, GROUP.dropped.color, label(esc(r.id) + " " + r.requested, esc(r.id), tokens), GROUP.dropped.text,
+      var g = GROUP[r.group] || GROUP.dropped;
+      push(OUT, off, tokens, g.color, label(esc(r.id) + " " + r.requested, esc(r.id), tokens), g.text,
            "<b>" + esc(r.id) + "</b> (" + esc(r.kind) + "), not sent<br>asked for " + r.requested + " tokens · " +
-           esc(r.action) + "<br>" + esc(r.reason).slice(0, 160), true);
+           esc(r.action) + " · " + esc(alloc.groups[r.group]) + "<br>" + esc(r.reason).slice(0, 160), true);
       off += tokens;
     });
 

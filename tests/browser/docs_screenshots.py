@@ -68,8 +68,10 @@ def main() -> None:
         page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
         shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
         shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
-        page.locator("#whatif-budget").fill("1200")
-        page.locator("#whatif-reserve").fill("240")
+        page.locator("#whatif-budget-num").fill("1200")
+        page.locator("#whatif-budget-num").press("Enter")
+        page.locator("#whatif-reserve-num").fill("240")
+        page.locator("#whatif-reserve-num").press("Enter")
         page.wait_for_selector('#whatif[data-budget="1200"]')
         shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
 
