@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ctxkit.record.manifest import ABSENT_ACTIONS, Item, Usage
 
-__all__ = ["ABSENT_ACTIONS", "COST_WEIGHTS", "context_tokens", "cost_units", "hit_rate", "in_context", "uncached_tokens"]
+__all__ = [
+    "ABSENT_ACTIONS", "COST_WEIGHTS", "context_tokens", "cost_units", "hit_rate", "in_context", "uncached_tokens",
+]
 
 # Seed 001, 5.1.1: the price of a token relative to one uncached input token.
 COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
