@@ -160,6 +160,12 @@ CTXVIEW_MAX_BATCH = env_int("CTXVIEW_MAX_BATCH", 500, minimum=1)
 # that our 413 with a clear message answers first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1
 
+# Retention (docs/configuration.md): raw calls and everything derived from them expire
+# after CTXVIEW_RETENTION_DAYS (a project may set its own); rollups, which the trend
+# charts read, after CTXVIEW_ROLLUP_RETENTION_DAYS (never before the raw rows).
+CTXVIEW_RETENTION_DAYS = env_int("CTXVIEW_RETENTION_DAYS", 30, minimum=1)
+CTXVIEW_ROLLUP_RETENTION_DAYS = env_int("CTXVIEW_ROLLUP_RETENTION_DAYS", 400, minimum=1)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["manifests.auth.HasReadScope"],
