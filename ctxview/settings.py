@@ -129,6 +129,13 @@ else:
     # a developer's run beside CI) never create or drop each other's database.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
+# Behind a transaction-mode pooler (PgBouncer, docs/deploy.md) a connection is not the
+# same server session from one transaction to the next: no server-side cursors, and no
+# persistent connections of Django's own (the pooler keeps them).
+if env_bool("CTXVIEW_DB_POOLER", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
