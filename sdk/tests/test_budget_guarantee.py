@@ -7,7 +7,7 @@ W - R - margin, or the result (and its manifest) is flagged over budget with the
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ctxkit.context.allocator import Segment
@@ -61,6 +61,7 @@ def test_no_result_exceeds_window_minus_reserve_unless_flagged_with_reason(case)
     assert built.measured_tokens == measured
     manifest = built.manifest(call_id="c", run_id="r", step=0, model="m")
     assert manifest.budget.measured_tokens == measured
+    event("over budget" if built.over_budget else "fits")
     if measured + reserve + margin <= budget:
         assert not built.over_budget and not manifest.budget.over_budget
     else:
