@@ -415,12 +415,13 @@ class ClearResult:
     cleared_tokens: int
     kept: int
     reason: str
+    edit_type: str = "clear_tool_uses"  # or "clear_thinking" (ctxkit.context.editing)
 
     def to_manifest(self) -> ContextEdit:
         if not self.applied:
             raise ValueError(f"nothing was cleared ({self.reason}); do not record a context edit")
         return ContextEdit(
-            type="clear_tool_uses",
+            type=self.edit_type,
             cleared_count=len(self.cleared_ids),
             cleared_tokens=self.cleared_tokens,
             kept=self.kept,
