@@ -196,9 +196,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         extractive_summarizer,
         should_compact,
     )
+    from ctxkit.context.editing import clear_thinking
     from ctxkit.context.grouping import Group, Projection, group_interactions, project
     from ctxkit.context.handoff import HandoffReport, check_handoff, validate_handoff
     from ctxkit.context.layout import Block, Layout, arrange, canonical_json, volatile_warnings
+    from ctxkit.context.memory import Fact, Memory
     from ctxkit.context.operators import (
         OpRecord,
         compress_schema,
@@ -218,8 +220,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     )
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
-    from ctxkit.context.editing import clear_thinking
-    from ctxkit.context.memory import Fact, Memory
     from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
     from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
     from ctxkit.record.client import Client
