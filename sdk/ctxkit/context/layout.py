@@ -303,6 +303,19 @@ def volatile_warnings(text: str) -> list[str]:
     One plain-words warning per distinct value found (timestamps, ISO dates, times,
     unix epochs, UUIDs, long hex ids, request/session ids, "today is ...").
     """
+    known = _VOLATILE_SEEN.get(text)
+    if known is not None:  # the HEAD is the same text call after call: scan it once
+        return list(known)
+    if len(_VOLATILE_SEEN) >= 1024:
+        _VOLATILE_SEEN.clear()
+    found = _VOLATILE_SEEN[text] = tuple(_scan_volatile(text))
+    return list(found)
+
+
+_VOLATILE_SEEN: dict[str, tuple[str, ...]] = {}
+
+
+def _scan_volatile(text: str) -> list[str]:
     warnings: list[str] = []
     covered: list[tuple[int, int]] = []
     for label, pattern in _VOLATILE:
