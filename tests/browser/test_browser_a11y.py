@@ -157,7 +157,8 @@ def test_it_gives_every_chart_a_data_table(site, owner_pages):
             table = page.locator(f"#{chart_id}-data")
             expect(table.locator("summary")).to_contain_text("Data table")
             table.locator("summary").click()
-            assert table.locator("tbody tr").count() >= 1, (path, chart_id)
+            # The table is built on the details' toggle event, which fires after the click.
+            expect(table.locator("tbody tr").first).to_be_attached()
     context.close()
 
 
@@ -171,6 +172,7 @@ def test_it_states_each_allocation_segment_and_colours_it_by_action(site, owner_
     for label in ("kept whole", "compressed or cut", "summarized", "dropped", "not sent", "output reserve"):
         expect(legend).to_contain_text(label)
     page.locator("#allocation-window-data summary").click()
+    expect(rows.first).to_be_attached()  # built on the toggle event, after the click
     text = rows.all_inner_texts()
     # The turns folded into the history summary are listed as not sent, and as summarized.
     assert any(t.startswith("turn-2") and "not sent" in t and "summarized" in t for t in text), text
@@ -193,6 +195,7 @@ def test_it_states_each_allocation_segment_and_colours_it_by_action(site, owner_
     page.goto(site.project_url("calls/refunds-budget-800/step-6/"))
     settle(page)
     page.locator("#allocation-window-data summary").click()
+    expect(rows.first).to_be_attached()  # built on the toggle event, after the click
     text = rows.all_inner_texts()
     assert any(t.startswith("history") and "summarized" in t for t in text), text
     assert any(t.startswith("tools") and "compressed or cut" in t for t in text), text
