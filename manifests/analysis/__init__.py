@@ -85,10 +85,11 @@ def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
         new_figures: list[CallFigures] = []
         new_attributions: list[Attribution] = []
         new_reviews: list[CompactionFigures] = []
+        history = attribution.RunHistory(data)
         for d in data:
             positions = figures.relative_positions(d.manifest)
             new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
-            new_attributions.extend(attribution.attribute(d, positions))
+            new_attributions.extend(attribution.attribute(d, positions, history))
             new_reviews.extend(compaction_review.review(d))
         # Replace, never add to: what was derived before from these calls goes first.
         CallFigures.objects.filter(call_id__in=pks).delete()
