@@ -12,8 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ctxkit import figures
-from ctxkit.record.manifest import Manifest, decode_manifest
 from ctxkit.record.manifest import Item as ManifestItem
+from ctxkit.record.manifest import Manifest, decode_manifest
 from manifests.models import Call, Compaction, Evidence
 
 

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
-    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "context_order", "coverage",
-    "context_tokens", "coverage", "cost_units", "evidence_coverage", "evidence_risks", "hit_rate", "in_context",
-    "local_missing_cause", "relative_positions", "total_context_tokens", "trace_missing", "uncached_tokens",
+    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "Step", "causes_of_run",
+    "cited_keys", "context_order", "context_tokens", "cost_units", "coverage", "evidence_coverage", "evidence_risks",
+    "hit_rate", "in_context", "local_missing_cause", "relative_positions", "run_history", "total_context_tokens",
+    "trace_missing", "uncached_tokens",
 ]
 
 
