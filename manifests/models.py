@@ -405,7 +405,7 @@ class Regression(models.Model):
     call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+",
                              help_text="The call where the rolling rate crossed the threshold")
     first_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                   help_text="The first call of the streak without the baseline prefix (the new prefix arrived)")
+                                   help_text="The first call of the streak without the baseline prefix")
     window_calls = models.PositiveIntegerField()
     threshold_points = models.FloatField()
     baseline_rate = models.FloatField()

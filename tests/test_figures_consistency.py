@@ -11,15 +11,15 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.urls import reverse
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ctxkit.record.manifest import Compaction, Evidence, Invariant, Outcome, Usage
+from ctxkit.record.manifest import Compaction, Evidence, Invariant, Item, Outcome, Usage
 from manifests import services
-from manifests.selectors import evidence as evidence_sel
 from manifests.models import Run
+from manifests.selectors import evidence as evidence_sel
 from tests import figures_reference as reference
-from tests.analysis_support import T0, item, manifest, store_and_analyse
+from tests.analysis_support import T0, manifest, store_and_analyse
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -37,16 +37,16 @@ def calls(draw):
         if not draw(st.booleans()) and item_id != "system":
             continue
         action = draw(st.sampled_from(ACTIONS))
-        tokens = draw(st.integers(0, 3000))
-        extra = {}
-        if draw(st.booleans()):
-            extra["position"] = n
-        if draw(st.booleans()):
-            extra["zone"] = draw(st.sampled_from(("head", "middle", "tail")))
-        if action != "keep" and draw(st.booleans()):
-            extra["used"] = draw(st.integers(0, tokens))
-        items.append(item(item_id, kind="history" if item_id == "history" else "retrieval", action=action,
-                          tokens=tokens, **extra))
+        requested = draw(st.integers(0, 3000))
+        # granted / used may be absent (the README's curl example: a keep item with neither).
+        granted = draw(st.none() | st.integers(0, requested))
+        used = draw(st.none() | st.integers(0, granted if granted is not None else requested))
+        items.append(Item(
+            id=item_id, kind="history" if item_id == "history" else "retrieval", action=action,
+            requested_tokens=requested, granted_tokens=granted, used_tokens=used,
+            position=n if draw(st.booleans()) else None,
+            zone=draw(st.none() | st.sampled_from(("head", "middle", "tail"))),
+        ))
     evidence = []
     for key in KEYS:
         if not draw(st.booleans()):
@@ -71,6 +71,21 @@ def calls(draw):
     return {"items": items, "evidence": evidence, "compactions": compactions, "usage": usage, "outcome": outcome}
 
 
+def _demo_like_run():
+    """The demo's case A as one run: k1 present, lost in a compaction at step 2, still
+    missing at step 3 (traced back to step 2); a keep item with no position or counts."""
+    history = Item(id="history", kind="history", action="keep", requested_tokens=120)
+    usage = Usage(input_tokens=1200, cache_read_tokens=600)
+    lost = Compaction(id="cmp", strategy="summary", tokens_before=4000, tokens_after=800, summary_item="history",
+                      invariants=[Invariant(name="user_constraints", ok=False, lost=[LITERAL["k1"]])])
+
+    def step(present, compactions=()):
+        return {"items": [history], "usage": usage, "outcome": Outcome(), "compactions": list(compactions),
+                "evidence": [Evidence(key="k1", literal=LITERAL["k1"], expected_item="history", present=present,
+                                      found_in="history" if present else None)]}
+    return [[step(True), step(True), step(False, [lost]), step(False)]]
+
+
 WORKLOADS = st.lists(st.lists(calls(), min_size=1, max_size=4), min_size=1, max_size=2)
 _projects = itertools.count()
 
@@ -82,6 +97,7 @@ def _pct_equal(shown, expected):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(workload=WORKLOADS)
+@example(workload=_demo_like_run())
 def test_every_page_shows_the_reference_figures(owner, workload):
     project = services.create_project(name=f"Consistency {next(_projects)}", owner=owner)
     manifests = []

@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='regression',
             name='first_call',
-            field=models.ForeignKey(blank=True, help_text='The first call of the streak without the baseline prefix (the new prefix arrived)', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='manifests.call'),
+            field=models.ForeignKey(blank=True, help_text='The first call of the streak without the baseline prefix', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='manifests.call'),
         ),
         migrations.AlterField(
             model_name='attribution',
