@@ -38,8 +38,10 @@ def call_with_children(project: Project, call_id: str) -> Call:
 
 def context_order(items: list[Item]) -> list[Item]:
     """Items in the order of the final context (ctxkit.figures.context_order), then the
-    absent ones in manifest order."""
-    return figures.context_order(items) + [i for i in items if not figures.in_context(i)]
+    absent ones in manifest order; each marked with ``in_context`` for the template."""
+    for i in items:
+        i.in_context = figures.in_context(i)
+    return figures.context_order(items) + [i for i in items if not i.in_context]
 
 
 def allocation(call: Call, items: list[Item], *, effective_limit: int | None = None) -> dict[str, Any]:

@@ -134,7 +134,8 @@ def cause_breakdown(project: Project, filters: Filters) -> list[dict[str, Any]]:
         for cause, n in (row or {}).items():
             counts[cause] += n
     rows = []
-    for cause, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    # Missing evidence first (it did not reach the model), then the risks.
+    for cause, n in sorted(counts.items(), key=lambda kv: (kv[0] in RISK_CAUSES, -kv[1], kv[0])):
         if not n:
             continue
         example = (_attributions(project, filters).filter(cause=cause).select_related("call")
