@@ -290,3 +290,15 @@ def test_it_keeps_the_first_loss_of_a_streak_for_every_later_step(project):
     assert only(calls[1], "unit").cause == Attribution.BUDGET
     assert [(only(c, "unit").cause, only(c, "unit").lost_at_id) for c in calls[2:]] == [
         (Attribution.BUDGET, calls[1].pk)] * 2
+
+
+def test_it_traces_again_the_later_steps_when_an_earlier_one_arrives_late(project):
+    from tests import figures_reference as reference
+
+    late = store_and_analyse(project, [_step(2, present=False)])[0]
+    assert (only(late, "unit").cause, only(late, "unit").lost_at_id) == (Attribution.NEVER_CANDIDATE, None)
+    earlier = store_and_analyse(project, [_step(0, present=True), _step(1, present=False, compactions=[LOST])])
+    row = only(late, "unit")
+    assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, earlier[1].pk)
+    for bucket in ("hour", "day"):
+        reference.assert_rollups_match(project, bucket)  # the rollups counted the new cause, once
