@@ -155,6 +155,7 @@ def test_it_posts_a_signed_body_to_the_webhook(tuned, receiver):
     assert sent["id"] == regression.pk and sent["project"] == tuned.slug
     assert (sent["prefix_before"], sent["prefix_after"]) == (STABLE.hash, STAMPED.hash)
     assert sent["changed_segment"] == "system" and sent["drop_points"] == 30
+    assert (sent["call_id"], sent["first_call_id"]) == ("analyst-12", "analyst-10")  # crossed; new prefix
     regression.refresh_from_db()
     assert regression.notified_at is not None and regression.notify_attempts == 1
     assert notify.send(regression.pk) == "already sent" and len(receiver.requests) == 1
