@@ -115,9 +115,9 @@ def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
             positions = figures.relative_positions(d.manifest)
             new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
             new_attributions.extend(attribution.attribute(d, positions, history))
+            new_reviews.extend(compaction_review.review(d))
         for d in later:
             new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history))
-            new_reviews.extend(compaction_review.review(d))
         # Replace, never add to: what was derived before from these calls goes first.
         CallFigures.objects.filter(call_id__in=pks).delete()
         Attribution.objects.filter(call_id__in=pks + [d.call.pk for d in later]).delete()
