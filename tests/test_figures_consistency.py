@@ -138,6 +138,9 @@ def test_every_page_shows_the_reference_figures(owner, workload):
                        for row in ctx["evidence"] if row["attribution"] is not None)
         assert shown == ref.missing, call_id
         assert sorted((a.evidence_key, a.cause) for a in ctx["risks"]) == ref.risks
+        shown_reviews = [(c["figures"].ratio_r, c["figures"].checked) for c in ctx["compactions"]]
+        assert shown_reviews == [(c.tokens_after / c.tokens_before if c.tokens_before else None, len(c.invariants))
+                                 for c in ref.manifest.compactions]
 
     # The run view and the evidence timeline
     for run in Run.objects.filter(project=project):
