@@ -105,8 +105,7 @@ class RunHistory:
     def _local(self, pk: int, key: str) -> Callable[[], fig.Cause]:
         def local() -> fig.Cause:
             m = self._manifest(pk)
-            ev = next(e for e in m.evidence if e.key == key)
-            return fig.local_missing_cause(m, ev)
+            return fig.local_missing_cause(m, fig.first_missing(m, key))
         return local
 
     def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, int | None]:

@@ -21,6 +21,7 @@ from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 __all__ = [
     "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "Step", "causes_of_run",
     "cited_keys", "context_order", "context_tokens", "cost_units", "coverage", "evidence_coverage", "evidence_risks",
+    "first_missing",
     "hit_rate", "in_context", "local_missing_cause", "relative_positions", "run_history", "total_context_tokens",
     "trace_missing", "uncached_tokens",
 ]
@@ -316,13 +317,19 @@ def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
     """The trace's view of one evidence key over a run's manifests (in step order)."""
     steps = []
     for m in manifests:
-        ev = next((e for e in m.evidence if e.key == key), None)
+        entries = [e for e in m.evidence if e.key == key]
         steps.append(Step(
-            present=None if ev is None else ev.present,
-            local=(lambda m=m, ev=ev: local_missing_cause(m, ev)) if ev is not None else (lambda: Cause("", None, "")),
+            present=any(e.present for e in entries) if entries else None,
+            local=(lambda m=m, key=key: local_missing_cause(m, first_missing(m, key))),
             label=f"step {m.step}",
         ))
     return steps
+
+
+def first_missing(manifest: Manifest, key: str) -> Evidence:
+    """The entry of ``key`` a trace reads a call's own cause from: its first missing one."""
+    entries = [e for e in manifest.evidence if e.key == key]
+    return next((e for e in entries if not e.present), entries[0])
 
 
 def causes_of_run(manifests: Sequence[Manifest]) -> list[list[tuple[str, list[Cause]]]]:
