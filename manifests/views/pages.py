@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
 from ctxkit.record.manifest import INVARIANT_NAMES
-from manifests.models import Run
+from manifests.models import Rollup, Run
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import evidence as evidence_sel
@@ -16,6 +20,7 @@ from manifests.selectors import overview as overview_sel
 from manifests.selectors import runs as runs_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
+from manifests.selectors.sorting import parse_sort, sort_list
 from manifests.views.common import bad_request, page, project_page
 
 KIND_ORDER = ["system", "constraint", "task", "tools", "memory", "summary", "history", "retrieval", "example",
@@ -26,6 +31,24 @@ def call_url(slug: str, call_id: str, qs: str = "") -> str:
     return reverse("call-detail", args=[slug, call_id]) + (f"?{qs}" if qs else "")
 
 
+def calls_url(slug: str, filters: Filters, **params: str) -> str:
+    """The filtered calls list: the page's agent / model (and range unless overridden) plus ``params``."""
+    query = filters.querystring(**params) if not ("since" in params or "until" in params) else urlencode(
+        {k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v})
+    return reverse("calls", args=[slug]) + (f"?{query}" if query else "")
+
+
+def bucket_urls(slug: str, filters: Filters, starts: list[str], bucket: str, **params: str) -> list[str]:
+    """For each bucket of a time series, the calls list of exactly that bucket."""
+    step = timedelta(hours=1) if bucket == Rollup.HOUR else timedelta(days=1)
+    out = []
+    for start in starts:
+        begin = datetime.fromisoformat(start).astimezone(UTC)
+        out.append(calls_url(slug, filters, since=f"{begin:%Y-%m-%dT%H:%M}Z",
+                             until=f"{begin + step:%Y-%m-%dT%H:%M}Z", **params))
+    return out
+
+
 @login_required
 def index(request: HttpRequest) -> HttpResponse:
     return render(request, "manifests/index.html", {"projects": projects_for(request.user)})
@@ -34,9 +57,14 @@ def index(request: HttpRequest) -> HttpResponse:
 @project_page
 def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     regressions = overview_sel.regressions(project, filters)
+    charts = overview_sel.charts(project, filters, regressions)
+    # Click-through: each bucket opens its calls; a prefix-change marker its prefix changes.
+    charts["urls"] = bucket_urls(project.slug, filters, charts["x"], charts["bucket"])
+    charts["prefix_urls"] = bucket_urls(project.slug, filters, charts["x"], charts["bucket"], cache="prefix_changed")
+    charts["regression_urls"] = [call_url(project.slug, r.call.call_id, filters.querystring()) for r in regressions]
     return page(request, "manifests/overview.html", project, filters, "overview", {
         "cards": overview_sel.headline(project, filters),
-        "charts": overview_sel.charts(project, filters, regressions),
+        "charts": charts,
         "regressions": regressions[:5],
         "missing": overview_sel.recent_missing(project, filters),
         "compactions": compaction_sel.totals(project, filters),
@@ -46,20 +74,24 @@ def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 
 @project_page
 def runs(request: HttpRequest, project, filters: Filters) -> HttpResponse:
-    result = runs_sel.runs_page(project, filters, request.GET.get("page"))
+    sort = parse_sort(request.GET.get("sort"), runs_sel.RUN_SORTS, runs_sel.DEFAULT_RUN_SORT)
+    result = runs_sel.runs_page(project, filters, request.GET.get("page"), sort)
     qs = filters.querystring()
     chart = [{"run": r.run_id, "agent": r.agent, "at": r.last_seen.isoformat(), "hit": r.hit_rate,
               "calls": r.call_count, "missing": r.evidence_missing, "failed": r.failed_compactions,
               "url": reverse("run-detail", args=[project.slug, r.run_id]) + (f"?{qs}" if qs else "")}
              for r in result.object_list]
-    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart})
+    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart,
+                                                                          "sort": sort},
+                keep={"sort": request.GET.get("sort", "")})
 
 
 @project_page
 def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> HttpResponse:
     run = Run.objects.filter(project=project, run_id=run_id).first()
     if run is None:
-        raise Http404("no such run")
+        raise Http404(f"No run {run_id!r} in this project.")
+    sort = parse_sort(request.GET.get("sort"), runs_sel.STEP_SORTS, runs_sel.DEFAULT_STEP_SORT)
     steps = runs_sel.run_steps(run)
     qs = filters.querystring()
     # Stacked bottom-up in the order of a context: the head kinds first, the tail last.
@@ -77,17 +109,24 @@ def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> 
         "segment": [s["cache_segment"] for s in steps],
         "detail": [s["cache_detail"] for s in steps],
         "compactions": [
-            {"step": s["call"].step, "text": f"{c.strategy}: {c.tokens_before}→{c.tokens_after} tokens"
+            {"step": s["call"].step, "url": call_url(project.slug, s["call"].call_id, qs),
+             "text": f"{c.strategy}: {c.tokens_before}→{c.tokens_after} tokens"
              + (f", {c.failed_invariants} invariant(s) failed" if c.failed_invariants else "")}
             for s in steps for c in s["compactions"]
         ],
         "edits": [
-            {"step": s["call"].step, "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
+            {"step": s["call"].step, "url": call_url(project.slug, s["call"].call_id, qs),
+             "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
             for s in steps for e in s["edits"]
         ],
     }
+    # The charts draw every step; the table pages through them (a run may have thousands).
+    table = Paginator(sort_list(steps, sort, runs_sel.STEP_SORTS), runs_sel.STEPS_PER_PAGE).get_page(
+        request.GET.get("page"))
     return page(request, "manifests/run.html", project, filters, "runs", {"run": run, "steps": steps,
-                                                                         "chart": chart})
+                                                                         "table": table, "sort": sort,
+                                                                         "chart": chart},
+                keep={"sort": request.GET.get("sort", "")})
 
 
 @project_page
@@ -113,7 +152,8 @@ def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
             context["timeline_chart"] = _timeline_chart(project.slug, filters, rows)
     else:
         context["most_missing"] = evidence_sel.most_missing(project, filters)
-    chart = {"causes": [{"cause": r["cause"], "label": r["label"], "n": r["n"], "risk": r["is_risk"]}
+    chart = {"causes": [{"cause": r["cause"], "label": r["label"], "n": r["n"], "risk": r["is_risk"],
+                         "url": calls_url(project.slug, filters, cause=r["cause"])}
                         for r in context["causes"]]}
     context["chart"] = chart
     return page(request, "manifests/evidence.html", project, filters, "evidence", context,
@@ -145,8 +185,17 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "regressions": cache_sel.regressions(project, filters),
         "miss_cost": cache_sel.miss_cost(project, filters),
         "prefixes": cache_sel.prefixes(project, filters, request.GET.get("page")),
-        "chart": cache_sel.chart(project, filters),
+        "chart": _cache_chart(project.slug, filters, cache_sel.chart(project, filters)),
     })
+
+
+def _cache_chart(slug: str, filters: Filters, chart: dict) -> dict:
+    """Click-through: a line's bucket opens that agent/model's calls of the bucket; a point its call."""
+    for line in chart["lines"].values():
+        line["urls"] = bucket_urls(slug, filters, line["x"], chart["bucket"], agent=line["agent"], model=line["model"])
+    for point in chart["points"]:
+        point["url"] = call_url(slug, point["call__call_id"], filters.querystring())
+    return chart
 
 
 @project_page
