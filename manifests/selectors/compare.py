@@ -27,6 +27,10 @@ class ItemRow:
     what: list[str] = field(default_factory=list)
 
     @property
+    def action(self) -> str:
+        return (self.after or self.before).action
+
+    @property
     def tokens_before(self) -> int:
         return used_of(self.before) if self.before is not None else 0
 
