@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--user", default="demo")
     parser.add_argument("--password", default="demo-password")
+    parser.add_argument("--part", choices=["all", "walkthrough", "explore"], default="all",
+                        help="the three questions' walkthrough, the find/compare/export pages, or both")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -51,52 +53,84 @@ def main() -> None:
         page.click("button[type=submit]")
         page.wait_for_url(f"{base}/")
 
-        # The overview and its three questions.
-        page.goto(f"{base}/p/demo/")
-        page.locator("#chart-hit .main-svg").first.wait_for(state="attached")
-        shot(page, out, "overview")
-        shot(page, out, "overview-hit-rate", "#q-evidence", offset=60)
-
-        # 1. Why was this evidence missing?
-        page.click("text=Evidence triage →")
-        page.fill("#evidence-search input[name=q]", "rate_limit")
-        page.click("#evidence-search button")
-        page.click("#search-keys >> text=rate_limit")
-        page.locator("#chart-timeline .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q1-evidence-timeline", "h2 >> text=Evidence", offset=20)
-        page.click('#timeline tr[data-step="6"] a')
-        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
-        shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
-        page.locator("#whatif-budget").fill("1200")
-        page.locator("#whatif-reserve").fill("240")
-        page.wait_for_selector('#whatif[data-budget="1200"]')
-        shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
-
-        # 2. Why did our cache hit rate drop?
-        page.goto(f"{base}/p/demo/")
-        page.click("text=Cache view →")
-        page.locator("#chart-cache .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q2-cache")
-        shot(page, out, "q2-regression", "h2 >> text=Regressions", offset=20)
-        page.click("text=the call where it crossed the threshold")
-        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q2-call-timestamp")
-
-        # 3. Which compactions broke an invariant?
-        page.goto(f"{base}/p/demo/")
-        page.click("#q-compactions >> text=user_constraints")
-        page.locator("#chart-compactions .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q3-compactions")
-        page.click("#compactions >> text=coder-list-endpoint/step-6")
-        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-        shot(page, out, "q3-call-compaction", "h2 >> text=Compactions and context edits", offset=20)
-
-        # The run view.
-        page.goto(f"{base}/p/demo/runs/coder-list-endpoint/")
-        page.locator("#chart-steps .main-svg").first.wait_for(state="attached")
-        shot(page, out, "run")
+        if args.part in ("all", "walkthrough"):
+            walkthrough(page, base, out)
+        if args.part in ("all", "explore"):
+            explore(page, base, out)
         browser.close()
+
+
+def explore(page: Page, base: str, out: Path) -> None:
+    """Search, the calls list a chart opens, the comparison, the empty and not-found states."""
+    page.goto(f"{base}/p/demo/")
+    page.fill("#find-q", "refunds-budget-")
+    page.press("#find-q", "Enter")
+    page.wait_for_selector("#search-results")
+    shot(page, out, "find-results")
+    page.goto(f"{base}/p/demo/calls/?range=all&cache=prefix_changed&sort=-input")
+    page.wait_for_selector("#calls")
+    shot(page, out, "calls-list")
+    page.goto(f"{base}/p/demo/compare/?b=refunds-budget-800/step-6")
+    page.wait_for_selector("#compare-items")
+    shot(page, out, "compare")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{base}/p/demo/compare/?b=refunds-budget-800/step-6")
+    shot(page, out, "compare-390", "h1", offset=10)
+    page.set_viewport_size(VIEWPORT)
+    page.goto(f"{base}/p/demo/?agent=nobody")
+    page.wait_for_selector("#chart-hit .chart-empty")
+    shot(page, out, "overview-empty", "h2 >> text=Cache hit rate", offset=200)
+    page.goto(f"{base}/p/demo/calls/no-such/call/")
+    shot(page, out, "not-found")
+
+
+def walkthrough(page: Page, base: str, out: Path) -> None:
+    """The three questions, as docs/dashboard.md walks through them."""
+    # The overview and its three questions.
+    page.goto(f"{base}/p/demo/")
+    page.locator("#chart-hit .main-svg").first.wait_for(state="attached")
+    shot(page, out, "overview")
+    shot(page, out, "overview-hit-rate", "#q-evidence", offset=60)
+
+    # 1. Why was this evidence missing?
+    page.click("text=Evidence triage →")
+    page.fill("#evidence-search input[name=q]", "rate_limit")
+    page.click("#evidence-search button")
+    page.click("#search-keys >> text=rate_limit")
+    page.locator("#chart-timeline .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q1-evidence-timeline", "h2 >> text=Evidence", offset=20)
+    page.click('#timeline tr[data-step="6"] a')
+    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
+    shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
+    page.locator("#whatif-budget").fill("1200")
+    page.locator("#whatif-reserve").fill("240")
+    page.wait_for_selector('#whatif[data-budget="1200"]')
+    shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
+
+    # 2. Why did our cache hit rate drop?
+    page.goto(f"{base}/p/demo/")
+    page.click("text=Cache view →")
+    page.locator("#chart-cache .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q2-cache")
+    shot(page, out, "q2-regression", "h2 >> text=Regressions", offset=20)
+    page.click("text=the call where it crossed the threshold")
+    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q2-call-timestamp")
+
+    # 3. Which compactions broke an invariant?
+    page.goto(f"{base}/p/demo/")
+    page.click("#q-compactions >> text=user_constraints")
+    page.locator("#chart-compactions .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q3-compactions")
+    page.click("#compactions >> text=coder-list-endpoint/step-6")
+    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+    shot(page, out, "q3-call-compaction", "h2 >> text=Compactions and context edits", offset=20)
+
+    # The run view.
+    page.goto(f"{base}/p/demo/runs/coder-list-endpoint/")
+    page.locator("#chart-steps .main-svg").first.wait_for(state="attached")
+    shot(page, out, "run")
 
 
 if __name__ == "__main__":
