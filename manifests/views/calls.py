@@ -12,7 +12,6 @@ from manifests.selectors import calls as calls_sel
 from manifests.selectors.filters import Filters
 from manifests.views.common import json_endpoint, page, project_page
 
-
 FOLD_NOT_SENT_OVER = 12
 
 
