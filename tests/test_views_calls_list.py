@@ -91,3 +91,21 @@ def test_it_sorts_the_runs_table_by_calls(demo_world):
 
 def test_it_answers_404_to_an_outsider(demo_world):
     assert listing(demo_world, demo_world.outsider, "range=all").status_code == 404
+
+
+def test_it_links_many_calls_exactly_as_reverse_would():
+    from django.urls import reverse
+
+    from manifests.views.pages import call_linker
+
+    link = call_linker("demo", "agent=a+b&range=7d")
+    for call_id in ("run-7/step-3", "with space/and#hash?q=1", "ünïcode/ステップ", "100%/a;b=c", "~:@!$&'()*+,"):
+        assert link(call_id) == reverse("call-detail", args=["demo", call_id]) + "?agent=a+b&range=7d", call_id
+    assert call_linker("demo")("a/b") == reverse("call-detail", args=["demo", "a/b"])
+
+
+def test_it_bounds_a_hex_prefix_by_the_next_digit():
+    from manifests.selectors.search import _hex_begins
+
+    assert _hex_begins("h", "ab9") == {"h__gte": "ab9", "h__lt": "aba", "h__startswith": "ab9"}
+    assert _hex_begins("h", "0f")["h__lt"] == "0g"

@@ -29,8 +29,20 @@ class Match:
     exact: bool
 
 
+HEX = "0123456789abcdef"
+
+
 def _begins(field: str, query: str) -> dict[str, str]:
     return {f"{field}__startswith": query}
+
+
+def _hex_begins(field: str, prefix: str) -> dict[str, str]:
+    """A hex prefix as an index range (``>= "ab9"`` and ``< "aba"``) plus the exact test: LIKE
+    alone scans the table on SQLite and under PostgreSQL's non-C collations; the range uses
+    the (project, hash) index, and the next hex digit bounds it under any collation."""
+    last = prefix[-1]
+    upper = prefix[:-1] + ("g" if last == "f" else HEX[HEX.index(last) + 1])
+    return {f"{field}__gte": prefix, f"{field}__lt": upper, f"{field}__startswith": prefix}
 
 
 def find(project: Project, query: str) -> list[Match]:
@@ -58,21 +70,24 @@ def find(project: Project, query: str) -> list[Match]:
         out.append(Match("evidence", key, "evidence key: its timeline and the runs where it was missing",
                          f"{evidence_url}?{urlencode({'key': key, 'range': 'all'})}", key == query))
 
-    refs = (Item.objects.filter(project=project, **_begins("source_ref", query)).values_list("source_ref", flat=True)
-            .distinct().order_by("source_ref")[:PER_KIND])
-    for ref in refs:
-        out.append(Match("ref", ref, "source ref: the items that came from it",
-                         f"{evidence_url}?{urlencode({'q': ref, 'range': 'all'})}", ref == query))
+    # Source refs have no index (they are free text of any length): searched only when no run,
+    # call or evidence key matched exactly, which is what a pasted id usually is.
+    if not any(m.exact for m in out):
+        refs = (Item.objects.filter(project=project, **_begins("source_ref", query))
+                .values_list("source_ref", flat=True).distinct().order_by("source_ref")[:PER_KIND])
+        for ref in refs:
+            out.append(Match("ref", ref, "source ref: the items that came from it",
+                             f"{evidence_url}?{urlencode({'q': ref, 'range': 'all'})}", ref == query))
 
     hex_query = query.lower()
-    if len(hex_query) >= MIN_HASH_PREFIX:
-        hashes = (Item.objects.filter(project=project, **_begins("content_hash", hex_query))
+    if len(hex_query) >= MIN_HASH_PREFIX and all(c in HEX for c in hex_query):
+        hashes = (Item.objects.filter(project=project, **_hex_begins("content_hash", hex_query))
                   .values_list("content_hash", flat=True).distinct().order_by("content_hash")[:PER_KIND])
         for h in hashes:
             out.append(Match("content hash", h, "item content hash: the items with this content",
                              f"{evidence_url}?{urlencode({'q': h, 'range': 'all'})}", h == hex_query))
         calls_url = reverse("calls", args=[slug])
-        prefixes = (Call.objects.filter(project=project, **_begins("prefix_hash", hex_query))
+        prefixes = (Call.objects.filter(project=project, **_hex_begins("prefix_hash", hex_query))
                     .values_list("prefix_hash", flat=True).distinct().order_by("prefix_hash")[:PER_KIND])
         for h in prefixes:
             out.append(Match("prefix hash", h, "prefix hash: the calls sent with this prefix",

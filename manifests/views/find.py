@@ -23,8 +23,8 @@ def search(request: HttpRequest, project: Project, filters: Filters) -> HttpResp
     target = search_sel.destination(matches)
     if target is not None:
         return HttpResponseRedirect(target)
-    return page(request, "manifests/search.html", project, filters, "", {"query": query, "matches": matches},
-                keep={"q": query})
+    return page(request, "manifests/search.html", project, filters, "",
+                {"query": query, "find_query": query, "matches": matches}, keep={"q": query})
 
 
 @project_page

@@ -32,34 +32,6 @@ def shot(page: Page, out: Path, name: str, anchor: str | None = None, offset: in
     print("saved", out / f"{name}.png")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--base", default="http://127.0.0.1:8000")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
-    parser.add_argument("--user", default="demo")
-    parser.add_argument("--password", default="demo-password")
-    parser.add_argument("--part", choices=["all", "walkthrough", "explore"], default="all",
-                        help="the three questions' walkthrough, the find/compare/export pages, or both")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = args.base.rstrip("/")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.goto(f"{base}/accounts/login/")
-        page.fill("input[name=username]", args.user)
-        page.fill("input[name=password]", args.password)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{base}/")
-
-        if args.part in ("all", "walkthrough"):
-            walkthrough(page, base, out)
-        if args.part in ("all", "explore"):
-            explore(page, base, out)
-        browser.close()
-
-
 def explore(page: Page, base: str, out: Path) -> None:
     """Search, the calls list a chart opens, the comparison, the empty and not-found states."""
     page.goto(f"{base}/p/demo/")
@@ -84,53 +56,79 @@ def explore(page: Page, base: str, out: Path) -> None:
     shot(page, out, "not-found")
 
 
-def walkthrough(page: Page, base: str, out: Path) -> None:
-    """The three questions, as docs/dashboard.md walks through them."""
-    # The overview and its three questions.
-    page.goto(f"{base}/p/demo/")
-    page.locator("#chart-hit .main-svg").first.wait_for(state="attached")
-    shot(page, out, "overview")
-    shot(page, out, "overview-hit-rate", "#q-evidence", offset=60)
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", default="http://127.0.0.1:8000")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
+    parser.add_argument("--user", default="demo")
+    parser.add_argument("--password", default="demo-password")
+    parser.add_argument("--part", choices=["all", "walkthrough", "explore"], default="all",
+                        help="the three questions' walkthrough, the find/compare/export pages, or both")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = args.base.rstrip("/")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(f"{base}/accounts/login/")
+        page.fill("input[name=username]", args.user)
+        page.fill("input[name=password]", args.password)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{base}/")
+        if args.part == "explore":
+            explore(page, base, out)
+            browser.close()
+            return
 
-    # 1. Why was this evidence missing?
-    page.click("text=Evidence triage →")
-    page.fill("#evidence-search input[name=q]", "rate_limit")
-    page.click("#evidence-search button")
-    page.click("#search-keys >> text=rate_limit")
-    page.locator("#chart-timeline .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q1-evidence-timeline", "h2 >> text=Evidence", offset=20)
-    page.click('#timeline tr[data-step="6"] a')
-    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
-    shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
-    page.locator("#whatif-budget").fill("1200")
-    page.locator("#whatif-reserve").fill("240")
-    page.wait_for_selector('#whatif[data-budget="1200"]')
-    shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
+        # The overview and its three questions.
+        page.goto(f"{base}/p/demo/")
+        page.locator("#chart-hit .main-svg").first.wait_for(state="attached")
+        shot(page, out, "overview")
+        shot(page, out, "overview-hit-rate", "#q-evidence", offset=60)
 
-    # 2. Why did our cache hit rate drop?
-    page.goto(f"{base}/p/demo/")
-    page.click("text=Cache view →")
-    page.locator("#chart-cache .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q2-cache")
-    shot(page, out, "q2-regression", "h2 >> text=Regressions", offset=20)
-    page.click("text=the call where it crossed the threshold")
-    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q2-call-timestamp")
+        # 1. Why was this evidence missing?
+        page.click("text=Evidence triage →")
+        page.fill("#evidence-search input[name=q]", "rate_limit")
+        page.click("#evidence-search button")
+        page.click("#search-keys >> text=rate_limit")
+        page.locator("#chart-timeline .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q1-evidence-timeline", "h2 >> text=Evidence", offset=20)
+        page.click('#timeline tr[data-step="6"] a')
+        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
+        shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
+        page.locator("#whatif-budget").fill("1200")
+        page.locator("#whatif-reserve").fill("240")
+        page.wait_for_selector('#whatif[data-budget="1200"]')
+        shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
 
-    # 3. Which compactions broke an invariant?
-    page.goto(f"{base}/p/demo/")
-    page.click("#q-compactions >> text=user_constraints")
-    page.locator("#chart-compactions .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q3-compactions")
-    page.click("#compactions >> text=coder-list-endpoint/step-6")
-    page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
-    shot(page, out, "q3-call-compaction", "h2 >> text=Compactions and context edits", offset=20)
+        # 2. Why did our cache hit rate drop?
+        page.goto(f"{base}/p/demo/")
+        page.click("text=Cache view →")
+        page.locator("#chart-cache .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q2-cache")
+        shot(page, out, "q2-regression", "h2 >> text=Regressions", offset=20)
+        page.click("text=the call where it crossed the threshold")
+        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q2-call-timestamp")
 
-    # The run view.
-    page.goto(f"{base}/p/demo/runs/coder-list-endpoint/")
-    page.locator("#chart-steps .main-svg").first.wait_for(state="attached")
-    shot(page, out, "run")
+        # 3. Which compactions broke an invariant?
+        page.goto(f"{base}/p/demo/")
+        page.click("#q-compactions >> text=user_constraints")
+        page.locator("#chart-compactions .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q3-compactions")
+        page.click("#compactions >> text=coder-list-endpoint/step-6")
+        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+        shot(page, out, "q3-call-compaction", "h2 >> text=Compactions and context edits", offset=20)
+
+        # The run view.
+        page.goto(f"{base}/p/demo/runs/coder-list-endpoint/")
+        page.locator("#chart-steps .main-svg").first.wait_for(state="attached")
+        shot(page, out, "run")
+        if args.part == "all":
+            explore(page, base, out)
+        browser.close()
 
 
 if __name__ == "__main__":
