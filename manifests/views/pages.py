@@ -53,13 +53,12 @@ def calls_url(slug: str, filters: Filters, **params: str) -> str:
 def bucket_urls(slug: str, filters: Filters, starts: list[str], bucket: str, **params: str) -> list[str]:
     """For each bucket of a time series, the calls list of exactly that bucket (and ``params``)."""
     step = timedelta(hours=1) if bucket == Rollup.HOUR else timedelta(days=1)
-    base = reverse("calls", args=[slug])
-    fixed = {k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v}
+    fixed = urlencode({k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v})
+    base = reverse("calls", args=[slug]) + "?" + (f"{fixed}&" if fixed else "")
     out = []
     for start in starts:
         begin = datetime.fromisoformat(start).astimezone(UTC)
-        query = {**fixed, "since": f"{begin:%Y-%m-%dT%H:%M}Z", "until": f"{begin + step:%Y-%m-%dT%H:%M}Z"}
-        out.append(f"{base}?{urlencode(query)}")
+        out.append(f"{base}since={begin:%Y-%m-%dT%H:%M}Z&until={begin + step:%Y-%m-%dT%H:%M}Z")
     return out
 
 
