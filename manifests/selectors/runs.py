@@ -75,7 +75,8 @@ def runs_page(project: Project, filters: Filters, page: str | int | None, sort: 
 
 def run_steps(run: Run) -> list[dict[str, Any]]:
     """One row per call of the run, in step order, with everything the run view draws."""
-    calls = list(run.calls.order_by("step", "started_at"))
+    # The raw manifest is the largest column and nothing here reads it (a run may have thousands of calls).
+    calls = list(run.calls.defer("raw", "prefix_segments").order_by("step", "started_at"))
     pks = [c.pk for c in calls]
     tokens = defaultdict(dict)
     for row in (
