@@ -8,7 +8,7 @@ answer it with a 400, never a 500.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.db.models import QuerySet
@@ -64,6 +64,32 @@ class Filters:
             return None
         return (self.until or self.as_of or timezone.now()) - self.since
 
+    @property
+    def since_input(self) -> str:
+        """The start as a datetime-local input shows it (UTC, to the minute)."""
+        return _local_input(self.since) if self.range == "custom" else ""
+
+    @property
+    def until_input(self) -> str:
+        return _local_input(self.until) if self.range == "custom" else ""
+
+    def chips(self) -> list[tuple[str, str, str]]:
+        """The active filters as (label, value, querystring without it) for the filter bar,
+        so what the URL says is always visible and each part can be removed on its own."""
+        out = []
+        if self.agent:
+            out.append(("agent", self.agent, self.querystring(agent="")))
+        if self.model:
+            out.append(("model", self.model, self.querystring(model="")))
+        if self.range == "custom":
+            out.append(("from", self.since_raw or "the start", self.querystring(since="", until="")))
+            if self.until_raw:
+                out.append(("to", self.until_raw, self.querystring(until="")))
+        elif self.range != DEFAULT_RANGE:
+            out.append(("range", "all time" if self.range == "all" else f"last {self.range}",
+                        self.querystring(range="")))
+        return out
+
     def previous(self) -> Filters | None:
         """The period of the same length just before this one (for "against the previous period")."""
         span = self.span
@@ -107,6 +133,10 @@ class Filters:
         return urlencode(self.params(**override))
 
 
+def _local_input(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M") if moment else ""
+
+
 def _time(raw: str, param: str, *, end: bool) -> datetime:
     """An ISO 8601 time, or a date (a date as ``until`` means the end of that day)."""
     message = f"{raw!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or 2026-11-29T14:00Z)"
@@ -136,7 +166,10 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     until_raw = query.get("until", "").strip()
     key = query.get("range", "").strip()
     # A named range wins over since/until: the filter bar sends both, and choosing a range
-    # there means "this range"; since/until alone (range left empty) is a custom range.
+    # there means "this range"; since/until alone (range left empty or "custom") is a
+    # custom range.
+    if key == "custom":
+        key = ""
     if not key and (since_raw or until_raw):
         since = _time(since_raw, "since", end=False) if since_raw else None
         until = _time(until_raw, "until", end=True) if until_raw else None
