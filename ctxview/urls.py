@@ -26,3 +26,6 @@ urlpatterns = [
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="openapi"),
 ]
+
+handler404 = "manifests.middleware.handler404"
+handler500 = "manifests.middleware.handler500"
