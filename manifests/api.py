@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -79,17 +79,7 @@ class ManifestBodyParser(BaseParser):
         limit = settings.CTXVIEW_MAX_BODY_BYTES
         request = (parser_context or {}).get("request")
         if stream is None:
-            # Django reads CONTENT_LENGTH bytes, so a chunked body (no length; gunicorn and
-            # most servers de-chunk it into wsgi.input) would look empty: read it ourselves.
-            chunked = request is not None and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
-            if not chunked:
-                return b""
-            environ = request._request.environ
-            if not environ.get("wsgi.input_terminated"):
-                # Only a server that de-chunks and ends the stream (gunicorn, mod_wsgi) says
-                # so; reading a raw socket here would wait for a close that never comes.
-                raise LengthRequired()
-            stream = environ["wsgi.input"]
+            return b""
         body = _read_at_most(stream, limit + 1)
         if len(body) > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes; send smaller batches")
@@ -106,6 +96,19 @@ class ManifestBodyParser(BaseParser):
         if len(data) > limit or decompressor.unconsumed_tail:
             raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes; send smaller batches")
         return data
+
+
+def chunked_body(request: Request) -> bytes:
+    """A chunked body (no Content-Length): DRF and Django read CONTENT_LENGTH bytes, so it
+    would look empty. gunicorn and mod_wsgi de-chunk it into wsgi.input and say so with
+    wsgi.input_terminated; on any other server, reading the raw socket would wait for a close
+    that never comes, hence 411. The size limit and gzip apply as to any body."""
+    if "chunked" not in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return b""
+    environ = request._request.environ
+    if not environ.get("wsgi.input_terminated"):
+        raise LengthRequired()
+    return ManifestBodyParser().parse(environ["wsgi.input"], parser_context={"request": request})
 
 
 def _read_at_most(stream: Any, size: int) -> bytes:
@@ -155,10 +158,10 @@ class ManifestIngestView(APIView):
             "400 when all were."
         ),
         request={"application/json": {"type": "object"}},
-        responses={200: _ingest_response, 207: _ingest_response, 400: OpenApiResponse(description="bad request")},
+        responses={200: _ingest_response, 207: _ingest_response},
     )
     def post(self, request: Request) -> Response:
-        body = request.data
+        body = request.data or chunked_body(request)
         if not body:
             raise ingest.BadRequest('the body is empty: send one manifest or {"manifests": [...]}')
         report = ingest.ingest_body(project=request.auth.project, body=body)
