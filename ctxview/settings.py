@@ -143,6 +143,7 @@ AXES_FAILURE_LIMIT = env_int("CTXVIEW_LOGIN_FAILURES", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("CTXVIEW_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 # Behind N proxies, the client address is the Nth from the right of X-Forwarded-For.
 if env_int("CTXVIEW_PROXY_COUNT", 0):
     AXES_IPWARE_PROXY_COUNT = env_int("CTXVIEW_PROXY_COUNT", 0)

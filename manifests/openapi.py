@@ -70,8 +70,9 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
     """drf-spectacular postprocessing hook (SPECTACULAR_SETTINGS)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = ERROR_SCHEMA
-    _, components = msgspec.json.schema_components([Manifest], ref_template="#/components/schemas/{name}")
-    schemas.update(components)
+    # Namespaced: the read serializers have components called Item, Evidence, ... too.
+    _, components = msgspec.json.schema_components([Manifest], ref_template="#/components/schemas/manifest.{name}")
+    schemas.update({f"manifest.{name}": schema for name, schema in components.items()})
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
@@ -94,7 +95,7 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
 
 
 def _ingest_body() -> dict[str, Any]:
-    manifest = {"$ref": "#/components/schemas/Manifest"}
+    manifest = {"$ref": "#/components/schemas/manifest.Manifest"}
     batch = {
         "type": "object",
         "required": ["manifests"],

@@ -7,6 +7,7 @@ import gzip
 import http.client
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,20 +64,23 @@ def test_it_reads_a_chunked_body_and_applies_gzip_and_the_size_limit(key):
 
 
 def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
-    with gunicorn(CTXVIEW_INGEST_RATE="4/s") as base:
+    with gunicorn(CTXVIEW_INGEST_RATE="1/s") as base:
         url = urlsplit(base)
-        statuses, retry_after = [], None
-        for n in range(8):
+
+        def post(n: int) -> tuple[int, str | None, dict]:
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
             conn.request("POST", "/api/v1/manifests", json.dumps(make_manifest(f"raw-{n}")),
                          {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
             response = conn.getresponse()
-            statuses.append(response.status)
-            if response.status == 429:
-                retry_after = response.getheader("Retry-After")
-                assert json.loads(response.read())["errors"][0]["path"] == "$"
+            answer = (response.status, response.getheader("Retry-After"), json.loads(response.read()))
             conn.close()
-        assert 429 in statuses and retry_after is not None and int(retry_after) >= 1
+            return answer
+
+        with ThreadPoolExecutor(6) as pool:  # a burst: six at once, the rate is one a second
+            answers = list(pool.map(post, range(6)))
+        refused = [a for a in answers if a[0] == 429]
+        assert refused and all(int(retry) >= 1 for _, retry, _ in refused)
+        assert all(body["errors"][0]["path"] == "$" and body["error"] for _, _, body in refused)
 
         client = Client(key, base, flush_interval=0.01, batch_size=1, max_retries=8)
         try:
@@ -94,12 +98,14 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
 
 
 def test_schemathesis_finds_no_server_error_and_no_undocumented_status(key):
+    # Bounded to ~40 s: the fuzzing phase, 10 examples per operation. The full run with the
+    # coverage phase (about 2,100 cases, 2 minutes) is in docs/api.md; run it after API changes.
     with gunicorn(CTXVIEW_INGEST_RATE="off", CTXVIEW_READ_RATE="off") as base:
         # The key reads and ingests: every operation is reachable.
         result = subprocess.run(
             [str(ROOT / ".venv/bin/st"), "--no-color", "run", f"{base}/api/schema/?format=json", "--url", base,
              "-H", f"Authorization: Bearer {key}", "--checks", "not_a_server_error,status_code_conformance",
-             "--max-examples", "25", "--seed", "9", "--request-timeout", "20"],
+             "--max-examples", "10", "--phases", "fuzzing", "--seed", "9", "--request-timeout", "20"],
             capture_output=True, text=True, timeout=300, cwd=ROOT,
         )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
