@@ -7,6 +7,7 @@ answer it with a 400, never a 500.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
@@ -15,6 +16,8 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+
+from ctxkit.record.manifest import EARLIEST, LATEST
 
 # Named ranges offered in the filter bar; "all" means no time bound.
 RANGES: dict[str, timedelta | None] = {
@@ -28,6 +31,7 @@ RANGES: dict[str, timedelta | None] = {
 }
 DEFAULT_RANGE = "24h"
 MAX_VALUE = 200  # agent and model names are at most 200 characters in a manifest
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class FilterError(ValueError):
@@ -146,12 +150,19 @@ def _time(raw: str, param: str, *, end: bool) -> datetime:
         value = parse_datetime(raw) if day is None else None
     except ValueError:
         raise FilterError(param, message) from None
+    # The same range as stored timestamps (ctxkit.record.manifest), checked before any
+    # arithmetic: 9999-12-31 plus a day does not exist.
+    out_of_range = FilterError(param, f"{raw!r} is outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}")
     if value is None:
         if day is None:
             raise FilterError(param, message)
+        if not EARLIEST.year <= day.year < LATEST.year:
+            raise out_of_range
         value = datetime(day.year, day.month, day.day) + (timedelta(days=1) if end else timedelta())
     if timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.get_default_timezone())
+    if not EARLIEST <= value <= LATEST:
+        raise out_of_range
     return value
 
 
@@ -162,6 +173,8 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     for param, value in (("agent", agent), ("model", model)):
         if len(value) > MAX_VALUE:
             raise FilterError(param, f"at most {MAX_VALUE} characters")
+        if _CONTROL.search(value):
+            raise FilterError(param, "must not contain control characters")
     since_raw = query.get("since", "").strip()
     until_raw = query.get("until", "").strip()
     key = query.get("range", "").strip()
