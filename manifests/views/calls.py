@@ -6,11 +6,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from ctxkit.figures import in_context
 from manifests import replay
 from manifests.models import Attribution, CacheEvent, CallFigures, Project
 from manifests.selectors import calls as calls_sel
 from manifests.selectors.filters import Filters
 from manifests.views.common import json_endpoint, page, project_page
+
+FOLD_NOT_SENT_OVER = 12
 
 
 @project_page
@@ -19,11 +22,15 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
     items = list(call.items.all())
     figures = CallFigures.objects.filter(call=call).first()
     cache_event = CacheEvent.objects.filter(call=call).select_related("previous_call").first()
-    attributions = list(Attribution.objects.filter(call=call).order_by("is_risk", "evidence_key"))
+    attributions = list(Attribution.objects.filter(call=call).select_related("lost_at")
+                        .order_by("is_risk", "evidence_key"))
+    # The cause column is for evidence that did not reach the model; risks have their panel.
     by_evidence: dict[int, Attribution] = {}
     by_key: dict[str, Attribution] = {}
     for a in attributions:
-        if a.evidence_id and not a.is_risk:
+        if a.is_risk:
+            continue
+        if a.evidence_id:
             by_evidence.setdefault(a.evidence_id, a)
         by_key.setdefault(a.evidence_key, a)
     evidence = [{"e": e, "attribution": by_evidence.get(e.pk) or by_key.get(e.key)} for e in call.evidence.all()]
@@ -31,6 +38,10 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
                    for c in call.compactions.all()]
     allocation = calls_sel.allocation(call, items, effective_limit=figures.effective_limit if figures else None)
     diff = calls_sel.diff_with_previous(call, items)
+    ordered = calls_sel.context_order(items)
+    # Many items not sent (folded into a summary, cleared, dropped) fold under one line.
+    not_sent = sum(1 for i in ordered if not in_context(i))
+    fold_at = len(ordered) - not_sent if not_sent > FOLD_NOT_SENT_OVER else None
     qs = filters.querystring()
     whatif = {
         "url": reverse("call-whatif", args=[project.slug]),
@@ -45,7 +56,9 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
     }
     return page(request, "manifests/call.html", project, filters, "runs", {
         "call": call,
-        "items": calls_sel.context_order(items),
+        "items": ordered,
+        "fold_at": fold_at,
+        "not_sent": not_sent,
         "evidence": evidence,
         "risks": [a for a in attributions if a.is_risk],
         "compactions": compactions,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0004_call_cache_ttl_seconds'),
+        ('manifests', '0005_figures_one_definition'),
     ]
 
     operations = [
