@@ -113,7 +113,8 @@ def test_it_never_scrolls_sideways_on_a_phone(site, owner_pages):
         settle(page)
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > PHONE["width"]:
-            wide[path or "/"] = width
+            # The width and the elements that stick out, for the failure message.
+            wide[path or "/"] = (width, page.evaluate("""() => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 400).slice(0, 6).map(e => e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""))  # noqa: E501
     page.goto(site.project_url("calls/coder-list-endpoint/step-7/"))
     settle(page)
     ARTIFACTS.mkdir(exist_ok=True)
