@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import HttpResponse
+from django.http import HttpResponse, UnreadablePostError
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.record.manifest import json_schema
-from manifests import ingest
+from manifests import ingest, ops
 from manifests.auth import HasIngestScope, HasReadScope
 from manifests.models import Call, Compaction, Run
 from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
@@ -37,6 +37,15 @@ class PayloadTooLarge(exceptions.APIException):
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, with every error in one shape: {"error": ..., "errors": [{path, message}]}."""
+    if isinstance(exc, UnreadablePostError):
+        return _client_disconnected(exc, context)
+    if isinstance(exc, ingest.Busy):
+        message = "the database is busy with concurrent writes; retry after the Retry-After delay"
+        return Response(
+            {"error": message, "errors": [{"path": "$", "message": message}]},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
     if isinstance(exc, ingest.BadRequest):
         return Response(
             {"error": exc.message, "errors": [{"path": exc.path, "message": exc.message}]}, status=exc.status
@@ -45,6 +54,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is not None and isinstance(response.data, dict) and "detail" in response.data:
         message = str(response.data["detail"])
         response.data = {"error": message, "errors": [{"path": "$", "message": message}]}
+    return response
+
+
+def _client_disconnected(exc: Exception, context: dict[str, Any]) -> Response:
+    """The client hung up mid-body: logged at info and counted (manifests/ops.py), answered
+    400 for the record (nobody reads it), and kept out of Django's request log."""
+    ops.client_disconnected(context.get("request"), exc)
+    message = "the connection closed before the whole body was received"
+    response = Response({"error": message, "errors": [{"path": "$", "message": message}]}, status=400)
+    response._has_been_logged = True  # Django's "Bad Request" warning would repeat the info line
     return response
 
 
@@ -111,7 +130,12 @@ class ManifestIngestView(APIView):
             "400 when all were."
         ),
         request={"application/json": {"type": "object"}},
-        responses={200: _ingest_response, 207: _ingest_response, 400: OpenApiResponse(description="bad request")},
+        responses={
+            200: _ingest_response,
+            207: _ingest_response,
+            400: OpenApiResponse(description="bad request"),
+            503: OpenApiResponse(description="database contended after bounded retries; retry after Retry-After"),
+        },
     )
     def post(self, request: Request) -> Response:
         body = request.data

@@ -52,12 +52,23 @@ def analyze_calls(self, call_ids: list[int]) -> int:
 
 
 @shared_task(**ANALYSIS_TASK, max_retries=3)
-def sweep_unanalysed(self, older_than_seconds: float = 60, limit: int = 500) -> int:
-    """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse them."""
+def sweep_unanalysed(
+    self,
+    older_than_seconds: float = 60,
+    max_calls: int = analysis.SWEEP_MAX_CALLS,
+    max_seconds: float = analysis.SWEEP_MAX_SECONDS,
+) -> int:
+    """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse
+    them. A run cut short by its bound enqueues the next one at once, so a backlog drains
+    without waiting for the beat, on whichever workers are free."""
+    options = {"older_than_seconds": older_than_seconds, "max_calls": max_calls, "max_seconds": max_seconds}
     try:
-        return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit)
+        result = analysis.sweep_unanalysed(**options)
     except SoftTimeLimitExceeded:
         return 0
+    if result.cut_short and not self.request.is_eager:
+        sweep_unanalysed.apply_async(kwargs=options)
+    return result.analysed
 
 
 @shared_task(

@@ -94,11 +94,11 @@ def test_it_fails_loudly_on_a_bad_celery_setting(env, message):
 def test_it_sweeps_only_calls_left_unanalysed_long_enough(project):
     old, recent = store(project, [make_manifest("old"), make_manifest("recent", step=1)])
     Call.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(minutes=5))
-    assert analysis.sweep_unanalysed(older_than_seconds=60) == 1
+    assert analysis.sweep_unanalysed(older_than_seconds=60).analysed == 1
     assert Call.objects.get(pk=old.pk).analyzed_at is not None
     assert Call.objects.get(pk=recent.pk).analyzed_at is None
-    assert analysis.sweep_unanalysed(older_than_seconds=0) == 1
-    assert analysis.sweep_unanalysed(older_than_seconds=0) == 0
+    assert analysis.sweep_unanalysed(older_than_seconds=0).analysed == 1
+    assert analysis.sweep_unanalysed(older_than_seconds=0).analysed == 0
 
 
 @pytest.mark.django_db

@@ -9,7 +9,13 @@ Entry points, called by the Celery tasks in manifests/tasks.py:
   analysed is skipped, so a redelivered task changes nothing; a worker killed
   mid-chunk leaves nothing half-written (the transaction rolls back).
 - :func:`sweep_unanalysed` finds calls stored but never analysed (Redis down at
-  ingest, a task lost) and analyses them.
+  ingest, a task lost) and analyses them, chunk after chunk, until none older than
+  the minimum age remains or the run's bound is reached.
+
+Poison isolation: a chunk whose analysis raises (anything but a transient database
+or time-limit error) is rolled back and retried call by call; a call that fails on its
+own is quarantined (``quarantined_at``, ``analysis_error``) and skipped by tasks and the
+sweep until ``manage.py reanalyse_calls --quarantined`` tries it again after a fix.
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
-from django.db import transaction
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
@@ -34,6 +44,14 @@ logger = logging.getLogger(__name__)
 __all__ = ["analyze_calls", "sweep_unanalysed"]
 
 DEFAULT_CHUNK = 100
+
+# Not a poison call: the database or the worker is in trouble. These propagate, so the
+# task retries with backoff (or the sweep tries later) and nothing is quarantined.
+NOT_POISON = (OperationalError, InterfaceError, IntegrityError, SoftTimeLimitExceeded)
+
+# One sweep run's bounds; a run that reaches them leaves the rest to its continuation.
+SWEEP_MAX_CALLS = 5000
+SWEEP_MAX_SECONDS = 120.0
 
 
 def _chunk_size() -> int:
@@ -68,76 +86,145 @@ def _enqueue_notifications(regression_ids: list[int]) -> None:
             logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
 
 
-def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
-    with transaction.atomic():
-        query = Call.objects.select_for_update(skip_locked=True).filter(pk__in=list(ids))
-        if not force:
-            query = query.filter(analyzed_at__isnull=True)
-        # Locked in primary-key order: two workers never wait on each other in a cycle.
-        calls = list(query.order_by("pk"))
-        if not calls:
-            return 0
-        newly = [c for c in calls if c.analyzed_at is None]
-        pks = [c.pk for c in calls]
-        prices = PriceBook.load()
-        data = load(calls)
+def _claim_ids(ids: Sequence[int], *, force: bool) -> QuerySet[Call]:
+    query = Call.objects.filter(pk__in=list(ids))
+    if not force:
+        query = query.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
+    # Locked in primary-key order; calls another worker holds are skipped (left to it).
+    return query.select_for_update(skip_locked=True).order_by("pk")
 
-        new_figures: list[CallFigures] = []
-        new_attributions: list[Attribution] = []
-        new_reviews: list[CompactionFigures] = []
-        for d in data:
-            positions = figures.relative_positions(d.manifest)
-            new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
-            new_attributions.extend(attribution.attribute(d, positions))
-            new_reviews.extend(compaction_review.review(d))
-        # Replace, never add to: what was derived before from these calls goes first.
-        CallFigures.objects.filter(call_id__in=pks).delete()
-        Attribution.objects.filter(call_id__in=pks).delete()
-        CompactionFigures.objects.filter(call_id__in=pks).delete()
-        CallFigures.objects.bulk_create(new_figures, batch_size=500)
-        Attribution.objects.bulk_create(new_attributions, batch_size=500)
-        CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
 
-        now = timezone.now()
-        Call.objects.filter(pk__in=pks).update(analyzed_at=now)
-        successors = cache.update_cache_events(pks, prices)
-        cache.update_prefix_registry(newly)
-        projects = Project.objects.in_bulk({c.project_id for c in calls})
-        found = regressions.detect(calls, projects)
-        touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls]
-        touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
-        rollups.recompute(rollups.keys_for(touched))
-        _test_pause(chunk_index)
-        notify = [r.pk for r in found if projects[r.project_id].webhook_url]
-        if notify:
-            transaction.on_commit(partial(_enqueue_notifications, notify))
-    return len(calls)
+def _analyze_chunk(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tuple[int, int]:
+    """Analyse the calls ``claim`` locks, in one transaction. Returns (analysed, claimed).
+
+    If the analysis raises, the transaction rolls back and the claimed calls are analysed
+    one by one: the good ones pass, the one that fails alone is quarantined."""
+    claimed: list[int] = []
+    try:
+        with transaction.atomic():
+            calls = list(claim)
+            claimed = [c.pk for c in calls]
+            if not calls:
+                return 0, 0
+            _analyze_locked(calls, chunk_index=chunk_index)
+        return len(calls), len(calls)
+    except NOT_POISON:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure is the data's: isolate it
+        if not claimed:
+            raise
+        if len(claimed) == 1:
+            _quarantine(claimed[0], exc)
+            return 0, 1
+        logger.warning(
+            "analysis of a chunk of %d calls failed (%s: %s); retrying them one by one",
+            len(claimed), exc.__class__.__name__, exc,
+        )
+        done = 0
+        for pk in claimed:
+            done += _analyze_chunk(_claim_ids([pk], force=force), force=force, chunk_index=chunk_index)[0]
+        return done, len(claimed)
+
+
+def _quarantine(pk: int, exc: Exception) -> None:
+    """Set a call aside with its error (class, message, where it was raised)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    error = f"{exc.__class__.__name__}: {exc}{where}"[:2000]
+    Call.objects.filter(pk=pk).update(quarantined_at=timezone.now(), analysis_error=error)
+    logger.error("call %s quarantined: its analysis fails on its own (%s)", pk, error)
+
+
+def _analyze_locked(calls: list[Call], *, chunk_index: int) -> None:
+    newly = [c for c in calls if c.analyzed_at is None]
+    pks = [c.pk for c in calls]
+    prices = PriceBook.load()
+    data = load(calls)
+
+    new_figures: list[CallFigures] = []
+    new_attributions: list[Attribution] = []
+    new_reviews: list[CompactionFigures] = []
+    for d in data:
+        positions = figures.relative_positions(d.manifest)
+        new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
+        new_attributions.extend(attribution.attribute(d, positions))
+        new_reviews.extend(compaction_review.review(d))
+    # Replace, never add to: what was derived before from these calls goes first.
+    CallFigures.objects.filter(call_id__in=pks).delete()
+    Attribution.objects.filter(call_id__in=pks).delete()
+    CompactionFigures.objects.filter(call_id__in=pks).delete()
+    CallFigures.objects.bulk_create(new_figures, batch_size=500)
+    Attribution.objects.bulk_create(new_attributions, batch_size=500)
+    CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
+
+    now = timezone.now()
+    Call.objects.filter(pk__in=pks).update(analyzed_at=now, quarantined_at=None, analysis_error="")
+    successors = cache.update_cache_events(pks, prices)
+    cache.update_prefix_registry(newly)
+    projects = Project.objects.in_bulk({c.project_id for c in calls})
+    found = regressions.detect(calls, projects)
+    touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls]
+    touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
+    rollups.recompute(rollups.keys_for(touched))
+    _test_pause(chunk_index)
+    notify = [r.pk for r in found if projects[r.project_id].webhook_url]
+    if notify:
+        transaction.on_commit(partial(_enqueue_notifications, notify))
 
 
 def analyze_calls(call_ids: Sequence[int], *, force: bool = False) -> int:
     """Analyse the given calls; returns how many were analysed now.
 
-    Calls already analysed are skipped unless ``force`` (re-analysis after a rule
-    change), and calls locked by another worker are left to it.
+    Calls already analysed or quarantined are skipped unless ``force`` (re-analysis
+    after a rule change or a fix), and calls locked by another worker are left to it.
     """
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
     for index, start in enumerate(range(0, len(ids), size)):
-        done += _analyze_chunk(ids[start : start + size], force=force, chunk_index=index)
+        done += _analyze_chunk(_claim_ids(ids[start : start + size], force=force), force=force, chunk_index=index)[0]
     return done
 
 
-def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500) -> int:
-    """Analyse calls stored at least ``older_than_seconds`` ago and never analysed."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    ids = list(
-        Call.objects.filter(analyzed_at__isnull=True, received_at__lte=cutoff)
-        .order_by("received_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    if not ids:
-        return 0
-    done = analyze_calls(ids)
-    logger.info("sweep analysed %d of %d unanalysed calls", done, len(ids))
-    return done
+def _waiting(cutoff: object) -> QuerySet[Call]:
+    return Call.objects.filter(analyzed_at__isnull=True, quarantined_at__isnull=True, received_at__lte=cutoff)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    analysed: int
+    quarantined: int
+    remaining: int  # unanalysed calls older than the minimum age when the run ended
+    cut_short: bool  # the run stopped at its bound, not because nothing was left
+
+
+def sweep_unanalysed(
+    *, older_than_seconds: float = 60, max_calls: int = SWEEP_MAX_CALLS, max_seconds: float = SWEEP_MAX_SECONDS
+) -> SweepResult:
+    """Analyse calls stored at least ``older_than_seconds`` ago and never analysed.
+
+    Claims chunk after chunk (oldest first, ``SKIP LOCKED``: sweeps running at once on
+    several workers take different chunks) until none is left or the run has claimed
+    ``max_calls`` or spent ``max_seconds``; the task enqueues a continuation when a run
+    was cut short with calls still waiting.
+    """
+    started = time.monotonic()
+    size = _chunk_size()
+    analysed = claimed = chunks = 0
+    cut_short = True
+    while claimed < max_calls and time.monotonic() - started < max_seconds:
+        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+        claim = _waiting(cutoff).select_for_update(skip_locked=True).order_by("received_at", "pk")
+        done, taken = _analyze_chunk(claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks)
+        if not taken:
+            cut_short = False
+            break
+        analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
+    remaining = _waiting(timezone.now() - timedelta(seconds=older_than_seconds)).count()
+    if claimed or remaining:
+        logger.info(
+            "sweep analysed %d calls (%d quarantined) in %d chunks in %.1f s; %d unanalysed calls "
+            "older than %gs remain",
+            analysed, claimed - analysed, chunks, time.monotonic() - started, remaining, older_than_seconds,
+        )
+    return SweepResult(analysed, claimed - analysed, remaining, cut_short and remaining > 0)
