@@ -166,16 +166,20 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
 STORE_ATTEMPTS = 4
 RETRY_BASE_SECONDS = 0.05
 
-# PostgreSQL's transient conflicts: serialization failure, deadlock, lock not available.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+# PostgreSQL's transient conflicts: serialization failure, deadlock; and a lock wait
+# longer than the lock timeout (55P03), which SQLite reports as "database is locked".
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+_LOCK_TIMEOUT_SQLSTATE = "55P03"
 
 
-def _is_transient(exc: OperationalError) -> bool:
+def _transient_kind(exc: OperationalError) -> str | None:
+    """"conflict", "lock timeout", or None when the error is not transient."""
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
-    if sqlstate is not None:
-        return sqlstate in _TRANSIENT_SQLSTATES
-    # SQLite reports a writer it waited for too long as "database is locked".
-    return "locked" in str(exc)
+    if sqlstate in _CONFLICT_SQLSTATES:
+        return "conflict"
+    if sqlstate == _LOCK_TIMEOUT_SQLSTATE or (sqlstate is None and "locked" in str(exc)):
+        return "lock timeout"
+    return None
 
 
 def _store_with_retries(
@@ -190,18 +194,30 @@ def _store_with_retries(
     Django's IntegrityError here), the next attempt finds the stored row and answers
     duplicate or conflict. Deadlocks and serialization failures cannot arise from ingest's
     own statements (locks are taken in a fixed order) but are retried all the same; if
-    every attempt fails the request is answered 503 + Retry-After, never 500.
+    every attempt fails the request is answered 503 + Retry-After, never 500. A lock wait
+    that outlasted CTXVIEW_INGEST_LOCK_TIMEOUT_MS is retried once only, so a request stays
+    well inside a server's timeout.
     """
-    for attempt in range(STORE_ATTEMPTS):
+    timeout_ms = settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS
+    if connection.vendor == "sqlite":
+        # Before BEGIN IMMEDIATE, which is where SQLite waits for another writer.
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+    lock_timeouts = 0
+    attempt = 0
+    for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
         try:
             with connection.wrap_database_errors:
                 return _store(project, valid, results)
         except IntegrityError:
             what = "a unique-key race"
         except OperationalError as exc:
-            if not _is_transient(exc):
+            what = _transient_kind(exc)
+            if what is None:
                 raise
-            what = f"a transient conflict ({exc.__cause__.__class__.__name__})"
+            lock_timeouts += what == "lock timeout"
+            if lock_timeouts > 1:
+                break
         for index, *_ in valid:
             results[index].status = ACCEPTED
             results[index].errors = []
@@ -209,15 +225,20 @@ def _store_with_retries(
             delay = random.uniform(0, RETRY_BASE_SECONDS * 2**attempt)
             logger.info("ingest hit %s; retrying in %.0f ms (attempt %d)", what, delay * 1000, attempt + 2)
             time.sleep(delay)
-    logger.warning("ingest gave up after %d attempts of a contended batch; answering 503", STORE_ATTEMPTS)
+    logger.warning("ingest gave up after %d attempts of a contended batch (%s); answering 503", attempt + 1, what)
     raise Busy()
 
 
 def _call_locks(project: Project, call_ids: list[str]) -> None:
     """Serialise the requests that store the same call_id (PostgreSQL; SQLite's writers
     are serialised already by its IMMEDIATE transactions). Locks are taken in ascending
-    key order in one statement, so no two requests can wait on each other in a cycle."""
-    if connection.vendor != "postgresql" or not call_ids:
+    key order in one statement, so no two requests can wait on each other in a cycle.
+    No lock wait of the batch's transaction lasts longer than the lock timeout."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
+    if not call_ids:
         return
     keys = sorted(
         {
