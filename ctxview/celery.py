@@ -53,6 +53,11 @@ if VISIBILITY_TIMEOUT_SECONDS <= MAX_COUNTDOWN_SECONDS:
 # once they are older than SWEEP_MIN_AGE, so it never races a task still in the queue.
 SWEEP_INTERVAL_SECONDS = _env_number("CTXVIEW_SWEEP_INTERVAL", 60, minimum=0.5)
 SWEEP_MIN_AGE_SECONDS = _env_number("CTXVIEW_SWEEP_MIN_AGE", 60, minimum=0)
+# One sweep run claims chunks until nothing is waiting or it reaches these bounds; a run
+# cut short enqueues the next one at once (manifests/tasks.py). The time bound stays
+# below the task's soft time limit.
+SWEEP_MAX_CALLS = int(_env_number("CTXVIEW_SWEEP_MAX_CALLS", 5000, minimum=1))
+SWEEP_MAX_SECONDS = 120.0
 
 _redis_url = os.environ.get("REDIS_URL", "")
 _transport_options: dict[str, object] = {
@@ -95,7 +100,7 @@ app.conf.update(
         "sweep-unanalysed-calls": {
             "task": "manifests.tasks.sweep_unanalysed",
             "schedule": SWEEP_INTERVAL_SECONDS,
-            "kwargs": {"older_than_seconds": SWEEP_MIN_AGE_SECONDS},
+            "kwargs": {"older_than_seconds": SWEEP_MIN_AGE_SECONDS, "max_calls": SWEEP_MAX_CALLS},
         },
         "sweep-webhook-notifications": {
             "task": "manifests.tasks.sweep_notifications",

@@ -34,6 +34,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, transact
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from ctxview.celery import SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
 from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
 from manifests.analysis.data import load
 from manifests.analysis.prices import PriceBook
@@ -49,9 +50,6 @@ DEFAULT_CHUNK = 100
 # task retries with backoff (or the sweep tries later) and nothing is quarantined.
 NOT_POISON = (OperationalError, InterfaceError, IntegrityError, SoftTimeLimitExceeded)
 
-# One sweep run's bounds; a run that reaches them leaves the rest to its continuation.
-SWEEP_MAX_CALLS = 5000
-SWEEP_MAX_SECONDS = 120.0
 
 
 def _chunk_size() -> int:
