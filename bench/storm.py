@@ -188,6 +188,8 @@ def main() -> None:
     db = f"ctxview_storm_{args.port}"
     logs = Path(f"/tmp/ctxview-storm-{args.port}")
     logs.mkdir(exist_ok=True)
+    for old in logs.glob("*.log"):
+        old.unlink()
     env = dict(os.environ, DATABASE_URL=f"{PG}/{db}", SECRET_KEY="bench-storm", DEBUG="0",
                ALLOWED_HOSTS="127.0.0.1", REDIS_URL=f"redis://127.0.0.1:{args.redis_port}/0",
                CTXVIEW_SWEEP_INTERVAL="5", CTXVIEW_SWEEP_MIN_AGE="5", CELERY_VISIBILITY_TIMEOUT="30",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 import traceback
 from collections.abc import Sequence
@@ -89,18 +90,42 @@ def _claim_ids(ids: Sequence[int], *, force: bool) -> QuerySet[Call]:
     if not force:
         query = query.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
     # Locked in primary-key order; calls another worker holds are skipped (left to it).
-    return query.select_for_update(skip_locked=True).order_by("pk")
+    return query.select_for_update(skip_locked=True, no_key=True).order_by("pk")
+
+
+# PostgreSQL's serialization failure and deadlock: the chunk is simply run again.
+_RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+CHUNK_ATTEMPTS = 4
 
 
 def _analyze_chunk(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tuple[int, int]:
+    """:func:`_analyze_once`, run again after a deadlock or serialization failure (a few
+    times, after a short jittered pause), so a collision between workers costs a chunk,
+    not the task."""
+    for attempt in range(CHUNK_ATTEMPTS):
+        try:
+            return _analyze_once(claim, force=force, chunk_index=chunk_index)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES or attempt + 1 == CHUNK_ATTEMPTS:
+                raise
+            logger.info("analysis chunk hit %s; running it again", exc.__cause__.__class__.__name__)
+            time.sleep(random.uniform(0, 0.1 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _analyze_once(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tuple[int, int]:
     """Analyse the calls ``claim`` locks, in one transaction. Returns (analysed, claimed).
 
     If the analysis raises, the transaction rolls back and the claimed calls are analysed
-    one by one: the good ones pass, the one that fails alone is quarantined."""
+    one by one: the good ones pass, the one that fails alone is quarantined.
+
+    Calls are locked FOR NO KEY UPDATE: the foreign-key checks another worker's rows make
+    at commit (a cache event pointing at its previous call, in this chunk) do not wait on
+    it, so two chunks holding calls of the same run cannot deadlock on each other."""
     claimed: list[int] = []
     try:
         with transaction.atomic():
-            calls = list(claim)
+            calls = list(claim.all())  # a fresh query (and lock) on every attempt
             claimed = [c.pk for c in calls]
             if not calls:
                 return 0, 0
@@ -212,7 +237,7 @@ def sweep_unanalysed(
     cut_short = True
     while claimed < max_calls and time.monotonic() - started < max_seconds:
         cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-        claim = _waiting(cutoff).select_for_update(skip_locked=True).order_by("received_at", "pk")
+        claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
         done, taken = _analyze_chunk(claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks)
         if not taken:
             cut_short = False
