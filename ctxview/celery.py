@@ -123,7 +123,35 @@ def _close_old_connections(task: Task | None = None, **kwargs: object) -> None:
         return  # inside the caller's request and transaction: never close its connection
     from django.db import close_old_connections
 
+    discard_interrupted_transactions()
     close_old_connections()
+
+
+def discard_interrupted_transactions() -> None:
+    """Drop a connection an interrupted task left inside a transaction.
+
+    Between two tasks no transaction is open. One still is when a task was stopped in the
+    middle of one: Celery terminates a task it can no longer acknowledge (late ack, broker
+    connection lost), and psycopg can turn that SystemExit into an error half-way out of
+    the transaction, so Django's atomic block never exits and every later task of this
+    process would fail ("Cannot open a new connection in an atomic block"). The server
+    rolled the transaction back when the socket closed; here the connection is closed
+    and forgotten, and the next query opens a fresh one."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not (conn.in_atomic_block or conn.closed_in_transaction):
+            continue
+        logger.error("a task left database connection %r inside a transaction; discarding it", conn.alias)
+        try:
+            if conn.connection is not None:
+                conn.connection.close()
+        except Exception:  # noqa: BLE001 - it is broken already; we only let go of it
+            pass
+        conn.connection = None
+        # connect() resets the rest of the transaction state; these two keep it from refusing.
+        conn.in_atomic_block = False
+        conn.closed_in_transaction = False
 
 
 app.autodiscover_tasks()

@@ -106,3 +106,22 @@ def test_it_runs_the_task_function_as_a_plain_call(project):
     calls = store(project, [make_manifest("a"), make_manifest("b", step=1)])
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 2
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 0  # idempotent: a second run changes nothing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(project):
+    from django.db import connection, transaction
+
+    from ctxview.celery import _close_old_connections
+
+    # What a task terminated half-way out of a transaction leaves behind: an atomic block
+    # that never exited, on a connection that no longer works.
+    block = transaction.atomic()
+    block.__enter__()
+    Call.objects.count()
+    connection.connection.close()
+    _close_old_connections(task=tasks.sweep_unanalysed)
+    assert not connection.in_atomic_block
+    assert Call.objects.count() == 0  # the next task's queries work on a fresh connection
+    store(project, [make_manifest("after")])
+    assert Call.objects.filter(call_id="after").exists()

@@ -31,7 +31,7 @@ from datetime import timedelta
 from functools import partial
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, DataError, OperationalError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -51,10 +51,15 @@ DEFAULT_CHUNK = 100
 # 9,500-call backlog drained in 104 s with chunks of 500, 257 s with chunks of 100).
 DEFAULT_SWEEP_CHUNK = 500
 
-# Not a poison call: the database or the worker is in trouble. These propagate, so the
-# task retries with backoff (or the sweep tries later) and nothing is quarantined.
-NOT_POISON = (OperationalError, InterfaceError, IntegrityError, SoftTimeLimitExceeded)
 
+
+def _is_poison(exc: Exception) -> bool:
+    """A failure of the data, not of the database or the worker. Database errors other than
+    DataError (a value the column cannot hold) and time limits propagate instead: the task
+    retries with backoff, or the sweep tries later, and nothing is quarantined."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return False
+    return not isinstance(exc, DatabaseError) or isinstance(exc, DataError)
 
 
 def _chunk_size(name: str = "CTXVIEW_ANALYSIS_CHUNK", default: int = DEFAULT_CHUNK) -> int:
@@ -135,10 +140,8 @@ def _analyze_once(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tu
                 return 0, 0
             _analyze_locked(calls, chunk_index=chunk_index)
         return len(calls), len(calls)
-    except NOT_POISON:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any other failure is the data's: isolate it
-        if not claimed:
+    except Exception as exc:
+        if not claimed or not _is_poison(exc):
             raise
         if len(claimed) == 1:
             _quarantine(claimed[0], exc)
