@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0002_analysis'),
+        ('manifests', '0003_project_retention'),
     ]
 
     operations = [
