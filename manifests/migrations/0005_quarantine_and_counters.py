@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0003_project_retention'),
+        ('manifests', '0004_call_cache_ttl_seconds'),
     ]
 
     operations = [
