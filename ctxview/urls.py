@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from manifests import api, views
+from manifests import api, ops, views
 from manifests.openapi import BrowserJsonRenderer, BrowserYamlRenderer
 from manifests.views import settings as settings_views
 
@@ -33,6 +33,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", ops.healthz, name="healthz"),
     path("api/v1/manifests", api.ManifestIngestView.as_view(), name="api-ingest"),
     path("api/v1/runs", api.RunListView.as_view(), name="api-runs"),
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),

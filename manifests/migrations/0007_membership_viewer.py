@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0005_figures_one_definition'),
+        ('manifests', '0006_quarantine_and_counters'),
     ]
 
     operations = [
