@@ -66,6 +66,7 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
             row["diff_of"] = "baseline → after the drop"
             row["before"], row["after"] = r.prefix_before, r.prefix_after
             row["segments"] = segment_diff(r.segments_before, r.segments_after)
+            row["before_segments"], row["after_segments"] = r.segments_before, r.segments_after
         elif event is not None and event.previous_call is not None:
             # When every call has its own prefix (a timestamp in it), no single "after" prefix
             # exists; the call where the drop crossed the threshold against its previous call
@@ -73,10 +74,13 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
             row["diff_of"] = f"{event.previous_call.call_id} → {r.call.call_id}"
             row["before"], row["after"] = event.previous_call.prefix_hash, r.call.prefix_hash
             row["segments"] = segment_diff(event.previous_call.prefix_segments, r.call.prefix_segments)
+            row["before_segments"] = event.previous_call.prefix_segments
+            row["after_segments"] = r.call.prefix_segments
         else:
             row["diff_of"] = "baseline → after the drop"
             row["before"], row["after"] = r.prefix_before, r.prefix_after
             row["segments"] = segment_diff(r.segments_before, r.segments_after)
+            row["before_segments"], row["after_segments"] = r.segments_before, r.segments_after
         out.append(row)
     return out
 
