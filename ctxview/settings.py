@@ -156,6 +156,8 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 # Ingestion limits. Each breach is answered with a 4xx naming what was too large.
 CTXVIEW_MAX_BODY_BYTES = env_int("CTXVIEW_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 CTXVIEW_MAX_BATCH = env_int("CTXVIEW_MAX_BATCH", 500, minimum=1)
+# OTLP exports handled at once per process; more get 429 + Retry-After (the exporter retries).
+CTXVIEW_OTLP_MAX_CONCURRENT = env_int("CTXVIEW_OTLP_MAX_CONCURRENT", 4, minimum=1)
 # Django refuses request bodies above this; keep it just above our own limit so
 # that our 413 with a clear message answers first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1

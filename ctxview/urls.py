@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from manifests import api, views
+from manifests import api, otlp_api, views
 
 urlpatterns = [
     # Dashboard. Run and call ids may hold slashes ("run-7/step-3"), hence <path:...> last.
@@ -24,5 +24,7 @@ urlpatterns = [
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
+    # OTLP/HTTP's fixed path: OTEL_EXPORTER_OTLP_ENDPOINT=<ctxview> appends /v1/traces.
+    path("v1/traces", otlp_api.traces, name="otlp-traces"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="openapi"),
 ]

@@ -147,6 +147,28 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
         valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
 
+    return _store_valid(project, valid, results)
+
+
+def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestReport:
+    """Store manifests that are already decoded (OTLP spans mapped by manifests/otlp.py): the
+    same checks, de-duplication and storage as a JSON body, without the JSON round trip."""
+    results: list[ManifestResult] = []
+    valid: list[tuple[int, Manifest, bytes, str]] = []
+    for index, manifest in enumerate(manifests):
+        errors = semantic_errors(manifest)
+        if errors:
+            results.append(ManifestResult(index, manifest.call_id, REJECTED, errors))
+            continue
+        canonical = msgspec.json.encode(manifest)
+        valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
+        results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
+    return _store_valid(project, valid, results)
+
+
+def _store_valid(
+    project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]
+) -> IngestReport:
     stored: list[int] = []
     if valid:
         for attempt in range(3):
