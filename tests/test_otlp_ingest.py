@@ -27,7 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from manifests import analysis
 from manifests.models import CacheEvent, Call, Item
 
-SYSTEM = "You are the refund analyst.\nCurrent time: {time}\nAnswer in English."
+# Above Anthropic's 1024-token cache minimum, with a timestamp on line 2.
+SYSTEM = "You are the refund analyst.\nCurrent time: {time}\n" + "\n".join(
+    f"Rule {n}: refunds over 500 EUR need a second approver." for n in range(100))
 TOOLS = [{"type": "function", "name": "bi_query", "description": "Query the BI warehouse",
           "parameters": {"type": "object", "properties": {"sql": {"type": "string"}}}}]
 

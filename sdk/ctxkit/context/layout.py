@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ctxkit.record.manifest import MAX_SEGMENTS, Prefix, PrefixSegment
+from ctxkit.record.manifest import MAX_SEGMENTS, Prefix
 
 Zone = Literal["head", "middle", "tail"]
 ZONES: tuple[Zone, ...] = ("head", "middle", "tail")
