@@ -1,0 +1,179 @@
+"""What instrument() records, and the thread that turns it into manifests.
+
+On the agent's thread a call costs a few object references: the request's keyword arguments
+(with a shallow copy of the message list, since agents append to it right after the call),
+the response or the exception, and two clock readings, put on a bounded queue. Parsing the
+request, estimating tokens, hashing the prefix and building the manifest happen on one daemon
+thread, which hands the manifest to the non-blocking :class:`ctxkit.Client`. A full queue
+drops the record (counted); nothing here raises into the agent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+logger = logging.getLogger("ctxkit")
+
+_STOP = object()
+
+
+@dataclass
+class Scope:
+    """Run, agent and required evidence for the calls made inside ``instrument.run(...)``."""
+
+    run_id: str | None = None
+    agent: str | None = None
+    evidence: list[str] | dict[str, str] | None = None
+    window: int | None = None
+
+
+_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("ctxkit_instrument_scope", default=None)
+
+
+@contextmanager
+def run(*, run_id: str | None = None, agent: str | None = None,
+        evidence: list[str] | dict[str, str] | None = None, window: int | None = None) -> Iterator[Scope]:
+    """Calls made inside belong to ``run_id`` / ``agent`` and check ``evidence`` (literals, or
+    ``{key: literal}``). Nested scopes inherit what they do not set. Works across threads
+    started inside only if they copy the context (contextvars), and in asyncio tasks."""
+    outer = _scope.get()
+    scope = Scope(
+        run_id=run_id or (outer.run_id if outer else None),
+        agent=agent or (outer.agent if outer else None),
+        evidence=evidence if evidence is not None else (outer.evidence if outer else None),
+        window=window or (outer.window if outer else None),
+    )
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+@dataclass
+class CallRecord:
+    """One model call as seen on the agent's thread; turned into a manifest later."""
+
+    adapter: Callable[[CallRecord], Any]  # builds the manifest
+    kwargs: dict[str, Any]
+    run_id: str
+    step: int
+    agent: str
+    evidence: list[str] | dict[str, str] | None
+    window: int | None
+    include_text: bool
+    started: float  # time.time()
+    duration: float = 0.0
+    response: Any = None
+    error: BaseException | None = None
+    stream_events: list[Any] | None = None
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def started_at(self) -> datetime:
+        return datetime.fromtimestamp(self.started, tz=UTC)
+
+    @property
+    def ended_at(self) -> datetime:
+        return self.started_at + timedelta(seconds=self.duration)
+
+
+class Recorder:
+    """The per-process queue and builder thread shared by every instrumented client of one key."""
+
+    def __init__(self, client: Any, *, agent: str, run_id: str | None, include_text: bool,
+                 window: int | None, max_queue: int = 10_000) -> None:
+        self.client = client  # a ctxkit.Client (or anything with capture/flush/shutdown)
+        self.agent = agent
+        self.default_run = run_id or f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
+        self.include_text = include_text
+        self.window = window
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queue)
+        self._steps: dict[str, itertools.count] = {}
+        self._steps_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self.stats = {"recorded": 0, "dropped": 0, "failed": 0}
+
+    def new_record(self, adapter: Callable[[CallRecord], Any], kwargs: dict[str, Any],
+                   per_call: dict[str, Any] | None) -> CallRecord:
+        scope = _scope.get()
+        per_call = per_call or {}
+        run_id = per_call.get("run_id") or (scope.run_id if scope else None) or self.default_run
+        with self._steps_lock:
+            counter = self._steps.get(run_id)
+            if counter is None:
+                counter = self._steps[run_id] = itertools.count()
+            step = next(counter)
+        return CallRecord(
+            adapter=adapter, kwargs=kwargs, run_id=str(run_id), step=step,
+            agent=str(per_call.get("agent") or (scope.agent if scope else None) or self.agent),
+            evidence=per_call.get("evidence") if per_call.get("evidence") is not None else (
+                scope.evidence if scope else None),
+            window=per_call.get("window") or (scope.window if scope else None) or self.window,
+            include_text=self.include_text, started=time.time(),
+        )
+
+    def submit(self, record: CallRecord) -> None:
+        try:
+            if self._pid != os.getpid():  # forked: the parent's thread does not exist here
+                self._pid, self._thread = os.getpid(), None
+                self._queue = queue.Queue(maxsize=self._queue.maxsize)
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                self._start()
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.stats["dropped"] += 1
+        except Exception:  # never into the agent
+            self.stats["dropped"] += 1
+
+    def _start(self) -> None:
+        with self._steps_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="ctxkit-instrument", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            record = self._queue.get()
+            try:
+                if record is _STOP:
+                    return
+                if isinstance(record, threading.Event):
+                    record.set()
+                    continue
+                manifest = record.adapter(record)
+                if manifest is not None:
+                    self.client.capture(manifest)
+                    self.stats["recorded"] += 1
+            except Exception:
+                self.stats["failed"] += 1
+                logger.debug("ctxkit.instrument: could not build a manifest", exc_info=True)
+            finally:
+                self._queue.task_done()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every recorded call is built and sent (or given up on)."""
+        deadline = time.monotonic() + timeout
+        if self._thread is not None and self._thread.is_alive():
+            done = threading.Event()
+            try:
+                self._queue.put(done, timeout=timeout)
+            except queue.Full:
+                return False
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return bool(self.client.flush(timeout=max(0.0, deadline - time.monotonic())))
