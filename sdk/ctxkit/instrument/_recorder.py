@@ -39,6 +39,11 @@ class Scope:
     window: int | None = None
 
 
+# Steps count per run id across every instrumented client of the process (an agent may call
+# Anthropic and OpenAI within one run).
+_steps: dict[str, itertools.count] = {}
+_steps_lock = threading.Lock()
+
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("ctxkit_instrument_scope", default=None)
 
 
@@ -101,8 +106,7 @@ class Recorder:
         self.include_text = include_text
         self.window = window
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queue)
-        self._steps: dict[str, itertools.count] = {}
-        self._steps_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self.stats = {"recorded": 0, "dropped": 0, "failed": 0}
@@ -112,10 +116,10 @@ class Recorder:
         scope = _scope.get()
         per_call = per_call or {}
         run_id = per_call.get("run_id") or (scope.run_id if scope else None) or self.default_run
-        with self._steps_lock:
-            counter = self._steps.get(run_id)
+        with _steps_lock:
+            counter = _steps.get(run_id)
             if counter is None:
-                counter = self._steps[run_id] = itertools.count()
+                counter = _steps[run_id] = itertools.count()
             step = next(counter)
         return CallRecord(
             adapter=adapter, kwargs=kwargs, run_id=str(run_id), step=step,
@@ -141,7 +145,7 @@ class Recorder:
             self.stats["dropped"] += 1
 
     def _start(self) -> None:
-        with self._steps_lock:
+        with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="ctxkit-instrument", daemon=True)
                 self._thread.start()

@@ -7,7 +7,7 @@ definition, message content block) and names the prefix segments (text per segme
 provider's cache order); :func:`call_manifest` does the rest.
 
 Kinds: system -> ``system``; a tool definition -> ``tools``; the first user text -> ``task``;
-the last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
+a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
 its result share a ``group`` (the tool call id), the result is ``tool_result`` (untrusted); a
 compaction block -> ``summary``. Every item was sent (action ``keep``), with tokens from
 ctxkit's estimator.
@@ -105,10 +105,10 @@ def infer_kinds(parts: list[Part]) -> None:
             p.kind = "tools"
         elif p.role == "tool":
             p.kind = "tool_result"
-        elif index == last and p.role == "user":
-            p.kind = "user"
         elif index == first:
-            p.kind = "task"
+            p.kind = "task"  # a lone user text is the task, even when tool turns follow it
+        elif index == last:
+            p.kind = "user"
         else:
             p.kind = "history"
 
