@@ -78,7 +78,8 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
     plain = _anthropic(standin.url)
     client = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, agent="refund-analyst")
     request = dict(model="claude-sonnet-4-5", max_tokens=512, tools=TOOLS, messages=MESSAGES,
-                   system=[{"type": "text", "text": SYSTEM.format(time="12:47"), "cache_control": {"type": "ephemeral"}}])
+                   system=[{"type": "text", "text": SYSTEM.format(time="12:47"),
+                            "cache_control": {"type": "ephemeral"}}])
     with ctxkit.instrument.run(run_id="a-run", evidence={"refund_rate": "0.0321", "owner": "finance-owner"}):
         got = client.messages.create(**request)
         streamed = list(client.messages.create(**request, stream=True))
