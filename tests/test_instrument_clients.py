@@ -77,7 +77,7 @@ def _openai(url: str, cls=openai.OpenAI):
 def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server, key, standin, sender):
     plain = _anthropic(standin.url)
     client = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, agent="refund-analyst")
-    request = dict(model="claude-sonnet-4-5", max_tokens=512, tools=TOOLS, messages=MESSAGES,
+    request = dict(model="claude-sonnet-5-5", max_tokens=512, tools=TOOLS, messages=MESSAGES,
                    system=[{"type": "text", "text": SYSTEM.format(time="12:47"),
                             "cache_control": {"type": "ephemeral"}}])
     with ctxkit.instrument.run(run_id="a-run", evidence={"refund_rate": "0.0321", "owner": "finance-owner"}):
@@ -99,7 +99,7 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
     assert [c["step"] for c in calls] == [0, 1, 2, 3, 4]
     first, stream, limited, broken, beta = calls
     assert (first["agent"], first["model"], first["provider"], beta["agent"]) == (
-        "refund-analyst", "claude-sonnet-4-5", "anthropic", "compactor")
+        "refund-analyst", "claude-sonnet-5-5", "anthropic", "compactor")
     # Anthropic's input_tokens (50) is the uncached part: normal form adds the cache beside it.
     for c in (first, stream):
         assert (c["input_tokens"], c["cache_read_tokens"], c["cache_write_tokens"], c["output_tokens"]) == (
@@ -163,9 +163,9 @@ def test_it_records_calls_of_the_async_clients_streams_included(live_server, key
 
     async def agent() -> None:
         with ctxkit.instrument.run(run_id="async-run", agent="async-agent"):
-            message = await a.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES[:1])
+            message = await a.messages.create(model="claude-sonnet-5-5", max_tokens=64, messages=MESSAGES[:1])
             assert isinstance(message, anthropic.types.Message)
-            stream = await a.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES[:1],
+            stream = await a.messages.create(model="claude-sonnet-5-5", max_tokens=64, messages=MESSAGES[:1],
                                              stream=True)
             assert isinstance(stream, anthropic.AsyncStream)
             assert [e.type async for e in stream][-1] == "message_stop"
