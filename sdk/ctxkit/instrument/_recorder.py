@@ -10,23 +10,21 @@ drops the record (counted); nothing here raises into the agent.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import itertools
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 logger = logging.getLogger("ctxkit")
-
-_STOP = object()
 
 
 @dataclass
@@ -67,7 +65,7 @@ def run(*, run_id: str | None = None, agent: str | None = None,
         _scope.reset(token)
 
 
-@dataclass
+@dataclass(slots=True)
 class CallRecord:
     """One model call as seen on the agent's thread; turned into a manifest later."""
 
@@ -84,7 +82,14 @@ class CallRecord:
     response: Any = None
     error: BaseException | None = None
     stream_events: list[Any] | None = None
-    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _call_id: str = ""
+
+    @property
+    def call_id(self) -> str:
+        # Made on the builder thread, on first use: a uuid4 costs microseconds the agent should not pay.
+        if not self._call_id:
+            self._call_id = uuid.uuid4().hex
+        return self._call_id
 
     @property
     def started_at(self) -> datetime:
@@ -96,7 +101,14 @@ class CallRecord:
 
 
 class Recorder:
-    """The per-process queue and builder thread shared by every instrumented client of one key."""
+    """The per-process buffer and builder thread shared by every instrumented client of one key.
+
+    The buffer is a deque (an append is atomic and costs a fraction of a queue.Queue put, which
+    takes a lock and notifies); the builder thread drains it and sleeps ``POLL`` seconds when it
+    is empty, so a manifest reaches ctxkit's Client at most that much later.
+    """
+
+    POLL = 0.05
 
     def __init__(self, client: Any, *, agent: str, run_id: str | None, include_text: bool,
                  window: int | None, max_queue: int = 10_000) -> None:
@@ -105,42 +117,46 @@ class Recorder:
         self.default_run = run_id or f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
         self.include_text = include_text
         self.window = window
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queue)
+        self.max_queue = max_queue
+        self._buffer: collections.deque[CallRecord] = collections.deque()
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._busy = False
         self._pid = os.getpid()
         self.stats = {"recorded": 0, "dropped": 0, "failed": 0}
 
     def new_record(self, adapter: Callable[[CallRecord], Any], kwargs: dict[str, Any],
                    per_call: dict[str, Any] | None) -> CallRecord:
         scope = _scope.get()
-        per_call = per_call or {}
-        run_id = per_call.get("run_id") or (scope.run_id if scope else None) or self.default_run
-        with _steps_lock:
-            counter = _steps.get(run_id)
-            if counter is None:
-                counter = _steps[run_id] = itertools.count()
-            step = next(counter)
-        return CallRecord(
-            adapter=adapter, kwargs=kwargs, run_id=str(run_id), step=step,
-            agent=str(per_call.get("agent") or (scope.agent if scope else None) or self.agent),
-            evidence=per_call.get("evidence") if per_call.get("evidence") is not None else (
-                scope.evidence if scope else None),
-            window=per_call.get("window") or (scope.window if scope else None) or self.window,
-            include_text=self.include_text, started=time.time(),
-        )
+        if per_call is None and scope is None:  # the common case, kept short
+            run_id, agent, evidence, window = self.default_run, self.agent, None, self.window
+        else:
+            per_call = per_call or {}
+            run_id = per_call.get("run_id") or (scope.run_id if scope else None) or self.default_run
+            agent = per_call.get("agent") or (scope.agent if scope else None) or self.agent
+            evidence = per_call.get("evidence")
+            if evidence is None and scope is not None:
+                evidence = scope.evidence
+            window = per_call.get("window") or (scope.window if scope else None) or self.window
+        counter = _steps.get(run_id)
+        if counter is None:
+            with _steps_lock:
+                counter = _steps.setdefault(run_id, itertools.count())
+        return CallRecord(adapter, kwargs, str(run_id), next(counter), str(agent), evidence, window,
+                          self.include_text, time.time())
 
     def submit(self, record: CallRecord) -> None:
         try:
             if self._pid != os.getpid():  # forked: the parent's thread does not exist here
-                self._pid, self._thread = os.getpid(), None
-                self._queue = queue.Queue(maxsize=self._queue.maxsize)
+                self._pid, self._thread, self._buffer = os.getpid(), None, collections.deque()
             thread = self._thread
             if thread is None or not thread.is_alive():
                 self._start()
-            self._queue.put_nowait(record)
-        except queue.Full:
-            self.stats["dropped"] += 1
+            if len(self._buffer) >= self.max_queue:
+                self.stats["dropped"] += 1
+                return
+            self._buffer.append(record)
         except Exception:  # never into the agent
             self.stats["dropped"] += 1
 
@@ -151,14 +167,19 @@ class Recorder:
                 self._thread.start()
 
     def _work(self) -> None:
+        buffer = self._buffer
         while True:
-            record = self._queue.get()
             try:
-                if record is _STOP:
-                    return
-                if isinstance(record, threading.Event):
-                    record.set()
-                    continue
+                self._busy = True
+                record = buffer.popleft()
+            except IndexError:
+                self._busy = False
+                self._wake.wait(self.POLL)
+                self._wake.clear()
+                if buffer is not self._buffer:
+                    return  # replaced after a fork
+                continue
+            try:
                 manifest = record.adapter(record)
                 if manifest is not None:
                     self.client.capture(manifest)
@@ -166,18 +187,13 @@ class Recorder:
             except Exception:
                 self.stats["failed"] += 1
                 logger.debug("ctxkit.instrument: could not build a manifest", exc_info=True)
-            finally:
-                self._queue.task_done()
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every recorded call is built and sent (or given up on)."""
+        """Wait until every recorded call is built and handed to the Client, then flush the Client."""
         deadline = time.monotonic() + timeout
-        if self._thread is not None and self._thread.is_alive():
-            done = threading.Event()
-            try:
-                self._queue.put(done, timeout=timeout)
-            except queue.Full:
+        while (self._buffer or self._busy) and self._thread is not None and self._thread.is_alive():
+            if time.monotonic() > deadline:
                 return False
-            if not done.wait(max(0.0, deadline - time.monotonic())):
-                return False
+            self._wake.set()
+            time.sleep(0.005)
         return bool(self.client.flush(timeout=max(0.0, deadline - time.monotonic())))

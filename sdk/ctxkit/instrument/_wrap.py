@@ -11,6 +11,7 @@ import functools
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from types import CoroutineType
 from typing import Any
 
 from ctxkit.instrument._recorder import CallRecord, Recorder
@@ -146,7 +147,7 @@ def wrap(resource: Any, name: str, recorder: Recorder, adapter: Adapter) -> None
             raise
         if record is None:
             return result
-        if inspect.isawaitable(result):
+        if type(result) is CoroutineType or hasattr(type(result), "__await__"):
             return _await(result, record, kwargs, t0)
         _finish(record, recorder, result, kwargs, t0)
         return result
