@@ -5,10 +5,11 @@
 Starts a real server (gunicorn) on a scratch PostgreSQL database, then:
 1. native: posts the manifests that the OTLP mapping makes of the spans (gzip JSON,
    ``POST /api/v1/manifests``) and reports manifests/s;
-2. OTLP: posts the same calls as GenAI inference spans (gzip protobuf, as the Python
-   OTLP/HTTP exporter sends them, ``POST /v1/traces``) and reports spans/s;
-and prints OTLP spans/s / native manifests/s (the two run in interleaved halves). Each span carries system instructions, four
-tool definitions and a ten-message conversation (about 14 items). Analysis is handed to
+2. OTLP: posts the same calls as GenAI inference spans (gzip protobuf, as the
+   Python OTLP/HTTP exporter sends them, ``POST /v1/traces``) and reports spans/s;
+and prints OTLP spans/s / native manifests/s (the two run in interleaved halves);
+3. the same two paths in process (the services the views call, no HTTP), for comparison. Each span
+carries system instructions, four tool definitions and a ten-message conversation (15 items). Analysis is handed to
 Redis (no worker consumes the scratch queue), as in production.
 
 Not a test: figures vary with the machine; the ratio is what to compare.
@@ -114,6 +115,29 @@ def post_all(port: int, key: str, path: str, content_type: str, bodies: list[byt
     return time.perf_counter() - start
 
 
+def in_process_seconds(spans: int, batch: int) -> tuple[float, float]:
+    """The two ingest paths without HTTP (the services the views call), on other trace ids."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from manifests import ingest, otlp
+    from manifests.models import Project
+
+    project = Project.objects.get(name="bench")
+    natives, _ = native_bodies(export_bodies(spans, batch, "c" * 8))
+    exports = export_bodies(spans, batch, "d" * 8)
+    native_s = otlp_s = 0.0
+    for native, export in zip(natives, exports):
+        start = time.perf_counter()
+        ingest.ingest_body(project=project, body=gzip.decompress(native))
+        native_s += time.perf_counter() - start
+        start = time.perf_counter()
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(gzip.decompress(export))
+        ingest.ingest_manifests(project=project, manifests=otlp.map_export(project, request).manifests)
+        otlp_s += time.perf_counter() - start
+    return native_s, otlp_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spans", type=int, default=2000)
@@ -158,10 +182,17 @@ def main() -> None:
         for part in (slice(0, half), slice(half, None)):
             native_s += post_all(args.port, key, "/api/v1/manifests", "application/json", natives[part])
             otlp_s += post_all(args.port, key, "/v1/traces", "application/x-protobuf", otlp_bodies[part])
+        in_process = in_process_seconds(args.spans, args.batch)
+        with psycopg.connect(f"{PG}/{DB}") as conn:
+            stored = conn.execute("SELECT count(*) FROM manifests_call").fetchone()
+            stored_items = conn.execute("SELECT count(*) FROM manifests_item").fetchone()[0]
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
         subprocess.run(["redis-cli", "-u", env["REDIS_URL"], "flushdb"], capture_output=True)
+        from django.db import connections
+
+        connections.close_all()
         with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
@@ -169,7 +200,12 @@ def main() -> None:
           f"batches of {args.batch}, gunicorn x{args.workers}, PostgreSQL")
     print(f"native  POST /api/v1/manifests (gzip JSON):    {args.spans / native_s:8.0f} manifests/s")
     print(f"OTLP    POST /v1/traces (gzip protobuf spans): {args.spans / otlp_s:8.0f} spans/s")
-    print(f"ratio OTLP / native: {native_s / otlp_s:.2f}")
+    print(f"stored: {stored[0]} calls, {stored_items} items (expected {4 * args.spans} calls, {4 * items} items)")
+    if stored[0] != 4 * args.spans or stored_items != 4 * items:
+        raise SystemExit("not everything was stored: the figures above are meaningless")
+    print(f"ratio OTLP / native over HTTP: {native_s / otlp_s:.2f}")
+    print(f"in process (ingest services, no HTTP): native {args.spans / in_process[0]:.0f} manifests/s, "
+          f"OTLP {args.spans / in_process[1]:.0f} spans/s, ratio {in_process[0] / in_process[1]:.2f}")
 
 
 if __name__ == "__main__":
