@@ -113,6 +113,20 @@ def infer_kinds(parts: list[Part]) -> None:
             p.kind = "history"
 
 
+_SOURCE_PREFIXES = ("gen_ai.input.", "gen_ai.", "llm.input_", "llm.")
+
+
+def _item_id(part: Part, position: int) -> str:
+    """The item's id: where it sits in the request (``messages[3].content[1]``), so the same
+    message keeps its id from call to call and the call view's diff matches it up."""
+    source = part.source
+    for prefix in _SOURCE_PREFIXES:
+        if source.startswith(prefix):
+            source = source[len(prefix):]
+            break
+    return short_id(source or f"{part.kind}-{position}")
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -164,7 +178,7 @@ def call_manifest(
     last = len(parts) - 1
     for position, p in enumerate(parts):
         tokens = clamp_tokens(estimate_tokens(p.text))
-        item_id = short_id(f"{p.kind}-{position}")
+        item_id = _item_id(p, position)
         zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
         items.append(Item(
             id=item_id, kind=p.kind, action="keep", requested_tokens=tokens, granted_tokens=tokens,
