@@ -207,3 +207,17 @@ def test_importing_ctxkit_loads_neither_django_nor_the_provider_sdks():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_with_the_key_and_host_from_the_environment(live_server, key, standin, monkeypatch):
+    monkeypatch.setenv("CTXVIEW_API_KEY", key)
+    monkeypatch.setenv("CTXVIEW_HOST", live_server.url)
+    client = ctxkit.instrument(_openai(standin.url), agent="env-agent", run_id="env-run", include_text=False)
+    client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES)
+    assert ctxkit.instrument.flush(20)
+    (call,) = _served(live_server, key, "env-run")
+    assert call["agent"] == "env-agent" and call["input_tokens"] == 2000
+    # include_text=False: tokens and line hashes, never text.
+    assert all(i["text"] is None for i in call["items"]) and call["items"][0]["used_tokens"] > 0
+    assert call["prefix_segments"][0]["lines"] and "text" not in call["prefix_segments"][0]

@@ -17,6 +17,7 @@ given). See docs/integrations.md.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -31,6 +32,7 @@ __all__ = ["instrument", "run", "flush", "Scope"]
 DEFAULT_HOST = "http://127.0.0.1:8000"
 _recorders: dict[tuple[str, str], Recorder] = {}
 _last: list[Recorder] = []
+_exit_hook = False
 
 
 def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
@@ -48,6 +50,12 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
         recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
         _recorders.setdefault((api_key, host), recorder)
     _last.append(recorder)
+    global _exit_hook
+    if not _exit_hook:
+        # Registered after ctxkit.record.client's own hook, so it runs first (atexit is LIFO):
+        # what is still being built reaches the Client before the Client shuts down.
+        atexit.register(flush, 2.0)
+        _exit_hook = True
     return recorder
 
 
