@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import anthropic
@@ -63,6 +64,25 @@ def _get(live_server, key: str, path: str) -> dict:
 def _served(live_server, key: str, run_id: str) -> list[dict]:
     calls = _get(live_server, key, f"/api/v1/runs/{run_id}/calls")["results"]
     return [_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls]
+
+
+def run_in_own_loop(coroutine_function) -> None:
+    """asyncio.run on a thread of its own: in a whole-suite run the browser tests' Playwright
+    keeps an event loop running on the main thread, where asyncio.run refuses to start."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(coroutine_function())
+        except BaseException as exc:  # re-raised on the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the async agent did not finish"
+    if failure:
+        raise failure[0]
 
 
 def _anthropic(url: str, cls=anthropic.Anthropic):
@@ -175,7 +195,7 @@ def test_it_records_calls_of_the_async_clients_streams_included(live_server, key
             with pytest.raises(openai.RateLimitError):
                 await o.responses.create(model="rate-limited", input="x")
 
-    asyncio.run(agent())
+    run_in_own_loop(agent)
     assert ctxkit.instrument.flush(20)
     calls = _served(live_server, key, "async-run")
     assert [(c["provider"], c["status"], c["input_tokens"]) for c in calls] == [
