@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ctxkit import figures
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.operators import MARKER_RE
 from ctxkit.context.readback import KeyField, read_back
@@ -164,7 +165,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
     rows = []
     for i in replayable:
         a = by_name[i.item_id]
-        actual_used = i.used_tokens if i.used_tokens is not None else (i.granted_tokens or 0)
+        actual_used = figures.context_tokens(i)
         b = base[i.item_id]
         rows.append({
             "id": i.item_id,
