@@ -110,7 +110,7 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             source_ref=clip(a.source_ref, MAX_SOURCE_REF) if a.source_ref else None,
             content_hash=a.content_hash or None,
         )
-        out.append((item, a.text if figures.in_context(a) else ""))
+        out.append((item, a.text if figures.kept_by(a.action) else ""))
     return out
 
 
