@@ -236,6 +236,8 @@ CTXVIEW_MAX_BATCH = env_int("CTXVIEW_MAX_BATCH", 500, minimum=1)
 # transaction is retried once and, if the wait persists, answered 503 + Retry-After.
 # Two waits stay well inside a server's request timeout (gunicorn's default is 30 s).
 CTXVIEW_INGEST_LOCK_TIMEOUT_MS = env_int("CTXVIEW_INGEST_LOCK_TIMEOUT_MS", 5_000, minimum=10)
+# OTLP exports handled at once per process; more get 429 + Retry-After (the exporter retries).
+CTXVIEW_OTLP_MAX_CONCURRENT = env_int("CTXVIEW_OTLP_MAX_CONCURRENT", 4, minimum=1)
 # Django refuses request bodies above this; keep it just above our own limit so
 # that our 413 with a clear message answers first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from manifests import api, ops, views
+from manifests import api, ops, otlp_api, views
 from manifests.openapi import BrowserJsonRenderer, BrowserYamlRenderer
 from manifests.views import settings as settings_views
 
@@ -39,6 +39,8 @@ urlpatterns = [
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
+    # OTLP/HTTP's fixed path: OTEL_EXPORTER_OTLP_ENDPOINT=<ctxview> appends /v1/traces.
+    path("v1/traces", otlp_api.traces, name="otlp-traces"),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(

@@ -275,6 +275,29 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
         valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
 
+    return _store_valid(project, valid, results)
+
+
+def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestReport:
+    """Store manifests that are already decoded (OTLP spans mapped by manifests/otlp.py): the
+    same checks, de-duplication and storage as a JSON body, without the JSON round trip."""
+    results: list[ManifestResult] = []
+    valid: list[tuple[int, Manifest, bytes, str]] = []
+    for index, built in enumerate(manifests):
+        # Through the same door as a JSON body: a Struct made in Python skips msgspec's range
+        # and length checks, and the NUL rule applies to the bytes.
+        manifest, errors, call_id, canonical = decode(msgspec.json.encode(built))
+        if manifest is None:
+            results.append(ManifestResult(index, call_id or built.call_id, REJECTED, errors))
+            continue
+        valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
+        results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
+    return _store_valid(project, valid, results)
+
+
+def _store_valid(
+    project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]
+) -> IngestReport:
     stored = _store_with_retries(project, valid, results) if valid else []
     results.sort(key=lambda r: r.index)
     return IngestReport(results=results, stored_call_ids=stored)

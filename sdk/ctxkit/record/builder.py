@@ -362,7 +362,8 @@ def build_manifest(
 
     usage_struct = _usage(usage, provider, notes)
     if prefix is None and layout is not None and layout.segments:
-        prefix = layout.to_prefix()
+        # Segment text follows the items' rule; a redacting agent gets line hashes only.
+        prefix = layout.to_prefix(include_text=include_text and redact is None)
     all_warnings = [*(plan.warnings if plan is not None else ()), *(layout.warnings if layout else ()),
                     *warnings, *notes]
     if len(all_warnings) > MAX_WARNINGS:
