@@ -70,13 +70,13 @@ from ctxkit.context.tokens import (
     Estimator,
     clip,
     estimate_tokens,
+    estimator_name,
     memo_estimator,
     tokens_from_cjk,
 )
-from ctxkit.record.manifest import ITEM_KINDS, Budget, Item
+from ctxkit.record.manifest import ITEM_KINDS, POLICIES, Budget, Item, ItemAllocation, Policy
 
-Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
-POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+__all__ = ["POLICIES", "Allocation", "Plan", "Policy", "Segment", "allocate"]
 
 
 
@@ -151,6 +151,17 @@ class Allocation:
     operations: list[OpRecord] = field(default_factory=list)
     merged_sources: list[str] = field(default_factory=list)
     duplicate_of: str | None = None
+    floor: int = 0  # the floor granted first (step 4): min_tokens, for window at least its pinned lines
+    lossless: bool = False  # lossless steps (step 2) changed the text before it was counted
+
+    def replay_settings(self) -> ItemAllocation:
+        """What a replay needs to re-run this allocation (the manifest's ``Item.allocation``)."""
+        return ItemAllocation(
+            policy=self.policy,  # type: ignore[arg-type]
+            min_tokens=self.floor,
+            effective_priority=self.effective_priority if self.effective_priority != self.priority else None,
+            lossless=self.lossless,
+        )
 
     def to_dict(self, include_text: bool = True) -> dict[str, Any]:
         out = {
@@ -174,6 +185,7 @@ class Allocation:
             "operations": [op.to_dict() for op in self.operations],
             "merged_sources": list(self.merged_sources),
             "duplicate_of": self.duplicate_of,
+            "floor": self.floor,
         }
         if include_text:
             out["text"] = self.text
@@ -218,6 +230,7 @@ class Plan:
     dedupe_saved: int
     starvation: dict[str, int]
     warnings: list[str]
+    estimator: str = "ctxkit"  # estimator_name() of what counted the tokens (recorded for replay)
 
     def get(self, name: str) -> Allocation:
         for a in self.allocations:
@@ -276,6 +289,7 @@ def allocate(
     if len(set(names)) != len(names):
         raise ValueError("segment names must be unique (they become manifest item ids)")
     aging = aging or {}
+    counted_with = estimator_name(estimate)
     # Per-text facts (content key, CJK count, line dedupe) come from a cache kept across calls;
     # the estimator gets a memo for this call, which asks for the same counts many times over
     # (raw size, dedupe, policy, cut, check of the cut). The facts' CJK counts give the
@@ -319,6 +333,7 @@ def allocate(
     plan.starvation = {
         a.name: aging.get(a.name, 0) + 1 for a in plan.allocations if a.action == "drop" and a.requested > 0
     }
+    plan.estimator = counted_with
     return plan
 
 
@@ -388,6 +403,7 @@ def _priority(
             if rec.data.get("merged"):
                 a.operations.append(rec)
         texts[a.position] = text
+        a.lossless = bool(a.operations)
         a.requested = estimate(text) if a.operations else a.raw_tokens
         saved += a.raw_tokens - a.requested
 
@@ -405,6 +421,7 @@ def _priority(
             floor = seg.min_tokens
             if seg.policy == "window" and seg.pinned_lines:
                 floor = max(floor, estimate("\n".join(seg.pinned_lines)) + 1)
+            a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
     share(left, others)

@@ -7,8 +7,8 @@ checks (types, ranges, lengths, enums) at C speed; :func:`semantic_errors` adds 
 few rules that span fields (used <= granted, unique item ids, ...).
 
 Unknown fields are rejected rather than ignored: a typo such as ``input_token``
-would otherwise silently lose data. New optional fields come with a new schema
-version.
+would otherwise silently lose data. Optional fields may be added to v1 (old manifests stay
+valid; a server that knows the field stores it); a changed or removed field needs a new version.
 """
 
 from __future__ import annotations
@@ -132,6 +132,31 @@ class Usage(_Struct, kw_only=True):
     reasoning_tokens: Tokens | None = None
 
 
+# --- Replay settings (optional, additive to v1): how ctxkit's allocator treated the call, so the
+# what-if replay can run it again and reproduce it exactly (docs/manifest.md, "Replay settings").
+
+Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
+POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+
+
+class ItemAllocation(_Struct, kw_only=True):
+    """How the allocator treated one candidate: its policy, the floor it applied, its priority
+    after aging, and whether lossless steps (repeated lines removed) ran before it was counted."""
+
+    policy: Policy
+    min_tokens: Tokens = 0
+    effective_priority: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
+    lossless: bool = False
+
+
+class AllocatorSettings(_Struct, kw_only=True):
+    """The allocator's mode and the token estimator it counted with (``ctxkit`` = ctxkit's
+    default estimator; ``tiktoken:<encoding>``; ``custom:<name>`` cannot be re-run elsewhere)."""
+
+    mode: Literal["priority", "naive"] = "priority"
+    estimator: Name = "ctxkit"
+
+
 class Item(_Struct, kw_only=True):
     """One candidate for the context and what was done with it."""
 
@@ -152,6 +177,7 @@ class Item(_Struct, kw_only=True):
     content_hash: Hash | None = None
     group: Id | None = None
     text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
+    allocation: ItemAllocation | None = None  # replay settings (above)
 
 
 class Evidence(_Struct, kw_only=True):
@@ -235,6 +261,7 @@ class Manifest(_Struct, kw_only=True):
     context_edits: Annotated[list[ContextEdit], msgspec.Meta(max_length=MAX_EDITS)] = []
     outcome: Outcome | None = None
     warnings: Annotated[list[Reason], msgspec.Meta(max_length=100)] = []
+    allocator: AllocatorSettings | None = None  # replay settings (above)
 
 
 # --------------------------------------------------------------------------- #
