@@ -3,7 +3,7 @@
 API notes
 ---------
 ``allocate(segments, *, budget, reserve=0, safety_margin=0, estimate=estimate_tokens, naive=False,
-aging=None, aging_step=1) -> Plan``
+aging=None, aging_step=1, dedupe_across=True) -> Plan``
 
 1. ``cap = budget - reserve - safety_margin`` (>= 0). The reserve is output space: input never
    consumes it, even when the pinned segments do not fit.
@@ -34,6 +34,9 @@ it was starved (dropped for lack of budget). Its effective priority is
 ``priority + aging_step * count``; it sorts and weighs by that. ``Plan.starvation`` gives the
 counts to pass to the next call (starved now: count + 1; got in: removed), so a low-priority
 segment rises until it gets in once and then falls back to its own priority.
+
+``dedupe_across=False`` skips step 2's duplicates across segments (a replay of candidates that
+were already deduped: what-if on a stored manifest).
 
 ``naive=True`` reproduces the seed's ``--naive``: concatenation order, no reserve, no dedupe, no
 pinning, hard cut at the limit without a marker.
@@ -281,6 +284,7 @@ def allocate(
     naive: bool = False,
     aging: Mapping[str, int] | None = None,
     aging_step: int = 1,
+    dedupe_across: bool = True,
 ) -> Plan:
     """Allocate ``budget`` among ``segments``; see the module docstring for the rules."""
     if budget < 0 or reserve < 0 or safety_margin < 0:
@@ -329,7 +333,7 @@ def allocate(
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
     else:
-        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate, repeats)
+        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate, repeats, dedupe_across)
     plan.starvation = {
         a.name: aging.get(a.name, 0) + 1 for a in plan.allocations if a.action == "drop" and a.requested > 0
     }
@@ -357,7 +361,7 @@ def _naive(segments: Sequence[Segment], allocs: list[Allocation], budget: int, e
 
 def _priority(
     segments: Sequence[Segment], allocs: list[Allocation], budget: int, reserve: int, margin: int, estimate: Estimator,
-    repeats: Sequence[tuple[str, list[list[int]]] | None],
+    repeats: Sequence[tuple[str, list[list[int]]] | None], dedupe_across: bool = True,
 ) -> Plan:
     warnings: list[str] = []
     cap = max(0, budget - reserve - margin)
@@ -370,7 +374,7 @@ def _priority(
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
     for a in order:
-        if not a.content_hash:
+        if not a.content_hash or not dedupe_across:
             continue
         if a.content_hash in seen and not a.pinned:
             _mark_duplicate(a, seen[a.content_hash], "identical (normalized) to")
