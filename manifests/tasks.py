@@ -40,11 +40,21 @@ ANALYSIS_TASK = {
 }
 
 
+def enqueue_notifications(regression_ids: list[int]) -> None:
+    """After an analysis commit, one notify task per new regression. A broker failure here
+    must not fail the analysis: the notification sweep sends them later."""
+    for pk in regression_ids:
+        try:
+            notify_regression.delay(pk)
+        except Exception:  # noqa: BLE001 - broker down: the sweep retries
+            logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
+
+
 @shared_task(**ANALYSIS_TASK, max_retries=8)
 def analyze_calls(self, call_ids: list[int]) -> int:
     """Analyse one ingested batch (one task per batch, never per manifest)."""
     try:
-        return analysis.analyze_calls(call_ids)
+        return analysis.analyze_calls(call_ids, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         # Finished chunks are committed; the rest stays unanalysed for the sweep.
         logger.warning("analysis of %d calls hit its time limit; the sweep finishes it", len(call_ids))
@@ -55,7 +65,8 @@ def analyze_calls(self, call_ids: list[int]) -> int:
 def sweep_unanalysed(self, older_than_seconds: float = 60, limit: int = 500) -> int:
     """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse them."""
     try:
-        return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit)
+        return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit,
+                                         notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         return 0
 

@@ -131,8 +131,9 @@ def test_it_records_policy_floor_aging_and_estimator_in_the_manifest():
     builder = ContextBuilder(budget=300, reserve=50, aging={"log": 2})
     built = builder.build([
         Segment(name="sys", kind="system", text="You are careful.", policy="pin"),
-        Segment(name="log", kind="tool_result", text="\n".join(["a long repeated log line here", "HTTP 429 Too Many Requests"] * 40),
-                priority=20, policy="truncate", min_tokens=30),
+        Segment(name="log", kind="tool_result", priority=20,
+                text="\n".join(["a long repeated log line here", "HTTP 429 Too Many Requests"] * 40),
+                policy="truncate", min_tokens=30),
     ])
     m = built.manifest(call_id="c", run_id="r", step=0, model="m")
     items = {i.id: i for i in m.items}

@@ -1,7 +1,8 @@
 """Analysis of stored calls (docs/analysis.md): per-call figures, drop attribution,
 cache causes, regressions, the prefix registry, compaction review and rollups.
 
-Entry points, called by the Celery tasks in manifests/tasks.py:
+Entry points, called by the Celery tasks in manifests/tasks.py (this package never imports
+them: a caller that wants webhooks sent passes ``notify``, which runs after each commit):
 
 - :func:`analyze_calls` analyses the given calls in chunks. Each chunk is one
   transaction that locks its calls, replaces every row derived from them, marks
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
 
@@ -56,19 +57,10 @@ def _test_pause(chunk_index: int) -> None:
     time.sleep(float(os.environ.get("CTXVIEW_TEST_PAUSE_SECONDS", "60")))
 
 
-def _enqueue_notifications(regression_ids: list[int]) -> None:
-    """After commit, one notify task per new regression. A broker failure here must not
-    fail the analysis: the notification sweep sends them later."""
-    from manifests.tasks import notify_regression
-
-    for pk in regression_ids:
-        try:
-            notify_regression.delay(pk)
-        except Exception:  # noqa: BLE001 - broker down: the sweep retries
-            logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
+Notify = Callable[[list[int]], None]
 
 
-def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
+def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int, notify: Notify | None) -> int:
     with transaction.atomic():
         query = Call.objects.select_for_update(skip_locked=True).filter(pk__in=list(ids))
         if not force:
@@ -108,27 +100,28 @@ def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int) -> int:
         touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
         rollups.recompute(rollups.keys_for(touched))
         _test_pause(chunk_index)
-        notify = [r.pk for r in found if projects[r.project_id].webhook_url]
-        if notify:
-            transaction.on_commit(partial(_enqueue_notifications, notify))
+        webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
+        if webhooks and notify is not None:  # else the notification sweep sends them
+            transaction.on_commit(partial(notify, webhooks))
     return len(calls)
 
 
-def analyze_calls(call_ids: Sequence[int], *, force: bool = False) -> int:
+def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notify | None = None) -> int:
     """Analyse the given calls; returns how many were analysed now.
 
     Calls already analysed are skipped unless ``force`` (re-analysis after a rule
-    change), and calls locked by another worker are left to it.
+    change), and calls locked by another worker are left to it. ``notify(regression_ids)``
+    runs after each chunk commits with the new regressions whose project has a webhook.
     """
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
     for index, start in enumerate(range(0, len(ids), size)):
-        done += _analyze_chunk(ids[start : start + size], force=force, chunk_index=index)
+        done += _analyze_chunk(ids[start : start + size], force=force, chunk_index=index, notify=notify)
     return done
 
 
-def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500) -> int:
+def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500, notify: Notify | None = None) -> int:
     """Analyse calls stored at least ``older_than_seconds`` ago and never analysed."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     ids = list(
@@ -138,6 +131,6 @@ def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500) -> int
     )
     if not ids:
         return 0
-    done = analyze_calls(ids)
+    done = analyze_calls(ids, notify=notify)
     logger.info("sweep analysed %d of %d unanalysed calls", done, len(ids))
     return done

@@ -81,7 +81,7 @@ Redact = Callable[[str, Item], "str | None"]
 
 
 def _version() -> str:
-    from ctxkit import __version__
+    from ctxkit.version import __version__
 
     return __version__
 
