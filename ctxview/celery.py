@@ -101,6 +101,10 @@ app.conf.update(
             "task": "manifests.tasks.sweep_notifications",
             "schedule": max(SWEEP_INTERVAL_SECONDS, 60.0),
         },
+        "enforce-retention": {
+            "task": "manifests.tasks.enforce_retention",
+            "schedule": 24 * 3600.0,
+        },
     },
     timezone="UTC",
     # Celery's Django fix-up closes the database connection before and after every task

@@ -129,6 +129,13 @@ else:
     # a developer's run beside CI) never create or drop each other's database.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
+# Behind a transaction-mode pooler (PgBouncer, docs/deploy.md) a connection is not the
+# same server session from one transaction to the next: no server-side cursors, and no
+# persistent connections of Django's own (the pooler keeps them).
+if env_bool("CTXVIEW_DB_POOLER", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -159,6 +166,12 @@ CTXVIEW_MAX_BATCH = env_int("CTXVIEW_MAX_BATCH", 500, minimum=1)
 # Django refuses request bodies above this; keep it just above our own limit so
 # that our 413 with a clear message answers first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1
+
+# Retention (docs/configuration.md): raw calls and everything derived from them expire
+# after CTXVIEW_RETENTION_DAYS (a project may set its own); rollups, which the trend
+# charts read, after CTXVIEW_ROLLUP_RETENTION_DAYS (never before the raw rows).
+CTXVIEW_RETENTION_DAYS = env_int("CTXVIEW_RETENTION_DAYS", 30, minimum=1)
+CTXVIEW_ROLLUP_RETENTION_DAYS = env_int("CTXVIEW_ROLLUP_RETENTION_DAYS", 400, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.auth.ApiKeyAuthentication"],

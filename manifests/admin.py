@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from manifests import retention
 from manifests.models import ApiKey, Call, Membership, Project, Run
 
 
@@ -13,6 +14,15 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "created"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
+
+    # Django's own cascade would load every call (raw manifest included) to delete it;
+    # the retention service deletes table by table with set-based statements instead.
+    def delete_model(self, request, obj):
+        retention.delete_project(project=obj)
+
+    def delete_queryset(self, request, queryset):
+        for project in queryset:
+            retention.delete_project(project=project)
 
 
 @admin.register(ApiKey)

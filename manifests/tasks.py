@@ -16,7 +16,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS
-from manifests import analysis
+from manifests import analysis, retention
 from manifests.analysis import notify
 
 logger = logging.getLogger(__name__)
@@ -101,3 +101,9 @@ def sweep_notifications(self) -> int:
     for pk in pending:
         notify_regression.delay(pk)
     return len(pending)
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=60, retry_jitter=True, max_retries=3, time_limit=3600)
+def enforce_retention(self) -> dict[str, int]:
+    """Daily: expire raw calls past each project's retention, rollups past theirs."""
+    return retention.enforce_retention()

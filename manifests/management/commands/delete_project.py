@@ -1,0 +1,23 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from manifests import retention
+from manifests.models import Project
+
+
+class Command(BaseCommand):
+    help = "Delete a project and all its calls, items, evidence and rollups (set-based: seconds, not hours)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    def handle(self, *args, slug: str, yes: bool, **options):
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise CommandError(f"no project with slug {slug!r}")
+        if not yes:
+            answer = input(f"Delete project {project.name!r} and all its data? Type its slug to confirm: ")
+            if answer.strip() != slug:
+                raise CommandError("not confirmed; nothing deleted")
+        retention.delete_project(project=project)
+        self.stdout.write(f"deleted project {slug}")
