@@ -75,7 +75,8 @@ def test_it_keeps_the_visibility_timeout_above_every_countdown():
 
 def test_it_schedules_the_sweeps_with_beat():
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert scheduled == {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications"}
+    assert scheduled == {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
+                         "manifests.tasks.enforce_retention"}
     assert scheduled <= set(app.tasks)
 
 
