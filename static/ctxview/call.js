@@ -141,8 +141,11 @@
       var tr = document.createElement("tr");
       tr.dataset.item = r.id;
       if (r.changed) { tr.className = "changed"; }
-      cell(tr, r.id);
-      cell(tr, r.policy_recorded ? r.policy : r.policy + " (assumed)", r.policy_recorded ? "" : "hint");
+      var idCell = cell(tr, r.id);
+      var policy = document.createElement("div");
+      policy.className = "hint";
+      policy.textContent = r.policy_recorded ? r.policy : r.policy + " (assumed)";
+      idCell.appendChild(policy);
       badge(cell(tr, ""), r.actual.action, "action action-" + r.actual.action);
       cell(tr, String(r.actual.used), "num");
       var td = cell(tr, ""); badge(td, r.replay.action, "action action-" + r.replay.action); td.title = r.replay.reason;
