@@ -270,6 +270,7 @@ def _call_row(project: Project, run: Run, m: Manifest, canonical: bytes, digest:
         prefix_hash=_clean(prefix.hash) if prefix else "",
         prefix_tokens=prefix.tokens if prefix else 0,
         prefix_segments=msgspec.to_builtins(prefix.segments) if prefix else [],
+        cache_ttl_seconds=m.cache_ttl_seconds,
         input_tokens=usage.input_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,

@@ -129,6 +129,9 @@ class Call(models.Model):
     prefix_hash = models.CharField(max_length=128, blank=True)
     prefix_tokens = models.BigIntegerField(default=0)
     prefix_segments = models.JSONField(default=list, blank=True)
+    cache_ttl_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The prompt-cache TTL the agent recorded (manifest cache_ttl_seconds)"
+    )
     # Usage, normal form (input includes cached reads and writes)
     input_tokens = models.BigIntegerField(default=0)
     cache_read_tokens = models.BigIntegerField(default=0)

@@ -94,9 +94,11 @@ class Fidelity:
     estimator: str
     allocations: dict[str, ItemAllocation]
     why: list[str]
+    held_back: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exact": self.exact, "mode": self.mode, "estimator": self.estimator, "why": self.why}
+        return {"exact": self.exact, "mode": self.mode, "estimator": self.estimator, "why": self.why,
+                "held_back": self.held_back}
 
 
 def fidelity(call: Call) -> Fidelity:
@@ -116,7 +118,7 @@ def fidelity(call: Call) -> Fidelity:
     if estimator_by_name(name) is None:
         why.append(f"the call counted tokens with {name}, which the server cannot run: cuts at other grants are "
                    "modelled with ctxkit's default estimator (the grants at the call's own budget stay exact)")
-    return Fidelity(True, settings.allocator.mode, name, allocations, why)
+    return Fidelity(True, settings.allocator.mode, name, allocations, why, settings.allocator.held_back)
 
 
 def _counter(base: Estimator, unit: int, known: dict[str, int]) -> Estimator:
@@ -235,9 +237,16 @@ def _run(segments: list[Segment], aging: dict[str, int], estimate: Estimator, pa
     """Allocate the segments under ``params``; where a grant equals the recorded one the cut is
     the recorded one (see the module notes), and whole items say whether lossless steps ran.
     Also returns the names of the items whose cut is the recorded one."""
-    plan = allocate(segments, budget=params.budget, reserve=params.reserve, safety_margin=params.safety_margin,
-                    estimate=estimate, naive=fid.mode == "naive", aging=aging, aging_step=1,
+    # What the agent held back from the allocation (its blocks, restated constraints) is held back
+    # again: at the call's own budget the allocator then sees the cap it saw.
+    plan = allocate(segments, budget=params.budget, reserve=params.reserve,
+                    safety_margin=params.safety_margin + fid.held_back, estimate=estimate, naive=fid.mode == "naive",
+                    aging=aging, aging_step=1,
                     dedupe_across=False)  # the stored candidates are after the agent's dedupe
+    if fid.held_back:  # the cap shown is the call's, as in the agent's plan
+        plan.safety_margin = params.safety_margin
+        plan.cap = max(0, params.budget - params.reserve - params.safety_margin)
+        plan.headroom = plan.cap - plan.used
     as_recorded: set[str] = set()
     if not fid.exact:
         return plan, as_recorded

@@ -143,3 +143,22 @@ def test_it_skips_calls_already_analysed(project):
     assert analysis.analyze_calls([stored.pk]) == 1
     assert analysis.analyze_calls([stored.pk]) == 0
     assert Call.objects.get(pk=stored.pk).analyzed_at is not None
+
+
+def test_it_uses_the_ttl_the_agent_recorded_for_an_expected_miss(project):
+    # Seed 001, 5.7.4: a pause longer than the TTL in force makes the next miss expected.
+    # 2 minutes is within the price book's 5-minute TTL, but the agent recorded a 60 s TTL.
+    first, second = call("c0", 0, usage=COLD), call("c1", 1, seconds=120, usage=COLD)
+    first.cache_ttl_seconds = second.cache_ttl_seconds = 60
+    expired = events(store_and_analyse(project, [first, second]))[1]
+    assert expired.cause == CacheEvent.TTL_EXPIRED
+    assert "longer than the cache TTL (60s)" in expired.detail and "expected miss" in expired.detail
+
+
+def test_it_keeps_a_longer_recorded_ttl_from_calling_a_pause_an_expiry(project):
+    # A one-hour cache: a 10-minute approval pause is not a TTL expiry, whatever the price book says.
+    first, second = call("c0", 0, usage=COLD), call("c1", 1, seconds=600, usage=COLD)
+    first.cache_ttl_seconds = 3600
+    (stored, later) = store_and_analyse(project, [first, second])
+    assert Call.objects.get(pk=stored.pk).cache_ttl_seconds == 3600
+    assert events([stored, later])[1].cause == CacheEvent.COLD_START

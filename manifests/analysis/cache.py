@@ -34,6 +34,7 @@ NEIGHBOUR_FIELDS = (
     "prefix_hash",
     "prefix_tokens",
     "prefix_segments",
+    "cache_ttl_seconds",
     "input_tokens",
     "cache_read_tokens",
     "analyzed_at",
@@ -85,6 +86,12 @@ def _gap(call: dict[str, Any], prev: dict[str, Any]) -> float:
     return (call["started_at"] - last_use).total_seconds()
 
 
+def _ttl(call: dict[str, Any], prev: dict[str, Any], prices_entry: Any) -> int:
+    """The TTL in force over the gap: the one the previous call (which wrote the cache)
+    recorded, else this call's, else the price book's for the model."""
+    return int(prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds") or prices_entry.cache_ttl_seconds)
+
+
 def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook) -> CacheEvent:
     """The cause of one call's cache outcome, given the previous call of its run."""
     price = prices.for_model(call["model"])
@@ -112,9 +119,11 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
     elif read:
         cause = CacheEvent.HIT
         detail = "same prefix as the previous call, read from the cache"
-    elif gap is not None and gap > price.cache_ttl_seconds:
+    elif gap is not None and gap > (ttl := _ttl(call, prev, price)):
         cause = CacheEvent.TTL_EXPIRED
-        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({price.cache_ttl_seconds}s)"
+        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({ttl}s)"
+        if prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds"):
+            detail += ", the TTL the agent recorded: an expected miss"
     else:
         cause = CacheEvent.COLD_START
         detail = "same prefix within the TTL but nothing was read: the previous call did not write the cache"

@@ -61,6 +61,11 @@ _EXPORTS: dict[str, str] = {
         ("normalize_usage", "detect_provider", "applied_edits_to_manifest", "uncached_input_tokens", "cache_hit_ratio"),
         "record.usage",
     ),
+    # memory write-back and context editing
+    **dict.fromkeys(("Memory", "Fact"), "context.memory"),
+    "clear_thinking": "context.editing",
+    # cost and caching (seed 001, 5.1.1 and 5.7)
+    **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
     # sending
     "Client": "record.client",
     "Spool": "record.spool",
@@ -151,6 +156,15 @@ __all__ = [
     "applied_edits_to_manifest",
     "uncached_input_tokens",
     "cache_hit_ratio",
+    "Memory",
+    "Fact",
+    "clear_thinking",
+    "cost",
+    "run_cost",
+    "RunCost",
+    "cache_saving",
+    "cache_break_even",
+    "ttl_expired",
     "Client",
     "Spool",
 ]
@@ -181,9 +195,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         extractive_summarizer,
         should_compact,
     )
+    from ctxkit.context.editing import clear_thinking
     from ctxkit.context.grouping import Group, Projection, group_interactions, project
     from ctxkit.context.handoff import HandoffReport, check_handoff, validate_handoff
     from ctxkit.context.layout import Block, Layout, arrange, canonical_json, volatile_warnings
+    from ctxkit.context.memory import Fact, Memory
     from ctxkit.context.operators import (
         OpRecord,
         compress_schema,
@@ -203,6 +219,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     )
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
+    from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
     from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
     from ctxkit.record.client import Client
     from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id

@@ -186,7 +186,7 @@ def test_a_soft_deadline_in_recent_turns_is_lost_when_too_few_turns_are_kept() -
     assert not kept_one.ok
     assert kept_one.failed[0].name == "user_constraints"
     assert kept_one.failed[0].lost == [deadline]
-    assert kept_one.ratio > kept_enough.ratio
+    assert kept_one.saved_ratio > kept_enough.saved_ratio
 
 
 def test_items_missing_before_compaction_fail_but_do_not_count_as_distortion() -> None:
@@ -214,7 +214,8 @@ def test_ratio_and_token_counts_use_the_estimator() -> None:
     assert result.tokens_before == sum(len(r.text) for r in history)
     assert result.tokens_after == sum(len(r.text) for r in result.model_records())
     assert result.tokens_after < result.tokens_before
-    assert result.ratio == pytest.approx(1 - result.tokens_after / result.tokens_before)
+    assert result.saved_ratio == pytest.approx(1 - result.tokens_after / result.tokens_before)
+    assert result.kept_ratio == pytest.approx(1 - result.saved_ratio)
 
 
 def test_the_default_estimator_is_ctxkit_tokens() -> None:

@@ -102,6 +102,7 @@ class Plan:
     starvation: dict[str, int]
     warnings: list[str]
     estimator: str = "ctxkit"  # estimator_name() of what counted the tokens (recorded for replay)
+    held_back: int = 0  # tokens a caller kept out of the allocation (ContextBuilder's final-text check)
 
     def get(self, name: str) -> Allocation:
         for a in self.allocations:

@@ -21,8 +21,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
+from ctxkit.context.summary import (  # noqa: F401  (re-exported)
+    Summary,
+    conversation_language,
+    extractive_summarizer,
+)
 from ctxkit.record.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
 
 Estimate = Callable[[str], int]
@@ -96,93 +101,9 @@ def should_compact(occupied_tokens: int, window: int, threshold: float = 0.8) ->
 
 
 # --------------------------------------------------------------------------- #
-# Summaries
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The three-section summary. Identifiers must be kept verbatim in ``facts``."""
-
-    facts: list[str] = field(default_factory=list)
-    open_items: list[str] = field(default_factory=list)
-    constraints: list[str] = field(default_factory=list)
-
-    def render(self) -> str:
-        # An empty section is written out as "none" so a reader can tell "nothing" from
-        # "forgotten" (seed 003, handoff contract); check_handoff accepts this format.
-        parts: list[str] = []
-        for heading, lines in (
-            ("Settled facts", self.facts),
-            ("Open items", self.open_items),
-            ("Hard constraints", self.constraints),
-        ):
-            parts.append(f"{heading}:")
-            parts.extend(f"- {line}" for line in lines or ["none"])
-        return "\n".join(parts)
-
+# Summaries (ctxkit.context.summary)
 
 Summarizer = Callable[[Sequence[Record]], "Summary | str"]
-
-_PENDING = re.compile(
-    r"\b(todo|pending|not yet|waiting|to do|follow[- ]up|next step|open question|still need|unresolved|"
-    r"awaiting)\b|待办|未完成|待确认|待处理|下一步|还需|尚未|等待",
-    re.IGNORECASE,
-)
-_CONSTRAINT = re.compile(
-    r"\b(must|must not|never|always|only|do not|don't|forbidden|not allowed|required|deadline|no later than|"
-    r"at most|at least)\b|必须|不能|不得|禁止|不要|只能|仅|务必|截止|之前",
-    re.IGNORECASE,
-)
-_ERROR = re.compile(r"\b(error|failed|failure|exception|timeout|denied|refused)\b|错误|失败|超时|异常", re.IGNORECASE)
-_IDENT = re.compile(
-    r"\d"  # ids, amounts, dates, error codes all carry a digit
-    r"|https?://|\b\w+/\w+"  # URLs and paths
-    r"|\b\w+\.(?:py|js|ts|md|json|ya?ml|toml|txt|go|rs|java|sql|csv)\b",
-)
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")
-_MAX_SEGMENT = 400
-
-
-def _segments(text: str) -> list[str]:
-    out: list[str] = []
-    for line in text.splitlines():
-        for seg in _SENTENCE.split(line):
-            seg = seg.strip().lstrip("-*• ").strip()
-            if len(seg) > _MAX_SEGMENT:
-                # A one-line JSON blob has no sentence ends; split it into its fields.
-                out.extend(p.strip() for p in seg.split(",") if p.strip())
-            elif seg:
-                out.append(seg)
-    return out
-
-
-def extractive_summarizer(records: Sequence[Record]) -> Summary:
-    """Deterministic, no model call: keep verbatim the sentences that carry an identifier,
-    a number, an error, a constraint or a pending item, each tagged with its source record.
-
-    Pending sentences go to open items, constraint sentences to hard constraints, the rest
-    to settled facts. Sentences with none of these markers are dropped, which is exactly how
-    a soft requirement ("get back to me by Friday evening") can be lost: the invariant checks
-    in :func:`compact` exist to catch that.
-    """
-    sections: dict[str, dict[str, list[str]]] = {"facts": {}, "open": {}, "constraints": {}}
-    for record in records:
-        if record.cleared:
-            continue  # a placeholder says nothing new; its ref is the record's own
-        for seg in _segments(record.text):
-            if _PENDING.search(seg):
-                key = "open"
-            elif _CONSTRAINT.search(seg):
-                key = "constraints"
-            elif _IDENT.search(seg) or _ERROR.search(seg):
-                key = "facts"
-            else:
-                continue
-            sources = sections[key].setdefault(seg, [])
-            if record.id not in sources:
-                sources.append(record.id)
-    render = {k: [f"{seg} [src: {', '.join(src)}]" for seg, src in v.items()] for k, v in sections.items()}
-    return Summary(facts=render["facts"], open_items=render["open"], constraints=render["constraints"])
 
 
 # --------------------------------------------------------------------------- #
@@ -232,9 +153,14 @@ class CompactionResult:
     distortion: float = 0.0
 
     @property
-    def ratio(self) -> float:
-        """Compression ratio r = 1 - after/before (seed 003: 2199 -> 701 tokens is 68.1%)."""
+    def saved_ratio(self) -> float:
+        """Share of the tokens saved, 1 - after/before: seed 003's 压缩率 (2199 -> 701 is 68.1%)."""
         return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
+
+    @property
+    def kept_ratio(self) -> float:
+        """Share of the tokens kept, after/before: seed 001's r = |C(x, b)| / |x| (5.4.3)."""
+        return self.tokens_after / self.tokens_before if self.tokens_before else 1.0
 
     @property
     def ok(self) -> bool:
@@ -415,12 +341,13 @@ class ClearResult:
     cleared_tokens: int
     kept: int
     reason: str
+    edit_type: str = "clear_tool_uses"  # or "clear_thinking" (ctxkit.context.editing)
 
     def to_manifest(self) -> ContextEdit:
         if not self.applied:
             raise ValueError(f"nothing was cleared ({self.reason}); do not record a context edit")
         return ContextEdit(
-            type="clear_tool_uses",
+            type=self.edit_type,
             cleared_count=len(self.cleared_ids),
             cleared_tokens=self.cleared_tokens,
             kept=self.kept,

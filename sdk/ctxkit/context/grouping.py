@@ -18,8 +18,12 @@ API notes
   not (older groups are dropped: recency is relevance). If the newest group alone exceeds
   the budget it is kept whole and ``overflow_tokens`` says by how much: half a group (a call
   without its result) is worse than a group slightly over.
-- ``message_tokens(message, estimate)``: text of the message (content, tool call names and
-  arguments, tool results) plus ``MESSAGE_OVERHEAD`` tokens of framing.
+- ``message_tokens(message, estimate, overhead=None)``: the caller's count when the message
+  carries one (an int ``"tokens"`` key), verbatim; else ``estimate`` of its text (content, tool
+  call names and arguments, tool results) plus the framing overhead. Seed 000: estimateTokens
+  is the caller's, so the overhead is ``MESSAGE_OVERHEAD`` (4) only with ctxkit's own default
+  estimator and 0 when the caller passes ``estimate=`` (``overhead=`` sets it explicitly);
+  ``group_interactions`` and ``project`` take the same ``overhead=``.
 - ``Projection``: ``messages`` (kept, original order), ``kept_group_ids``, ``dropped_group_ids``,
   ``groups``, ``budget``, ``used_tokens``, ``overflow_tokens``, ``dangling_call_ids`` and
   ``orphan_result_ids`` (pairing problems already present in the input; never created here).
@@ -139,21 +143,36 @@ def _flatten(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def message_tokens(message: Message, estimate: Estimator = estimate_tokens) -> int:
+def _overhead(estimate: Estimator, overhead: int | None) -> int:
+    if overhead is not None:
+        if overhead < 0:
+            raise ValueError("overhead must be >= 0")
+        return overhead
+    return MESSAGE_OVERHEAD if estimate is estimate_tokens else 0
+
+
+def message_tokens(message: Message, estimate: Estimator = estimate_tokens, overhead: int | None = None) -> int:
+    given = message.get("tokens")
+    if isinstance(given, int) and not isinstance(given, bool) and given >= 0:
+        return given  # the caller's own count: never adjusted
+    overhead = _overhead(estimate, overhead)
     text = _flatten(message.get("content"))
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping):
             fn = call.get("function") or {}
             text += "\n" + str(fn.get("name", "")) + "\n" + _flatten(fn.get("arguments", ""))
-    return estimate(text) + MESSAGE_OVERHEAD
+    return estimate(text) + overhead
 
 
 # --------------------------------------------------------------------------- #
 # Grouping and projection
 
 
-def group_interactions(history: Sequence[Message], *, estimate: Estimator = estimate_tokens) -> list[Group]:
+def group_interactions(
+    history: Sequence[Message], *, estimate: Estimator = estimate_tokens, overhead: int | None = None
+) -> list[Group]:
     """Split ``history`` into atomic interaction groups (see module notes)."""
+    overhead = _overhead(estimate, overhead)
     if not history:
         return []
     # 1. provisional boundaries at real user messages
@@ -195,7 +214,7 @@ def group_interactions(history: Sequence[Message], *, estimate: Estimator = esti
                 kind="preamble" if preamble and hi == g == 0 else "interaction",
                 start=s,
                 messages=msgs,
-                tokens=sum(message_tokens(m, estimate) for m in msgs),
+                tokens=sum(message_tokens(m, estimate, overhead) for m in msgs),
                 call_ids=[c for m in msgs for c in tool_call_ids(m)],
                 result_ids=[r for m in msgs for r in tool_result_ids(m)],
             )
@@ -212,10 +231,11 @@ def project(
     output_reserve: int = 0,
     safety_margin: int = 0,
     estimate: Estimator = estimate_tokens,
+    overhead: int | None = None,
 ) -> Projection:
     """Keep whole groups, newest first, within the history budget (see module notes)."""
     budget = max(0, window - system_tokens - output_reserve - safety_margin)
-    groups = group_interactions(history, estimate=estimate)
+    groups = group_interactions(history, estimate=estimate, overhead=overhead)
     kept: list[Group] = []
     used = 0
     for group in reversed(groups):

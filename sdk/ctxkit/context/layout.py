@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from ctxkit.record.manifest import MAX_SEGMENTS, Prefix, PrefixSegment
@@ -112,8 +113,13 @@ class Placed:
     zone: Zone
     position: int
     tokens: int
-    content_hash: str
     restated_from: str | None = None
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 of the block's canonical form; computed when first asked for (most blocks of
+        a large context are never asked: their manifest item carries the candidate's own hash)."""
+        return sha256_hex(self.block.serialise())
 
     @property
     def id(self) -> str:
@@ -200,17 +206,8 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
     ordered += [(b, "middle", None) for b in by_zone["middle"]]
     ordered += [(b, "tail", None) for b in tail] + [(b, "tail", src) for b, src in restated]
     for position, (block, zone, source) in enumerate(ordered):
-        content = block.serialise()
-        placed.append(
-            Placed(
-                block=block,
-                zone=zone,
-                position=position,
-                tokens=block.tokens(estimate),
-                content_hash=sha256_hex(content),
-                restated_from=source,
-            )
-        )
+        placed.append(Placed(block=block, zone=zone, position=position, tokens=block.tokens(estimate),
+                             restated_from=source))
 
     head_placed = [p for p in placed if p.zone == "head"]
     segments = _segments(head_placed)
@@ -306,6 +303,19 @@ def volatile_warnings(text: str) -> list[str]:
     One plain-words warning per distinct value found (timestamps, ISO dates, times,
     unix epochs, UUIDs, long hex ids, request/session ids, "today is ...").
     """
+    known = _VOLATILE_SEEN.get(text)
+    if known is not None:  # the HEAD is the same text call after call: scan it once
+        return list(known)
+    if len(_VOLATILE_SEEN) >= 1024:
+        _VOLATILE_SEEN.clear()
+    found = _VOLATILE_SEEN[text] = tuple(_scan_volatile(text))
+    return list(found)
+
+
+_VOLATILE_SEEN: dict[str, tuple[str, ...]] = {}
+
+
+def _scan_volatile(text: str) -> list[str]:
     warnings: list[str] = []
     covered: list[tuple[int, int]] = []
     for label, pattern in _VOLATILE:

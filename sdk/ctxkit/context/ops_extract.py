@@ -25,8 +25,9 @@ from ctxkit.context.tokens import (
 
 Scorer = Callable[[str], int]
 
-FAIL_HINTS = ("failed", "fail", "error", "timeout", "timed out", "429", "e_", "denied", "refused", "exception",
-              "拒绝", "失败", "超时", "报错", "错误", "限流")
+# Seed 001, 5.4.1, verbatim. Words that only talk about failure ("限流" in "let's discuss rate
+# limiting") are not in it: a chat line about a topic must not crowd out a real error fact.
+FAIL_HINTS = ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")
 CONSTRAINT_HINTS = ("不", "禁止", "不得", "必须", "只能", "仅", "超过", "至少", "至多")
 _CONSTRAINT_WORDS = re.compile(
     r"\b(must|never|only|not|no|don't|do not|cannot|can't|forbidden|required|at least|at most|without)\b", re.I
@@ -316,17 +317,35 @@ def sliding_window(
     """Pinned lines verbatim, one line summarizing what rolled out, then the newest turns.
 
     Pinned lines are always emitted (they are constraints; charge them in the caller's
-    floor); the output may exceed ``budget`` only if the pinned lines alone do.
+    floor); the output may exceed ``budget`` only if the pinned lines alone do. The summary
+    line's own budget is reserved before the newest turns are taken (seed 001, 5.5.1: what
+    rolls out keeps its failure reasons and numbers), so newest turns that would fill the
+    whole budget cannot reduce the failure evidence of older turns to a bare count.
     """
     pin_text = "\n".join(pinned)
     before = estimate("\n".join([*pinned, *turns]))
     room = (budget if budget is not None else 10**12) - estimate(pin_text) - (1 if pinned else 0)
+    scores = [scorer(t) for t in turns]
+    failures = [is_failure_line(t) for t in turns]
+    # Evidence first: failure lines (seed hints), then the best-scored lines, older first on ties.
+    ranked = sorted((n for n in range(len(turns)) if failures[n] or scores[n] >= 5),
+                    key=lambda n: (not failures[n], -scores[n], n))
     rolled_count_line = _rolled_line(len(turns), before, [])
-    room -= estimate(rolled_count_line) + 1
-    if room < 0:  # not even the summary line fits: pinned lines only
+    # Reserve the summary line with the evidence of every turn but the newest (which is kept
+    # whenever anything is): as many snippets as the room allows, failure evidence first.
+    reserve_line, reserve_snips = rolled_count_line, []
+    for n in [n for n in ranked if n < len(turns) - 1][:_MAX_SNIPPETS]:
+        trial = _rolled_line(len(turns), before, [*reserve_snips, clip(turns[n], 24, estimate)])
+        if estimate(trial) + 1 > room:
+            break
+        reserve_line = trial
+        reserve_snips.append(clip(turns[n], 24, estimate))
+    if estimate(rolled_count_line) + 1 > room:  # not even the summary line fits: pinned lines only
         detail = f"only the {len(pinned)} pinned lines fit; rolled out all {len(turns)} turns"
         return pin_text, OpRecord("window", before, estimate(pin_text), detail, {"kept_turns": 0,
                                                                                  "rolled_out": len(turns)})
+    reserved = estimate(reserve_line) + 1
+    room -= reserved
     kept: list[str] = []
     for turn in reversed(turns):
         if max_turns is not None and len(kept) >= max_turns:
@@ -340,14 +359,12 @@ def sliding_window(
     rolled = list(turns[: len(turns) - len(kept)])
     parts = list(pinned)
     if rolled:
+        room += reserved  # the summary's reserve, plus whatever the kept turns left
         rolled_tokens = estimate("\n".join(rolled))
-        scores = [scorer(t) for t in rolled]
-        evidence = sorted((n for n, t in enumerate(rolled) if is_failure_line(t) or scores[n] >= 5),
-                          key=lambda n: (-scores[n], n))
         snippets: list[str] = []
         line = _rolled_line(len(rolled), rolled_tokens, snippets)
-        room += estimate(rolled_count_line) - estimate(line)
-        for n in evidence[:3]:  # add evidence snippets while the line still fits
+        room -= estimate(line) + 1
+        for n in [n for n in ranked if n < len(rolled)][:_MAX_SNIPPETS]:  # while the line still fits
             trial = _rolled_line(len(rolled), rolled_tokens, [*snippets, clip(rolled[n], 24, estimate)])
             extra = estimate(trial) - estimate(line)
             if extra <= room:
@@ -359,6 +376,9 @@ def sliding_window(
     out = "\n".join(parts)
     detail = f"kept last {len(kept)} of {len(turns)} turns, {len(pinned)} pinned lines, rolled out {len(rolled)}"
     return out, OpRecord("window", before, estimate(out), detail, {"kept_turns": len(kept), "rolled_out": len(rolled)})
+
+
+_MAX_SNIPPETS = 3
 
 
 def _rolled_line(count: int, tokens: int, snippets: list[str]) -> str:

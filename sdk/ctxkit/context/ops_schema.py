@@ -26,8 +26,12 @@ def _tool_parts(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | 
 
 def _strip_param_docs(schema: Any) -> None:
     if isinstance(schema, dict):
+        description = schema.get("description")
+        risks = risk_sentences(description) if isinstance(description, str) else []
         for key in ("description", "title", "examples", "default"):
             schema.pop(key, None)
+        if risks:  # "if true, the order is deleted permanently" is the parameter's risk: kept
+            schema["description"] = " ".join(risks)
         for sub in schema.values():
             _strip_param_docs(sub)
     elif isinstance(schema, list):
@@ -35,9 +39,36 @@ def _strip_param_docs(schema: Any) -> None:
             _strip_param_docs(sub)
 
 
-def _first_sentence(text: str) -> str:
-    m = re.search(r"[.。!！?？](\s|$)", text)
-    return text[: m.end()].strip() if m else text
+# Seed 004 (P1): "description 可压缩，required/enums/风险和结果状态不能丢". A sentence that warns
+# of an irreversible, destructive, costly or privacy-affecting action survives every step.
+RISK = re.compile(
+    r"\b(irreversibl\w*|cannot be undone|can't be undone|not be undone|permanent\w*|delet\w*|destr\w*|"
+    r"drops?|overwrit\w*|wipes?|purg\w*|truncat\w*|erase\w*|charg\w*|bill\w*|payments?|pays?|costs?|costly|"
+    r"spend\w*|refund\w*|money|transfers? funds|invoice\w*|privacy|private|personal data|PII|sensitive|"
+    r"secrets?|credentials?|passwords?|publish\w*|sends? (?:an )?e-?mails?|production|prod)\b"
+    r"|不可逆|无法撤销|不可撤销|不能撤销|永久|删除|销毁|覆盖|清空|扣款|收费|计费|付款|支付|转账|费用|退款|"
+    r"隐私|个人信息|敏感|密钥|凭证|生产环境|对外发送",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")
+
+
+def _sentences(text: str) -> list[str]:
+    return [p.strip() for p in _SENTENCE_END.split(text) if p.strip()]
+
+
+def risk_sentences(text: str) -> list[str]:
+    """The sentences of a tool description that state a risk (seed 004), in order."""
+    return [sentence for sentence in _sentences(text) if RISK.search(sentence)]
+
+
+def _short_with_risks(text: str) -> str:
+    """The first sentence, plus every later sentence that states a risk."""
+    sentences = _sentences(text)
+    if not sentences:
+        return text
+    kept = [sentences[0], *(x for x in sentences[1:] if RISK.search(x))]
+    return " ".join(kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +105,15 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[s
     def short_desc(t: dict[str, Any]) -> None:
         holder = _tool_parts(t)[0]
         if isinstance(holder.get("description"), str):
-            holder["description"] = _first_sentence(holder["description"])
+            holder["description"] = _short_with_risks(holder["description"])
 
     def no_desc(t: dict[str, Any]) -> None:
-        _tool_parts(t)[0].pop("description", None)
+        holder = _tool_parts(t)[0]
+        risks = risk_sentences(holder["description"]) if isinstance(holder.get("description"), str) else []
+        if risks:
+            holder["description"] = " ".join(risks)
+        else:
+            holder.pop("description", None)
 
     def required_only(t: dict[str, Any]) -> None:
         params = _tool_parts(t)[1]
@@ -90,7 +126,8 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[s
         ("dropped parameter descriptions", param_docs, False),
         ("shortened tool descriptions", short_desc, False),
         ("rendered as signatures with short descriptions", None, True),
-        ("dropped tool descriptions, kept name/parameters/required", no_desc, True),
+        ("dropped tool descriptions but their risk statements, kept name/parameters/required/enums", no_desc,
+         True),
         ("dropped optional parameters", required_only, True),
     ]
     for label, step, signatures in steps:
@@ -165,12 +202,16 @@ def _signatures(tools: list[dict[str, Any]]) -> str:
         holder, params = _tool_parts(tool)
         props = params.get("properties", {}) if params else {}
         required = set(params.get("required", [])) if params else set()
-        args = []
+        args: list[str] = []
+        notes: list[str] = []
         for pname, spec in props.items():
             spec = spec if isinstance(spec, dict) else {}
             kind = "|".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"]) if "enum" in spec else \
                 str(spec.get("type", "any"))
             args.append(f"{pname}{'' if pname in required else '?'}: {kind}")
+            if isinstance(spec.get("description"), str):  # only risk statements are left by then
+                notes.append(f"{pname}: {spec['description']}")
         desc = holder.get("description")
-        lines.append(f"{holder.get('name', '?')}({', '.join(args)})" + (f" - {desc}" if desc else ""))
+        tail = f" [{'; '.join(notes)}]" if notes else ""
+        lines.append(f"{holder.get('name', '?')}({', '.join(args)})" + (f" - {desc}" if desc else "") + tail)
     return "\n".join(lines)

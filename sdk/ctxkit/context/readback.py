@@ -20,6 +20,7 @@ API notes
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,16 +54,41 @@ def _pattern(literal: str) -> re.Pattern[str]:
     return re.compile(head + re.escape(norm) + tail)
 
 
+# Normal forms of the texts read back, kept across calls (an agent reads back mostly the same
+# texts at every step); bounded by entries, emptied whole when full.
+_NORMAL: dict[str, str] = {}
+_NORMAL_MAX = 20_000
+
+
+def _normal(text: str) -> str:
+    found = _NORMAL.get(text)
+    if found is None:
+        if len(_NORMAL) >= _NORMAL_MAX:
+            _NORMAL.clear()
+        found = _NORMAL[text] = normalize(text)
+    return found
+
+
 def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[ReadBack]:
     """Which key fields survive in which outputs."""
-    normalized = {item: normalize(text) for item, text in outputs.items() if text}
+    items = [item for item, text in outputs.items() if text]
+    texts = [_normal(outputs[item]) for item in items]
+    # One search over all outputs joined by NUL (which no normal form holds and which is a
+    # boundary for the literal's edges) instead of one per output.
+    joined = "\x00".join(texts)
+    starts: list[int] = []
+    offset = 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text) + 1
     results: list[ReadBack] = []
     for f in fields:
         if not f.literal.strip():
             raise ValueError(f"key field {f.label!r} has an empty literal")
-        pattern = _pattern(f.literal)
-        carriers = [item for item, text in normalized.items() if pattern.search(text)]
-        found = f.source if f.source in carriers else (carriers[0] if carriers else None)
+        carriers: dict[str, None] = {}
+        for match in _pattern(f.literal).finditer(joined):
+            carriers[items[bisect_right(starts, match.start()) - 1]] = None
+        found = f.source if f.source in carriers else next(iter(carriers), None)
         results.append(ReadBack(field=f, present=found is not None, found_in=found))
     return results
 

@@ -305,7 +305,8 @@ def build_manifest(
         compactions=_latest(_compactions(compactions), MAX_COMPACTIONS, "compactions", notes),
         context_edits=_latest(_edits(edits), MAX_EDITS, "context edits", notes),
         outcome=_outcome(outcome),
-        allocator=AllocatorSettings(mode=plan.mode, estimator=plan.estimator) if plan is not None else None,
+        allocator=(AllocatorSettings(mode=plan.mode, estimator=plan.estimator, held_back=plan.held_back)
+                   if plan is not None else None),
     )
     manifest.warnings = _warnings(plan, layout, warnings, notes)  # last: every step above may add a note
     if validate:
@@ -463,6 +464,8 @@ class BuiltContext:
 
     ``blocks`` are the caller's extra blocks; the layout places them, and in naive mode (no
     layout) they are appended after the segments and listed through :func:`block_items`.
+    ``measured_tokens`` is |x|, the estimate of :meth:`text` (everything the model reads);
+    ``over_budget`` says |x| + R > W could not be avoided, and ``over_budget_reason`` why.
     """
 
     plan: Plan
@@ -470,6 +473,11 @@ class BuiltContext:
     readback: list[ReadBack]
     estimate: Estimator = estimate_tokens
     blocks: list[Block] = field(default_factory=list)
+    measured_tokens: int | None = None
+    over_budget: bool = False
+    over_budget_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    cache_ttl_seconds: int | None = None
 
     def text(self, separator: str = "\n\n") -> str:
         """What the model reads, in layout order (concatenation order in naive mode)."""
@@ -483,26 +491,54 @@ class BuiltContext:
         return [r.field.label for r in self.readback if not r.present]
 
     def manifest(self, **kwargs: Any) -> Manifest:
-        """:func:`build_manifest` with this build's plan, layout and read-back filled in."""
+        """:func:`build_manifest` with this build's plan, layout and read-back filled in, plus
+        the measured size of the final text and, when it could not fit, the over-budget reason."""
         kwargs.setdefault("estimate", self.estimate)
         if self.layout is None and self.blocks:
             extra = block_items(self.blocks, untrusted_kinds=kwargs.get("untrusted_kinds", UNTRUSTED_KINDS),
                                 estimate=self.estimate)
             kwargs["extra_items"] = [*extra, *kwargs.get("extra_items", ())]
-        return build_manifest(plan=self.plan, layout=self.layout, readback=self.readback, **kwargs)
+        if self.notes:
+            kwargs["warnings"] = [*self.notes, *kwargs.get("warnings", ())]
+        manifest = build_manifest(plan=self.plan, layout=self.layout, readback=self.readback, **kwargs)
+        budget = manifest.budget
+        if self.measured_tokens is not None:
+            budget.measured_tokens = clamp_tokens(self.measured_tokens)
+        if self.over_budget:
+            budget.over_budget = True
+            budget.over_budget_reason = clip(self.over_budget_reason or "over budget", MAX_REASON)
+        if manifest.cache_ttl_seconds is None and self.cache_ttl_seconds is not None:
+            manifest.cache_ttl_seconds = self.cache_ttl_seconds
+        return manifest
+
+
+# Seed 001, 5.5.5: the output reserve R is the largest single-step output plus 10 %. A tool call's
+# JSON is 200-800 tokens, so 800 + 10 % is the floor ContextBuilder uses when no reserve is given.
+DEFAULT_RESERVE = 880
+# Rounds of re-allocation before ContextBuilder falls back to dropping every non-pinned segment.
+FIT_ROUNDS = 4
 
 
 @dataclass
 class ContextBuilder:
     """Allocate, lay out and read back each call's context with one set of settings.
 
-    ``reserve`` is the output reserve (the request's ``max_tokens``): input never uses it.
+    ``reserve`` is the output reserve R (the request's ``max_tokens``): input never uses it.
+    Default :data:`DEFAULT_RESERVE` (seed 001, 5.5.5), never more than a fifth of the budget.
     ``aging`` holds, per segment name, how many calls in a row it was starved; it is updated
     after every :meth:`build`, so a low-priority segment rises until it gets in once.
+
+    The guarantee (seed 001, 5.1): |x| + R <= W, where |x| is measured on the final text,
+    restated constraints, the caller's blocks and separators included. When the allocation
+    alone fits but the final text does not, the builder re-allocates with the difference held
+    back (a few rounds), then with nothing but the pinned segments, then without the TAIL
+    restatement. If the pinned segments and the caller's blocks alone exceed the cap, the
+    result is flagged ``over_budget`` with the reason (in the manifest too), never silently.
+    ``cache_ttl_seconds``: the provider's prompt-cache TTL, recorded in every manifest.
     """
 
     budget: int
-    reserve: int
+    reserve: int | None = None
     safety_margin: int = 0
     naive: bool = False
     key_fields: Sequence[KeyField] = ()
@@ -510,18 +546,92 @@ class ContextBuilder:
     aging_step: int = 1
     restate_constraints: bool = True
     aging: dict[str, int] = field(default_factory=dict)
+    cache_ttl_seconds: int | None = None
+    separator: str = "\n\n"
+
+    def __post_init__(self) -> None:
+        if self.reserve is None:
+            self.reserve = min(DEFAULT_RESERVE, self.budget // 5)
+
+    @property
+    def cap(self) -> int:
+        """The input cap W - R - margin: |x| never exceeds it unless flagged over budget."""
+        return max(0, self.budget - (self.reserve or 0) - self.safety_margin)
 
     def build(self, segments: Sequence[Segment], *, blocks: Sequence[Block] = (),
               key_fields: Sequence[KeyField] | None = None) -> BuiltContext:
         """Run the allocator over ``segments``, arrange what survived plus ``blocks`` (content the
-        allocator does not manage, such as the question) and read the key fields back."""
-        from ctxkit.context.allocator import allocate
+        allocator does not manage, such as the question), check the final text against the cap
+        (re-allocating until it fits) and read the key fields back."""
         from ctxkit.context.readback import read_back
 
-        plan = allocate(segments, budget=self.budget, reserve=self.reserve, safety_margin=self.safety_margin,
-                        estimate=self.estimate, naive=self.naive, aging=self.aging, aging_step=self.aging_step)
-        self.aging = dict(plan.starvation)
-        outputs = plan.outputs()
+        aging = self.aging
+        cap = self.cap
+        held_back = 0
+        restate = self.restate_constraints
+        notes: list[str] = []
+        built = self._attempt(segments, blocks, aging, 0, restate)
+        rounds = 0
+        while not self.naive and built.measured_tokens is not None and built.measured_tokens > cap:
+            rounds += 1
+            if rounds <= FIT_ROUNDS and held_back < cap:
+                held_back = min(cap, held_back + built.measured_tokens - cap)
+            elif held_back < cap:
+                held_back = cap  # only the pinned segments and the caller's blocks
+            elif restate:
+                restate = False
+                notes.append("constraints not restated in TAIL: the pinned segments leave no room for the copy")
+            else:
+                break
+            built = self._attempt(segments, blocks, aging, held_back, restate)
+        measured = built.measured_tokens or 0
+        if held_back:
+            notes.append(f"final text measured {measured} tokens with {held_back} tokens held back from the "
+                         f"allocation for the restated constraints, the caller's blocks and separators (cap {cap})")
+        if measured > cap:
+            built.over_budget = built.plan.over_budget = True
+            if self.naive:
+                built.over_budget_reason = (f"naive baseline: filled in order to the window with no output reserve; "
+                                            f"input {measured} + reserve {self.reserve} > window {self.budget}")
+            else:
+                pinned = sum(a.used for a in built.plan.allocations if a.pinned)
+                extra = sum(self.estimate(b.text) for b in blocks)
+                built.over_budget_reason = (
+                    f"pinned segments ({pinned} tokens) and the caller's blocks ({extra} tokens) alone measure "
+                    f"{measured} tokens, over the input cap {cap} = window {self.budget} - reserve {self.reserve} "
+                    f"- margin {self.safety_margin}: reduce hard segments, split the task or use a larger window")
+            notes.append(built.over_budget_reason)
+        self.aging = dict(built.plan.starvation)
+        built.notes = notes
+        built.cache_ttl_seconds = self.cache_ttl_seconds
+        fields = self.key_fields if key_fields is None else key_fields
+        outputs = built.plan.outputs()
+        for b in blocks:
+            outputs.setdefault(b.id, b.text)
+        built.readback = read_back(fields, outputs)
+        return built
+
+    def _attempt(self, segments: Sequence[Segment], blocks: Sequence[Block], aging: dict[str, int],
+                 held_back: int, restate: bool) -> BuiltContext:
+        """One allocate -> layout -> measure, with ``held_back`` tokens kept out of the allocation."""
+        from ctxkit.context.allocator import allocate
+
+        reserve = self.reserve or 0
+        plan = allocate(segments, budget=self.budget, reserve=reserve, safety_margin=self.safety_margin + held_back,
+                        estimate=self.estimate, naive=self.naive, aging=aging, aging_step=self.aging_step)
+        if held_back:  # the plan records the caller's budget; what was held back is in a warning
+            plan.held_back = held_back  # and in the manifest's replay settings
+            reduced = plan.cap
+            plan.safety_margin, plan.cap = self.safety_margin, self.cap
+            plan.headroom = plan.cap - plan.used
+            plan.warnings = [w for w in plan.warnings if "input cap is 0" not in w and "but the input cap" not in w]
+            if plan.over_budget:  # over the reduced cap only; whether the whole text fits is decided in build()
+                plan.over_budget = False
+                cut = f"exceed the input cap {reduced}; "
+                for a in plan.allocations:
+                    if cut in a.reason:
+                        a.reason = a.reason.split(cut, 1)[1]
+                        a.reason = f"no room left after the pinned segments and caller blocks; {a.reason}"
         layout = None
         if not self.naive:  # the naive baseline is plain concatenation: no zones, no prefix
             from ctxkit.context.layout import arrange
@@ -533,10 +643,7 @@ class ContextBuilder:
                 tokens = counted.get(text)
                 return self.estimate(text) if tokens is None else tokens
 
-            layout = arrange([*blocks_from_plan(plan), *blocks], estimate=estimate,
-                             restate_constraints=self.restate_constraints)
-        for b in blocks:
-            outputs.setdefault(b.id, b.text)
-        fields = self.key_fields if key_fields is None else key_fields
-        return BuiltContext(plan=plan, layout=layout, readback=read_back(fields, outputs), estimate=self.estimate,
-                            blocks=list(blocks))
+            layout = arrange([*blocks_from_plan(plan), *blocks], estimate=estimate, restate_constraints=restate)
+        built = BuiltContext(plan=plan, layout=layout, readback=[], estimate=self.estimate, blocks=list(blocks))
+        built.measured_tokens = self.estimate(built.text(self.separator))
+        return built

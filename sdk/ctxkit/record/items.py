@@ -170,7 +170,8 @@ def record_items(
             # The placeholder says how many tokens the original had (compaction.placeholder).
             m = _CLEARED_TOKENS.search(r.text)
             requested = int(m.group(1)) if m else estimate(r.text)
-            reason = f"old tool result cleared to a placeholder with ref={r.ref or r.id}"
+            what = "thinking block" if r.kind == "thinking" else "tool result"
+            reason = f"old {what} cleared to a placeholder with ref={r.ref or r.id}"
             if r.compacted_by:
                 reason += f", then folded into {r.compacted_by}"
             action, content_hash = "clear", None

@@ -99,6 +99,12 @@ class Budget(_Struct, kw_only=True):
     output_reserve: Tokens = 0
     safety_margin: Tokens = 0
     input_cap: Tokens | None = None
+    # The builder's own check of |x| + R <= W (issue 12): what it measured of the final text
+    # (everything included: restated constraints, the caller's blocks, separators), and, when
+    # even the pinned items do not fit, an explicit over-budget flag with the reason.
+    measured_tokens: Tokens | None = None
+    over_budget: bool = False
+    over_budget_reason: Reason | None = None
 
     def effective_input_cap(self) -> int:
         if self.input_cap is not None:
@@ -150,11 +156,13 @@ class ItemAllocation(_Struct, kw_only=True):
 
 
 class AllocatorSettings(_Struct, kw_only=True):
-    """The allocator's mode and the token estimator it counted with (``ctxkit`` = ctxkit's
-    default estimator; ``tiktoken:<encoding>``; ``custom:<name>`` cannot be re-run elsewhere)."""
+    """The allocator's mode, the token estimator it counted with (``ctxkit`` = ctxkit's default
+    estimator; ``tiktoken:<encoding>``; ``custom:<name>`` cannot be re-run elsewhere) and the tokens
+    held back from its input cap (ContextBuilder's check of the final text)."""
 
     mode: Literal["priority", "naive"] = "priority"
     estimator: Name = "ctxkit"
+    held_back: Tokens = 0  # kept out of the allocation for the caller's blocks, restated constraints, separators
 
 
 class Item(_Struct, kw_only=True):
@@ -177,6 +185,8 @@ class Item(_Struct, kw_only=True):
     content_hash: Hash | None = None
     group: Id | None = None
     text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
+    # Memory write-back (seed 001, 5.6.3): the id of the older fact this one replaces.
+    supersedes: Id | None = None
     allocation: ItemAllocation | None = None  # replay settings (above)
 
 
@@ -261,6 +271,9 @@ class Manifest(_Struct, kw_only=True):
     context_edits: Annotated[list[ContextEdit], msgspec.Meta(max_length=MAX_EDITS)] = []
     outcome: Outcome | None = None
     warnings: Annotated[list[Reason], msgspec.Meta(max_length=100)] = []
+    # The prompt-cache TTL in force for this call (seed 001, 5.7.4): after a longer pause the
+    # next call's miss is expected (the server's "ttl" cause), not a regression.
+    cache_ttl_seconds: Annotated[int, msgspec.Meta(gt=0, le=30 * 86400)] | None = None
     allocator: AllocatorSettings | None = None  # replay settings (above)
 
 
@@ -377,6 +390,9 @@ def semantic_errors(m: Manifest) -> list[FieldError]:
         errors.append(
             FieldError(path="$.budget.output_reserve", message="output_reserve + safety_margin exceed the window")
         )
+    if b.over_budget and not b.over_budget_reason:
+        errors.append(FieldError(path="$.budget.over_budget_reason",
+                                 message="over_budget is set: say why (over_budget_reason)"))
     u = m.usage
     if u.cache_read_tokens + u.cache_write_tokens > u.input_tokens:
         errors.append(
