@@ -25,7 +25,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from ctxkit.record.manifest import json_schema
 from manifests import ingest
 from manifests.auth import HasIngestScope, HasReadScope
-from manifests.models import Call, Compaction, Run
+from manifests.models import Attribution, Call, Compaction, Run
 from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 
 
@@ -200,6 +200,7 @@ class CallDetailView(generics.RetrieveAPIView):
             "evidence",
             Prefetch("compactions", queryset=Compaction.objects.prefetch_related("invariants")),
             "context_edits",
+            Prefetch("attributions", queryset=Attribution.objects.select_related("lost_at").order_by("is_risk", "pk")),
         )
         return generics.get_object_or_404(qs, project=self.request.auth.project, call_id=self.kwargs["call_id"])
 

@@ -23,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from manifests.figures import ITEM_FIELDS
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
 logger = logging.getLogger(__name__)
@@ -291,28 +292,8 @@ def _call_row(project: Project, run: Run, m: Manifest, canonical: bytes, digest:
     )
 
 
-ITEM_COLUMNS = (
-    "call_id",
-    "project_id",
-    "ordinal",
-    "item_id",
-    "kind",
-    "action",
-    "trust",
-    "priority",
-    "pinned",
-    "zone",
-    "position",
-    "requested_tokens",
-    "granted_tokens",
-    "used_tokens",
-    "reason",
-    "source_ref",
-    "source_version",
-    "content_hash",
-    "group",
-    "text",
-)
+# The call, the project and the manifest order, then an item's stored fields (written once).
+ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS)
 
 
 def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:

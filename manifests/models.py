@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from ctxkit import figures
+
 KEY_PREFIX = "ctx_"
 
 
@@ -169,11 +171,11 @@ class Call(models.Model):
 
     @property
     def uncached_input_tokens(self) -> int:
-        return max(0, self.input_tokens - self.cache_read_tokens - self.cache_write_tokens)
+        return figures.uncached_tokens(self)
 
     @property
-    def cache_hit_ratio(self) -> float:
-        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
+    def cache_hit_ratio(self) -> float | None:
+        return figures.hit_rate(self.cache_read_tokens, self.input_tokens)
 
 
 class Item(models.Model):
@@ -303,7 +305,7 @@ class CallFigures(models.Model):
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
     context_tokens = models.BigIntegerField(default=0, help_text="Tokens of the items that reached the model")
     uncached_input_tokens = models.BigIntegerField(default=0)
-    cache_hit_ratio = models.FloatField(default=0.0)
+    cache_hit_ratio = models.FloatField(null=True, blank=True, help_text="None when the call had no input")
     window_utilization = models.FloatField(default=0.0)
     effective_limit = models.BigIntegerField(default=0)
     effective_share = models.FloatField(default=0.0)
@@ -327,19 +329,24 @@ class Attribution(models.Model):
     """Why a required piece of evidence did not help: one cause per missing evidence, plus
     risk flags; always with the item and the decision (action + reason) that caused it."""
 
-    NEVER_CANDIDATE = "never_candidate"
-    BUDGET = "budget"
-    TRUNCATED = "truncated"
-    COMPACTION = "compaction"
-    NOT_USED = "not_used"
-    MIDDLE_ZONE = "middle_zone"
+    # The cause names are ctxkit.figures' (the one definition); missing causes first.
+    NEVER_CANDIDATE = figures.NEVER_CANDIDATE
+    LEFT_CANDIDATES = figures.LEFT_CANDIDATES
+    BUDGET = figures.BUDGET
+    TRUNCATED = figures.TRUNCATED
+    COMPACTION = figures.COMPACTION
+    NOT_USED = figures.NOT_USED
+    MIDDLE_ZONE = figures.MIDDLE_ZONE
+    TRUNCATED_PRESENT = figures.TRUNCATED_PRESENT
     CAUSES = [
         (NEVER_CANDIDATE, "Never a candidate"),
+        (LEFT_CANDIDATES, "No longer a candidate"),
         (BUDGET, "Dropped or cut by the budget"),
         (TRUNCATED, "Truncated away"),
         (COMPACTION, "Lost in compaction or summary"),
-        (NOT_USED, "Present but not used"),
+        (NOT_USED, "Present but not used (risk)"),
         (MIDDLE_ZONE, "Placed in the middle zone (risk)"),
+        (TRUNCATED_PRESENT, "Truncated but present (risk)"),
     ]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
@@ -351,7 +358,10 @@ class Attribution(models.Model):
     item_id = models.CharField(max_length=200, blank=True)
     action = models.CharField(max_length=32, blank=True)
     reason = models.TextField(blank=True)
-    is_risk = models.BooleanField(default=False)
+    is_risk = models.BooleanField(default=False, help_text="The evidence reached the model; a risk, not a loss")
+    # The earlier call of the run where the evidence was lost, when the cause was traced
+    # back to it (docs/analysis.md, "Causes traced through the run"); null: lost here.
+    lost_at = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
 
     class Meta:
@@ -383,7 +393,7 @@ class CacheEvent(models.Model):
     cause = models.CharField(max_length=32, choices=CAUSES)
     changed_segment = models.CharField(max_length=200, blank=True)
     gap_seconds = models.FloatField(null=True, blank=True)
-    hit_ratio = models.FloatField(default=0.0)
+    hit_ratio = models.FloatField(null=True, blank=True, help_text="None when the call had no input")
     previous_hit_ratio = models.FloatField(null=True, blank=True)
     prefix_hash = models.CharField(max_length=128, blank=True)
     previous_prefix_hash = models.CharField(max_length=128, blank=True)
@@ -401,7 +411,10 @@ class Regression(models.Model):
     agent = models.CharField(max_length=200)
     model = models.CharField(max_length=200)
     detected_at = models.DateTimeField(help_text="Time of the call where the drop crossed the threshold")
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+",
+                             help_text="The call where the rolling rate crossed the threshold")
+    first_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                   help_text="The first call of the streak without the baseline prefix")
     window_calls = models.PositiveIntegerField()
     threshold_points = models.FloatField()
     baseline_rate = models.FloatField()
@@ -500,12 +513,12 @@ class Rollup(models.Model):
         indexes = [models.Index(fields=["project", "bucket", "start"], name="rollup_project_range")]
 
     @property
-    def hit_rate(self) -> float:
-        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
+    def hit_rate(self) -> float | None:
+        return figures.hit_rate(self.cache_read_tokens, self.input_tokens)
 
     @property
     def evidence_coverage(self) -> float | None:
-        return self.evidence_present / self.evidence_total if self.evidence_total else None
+        return figures.coverage(self.evidence_present, self.evidence_total)
 
     @property
     def cost_per_verified_success(self) -> float | None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from ctxkit import figures
 from ctxkit.context.allocator import Allocation, Plan, Segment, allocate
 from ctxkit.context.operators import MARKER_RE
 from ctxkit.context.readback import KeyField, read_back
@@ -291,7 +292,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
     rows = []
     for i in replayable:
         a = by_name[i.item_id]
-        actual_used = i.used_tokens if i.used_tokens is not None else (i.granted_tokens or 0)
+        actual_used = figures.context_tokens(i)
         b = base_allocs[i.item_id]
         rows.append({
             "id": i.item_id,

@@ -2,7 +2,9 @@
 
 from rest_framework import serializers
 
-from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
+from ctxkit import figures
+from manifests.figures import ITEM_FIELDS
+from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -16,7 +18,8 @@ class RunSerializer(serializers.ModelSerializer):
 class CallSummarySerializer(serializers.ModelSerializer):
     run_id = serializers.CharField(source="run.run_id", read_only=True)
     uncached_input_tokens = serializers.IntegerField(read_only=True)
-    cache_hit_ratio = serializers.FloatField(read_only=True)
+    # ctxkit.figures.hit_rate: null when the call had no input.
+    cache_hit_ratio = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = Call
@@ -56,34 +59,36 @@ class CallSummarySerializer(serializers.ModelSerializer):
 
 class ItemSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="item_id")
+    in_context = serializers.SerializerMethodField()
+    context_tokens = serializers.SerializerMethodField()
 
     class Meta:
         model = Item
-        fields = [
-            "id",
-            "kind",
-            "action",
-            "trust",
-            "priority",
-            "pinned",
-            "zone",
-            "position",
-            "requested_tokens",
-            "granted_tokens",
-            "used_tokens",
-            "reason",
-            "source_ref",
-            "source_version",
-            "content_hash",
-            "group",
-            "text",
-        ]
+        fields = ["id", *ITEM_FIELDS[1:], "in_context", "context_tokens"]
+
+    def get_in_context(self, item: Item) -> bool:
+        return figures.in_context(item)
+
+    def get_context_tokens(self, item: Item) -> int:
+        return figures.context_tokens(item)
 
 
 class EvidenceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Evidence
         fields = ["key", "label", "literal", "expected_item", "present", "found_in", "used"]
+
+
+class AttributionSerializer(serializers.ModelSerializer):
+    """A cause of missing evidence (is_risk false) or a risk flag on present evidence."""
+
+    lost_at_call_id = serializers.CharField(source="lost_at.call_id", read_only=True, default=None)
+    lost_at_step = serializers.IntegerField(source="lost_at.step", read_only=True, default=None)
+
+    class Meta:
+        model = Attribution
+        fields = ["evidence_key", "cause", "is_risk", "item_id", "action", "reason", "fix", "lost_at_call_id",
+                  "lost_at_step"]
 
 
 class InvariantSerializer(serializers.ModelSerializer):
@@ -124,6 +129,8 @@ class CallDetailSerializer(CallSummarySerializer):
     evidence = EvidenceSerializer(many=True, read_only=True)
     compactions = CompactionSerializer(many=True, read_only=True)
     context_edits = ContextEditSerializer(many=True, read_only=True)
+    attributions = AttributionSerializer(many=True, read_only=True)
+    context_tokens = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):
         fields = CallSummarySerializer.Meta.fields + [
@@ -135,4 +142,10 @@ class CallDetailSerializer(CallSummarySerializer):
             "evidence",
             "compactions",
             "context_edits",
+            "attributions",
+            "context_tokens",
         ]
+
+    def get_context_tokens(self, call: Call) -> int:
+        """ctxkit.figures.total_context_tokens of the call's items."""
+        return figures.total_context_tokens(call.items.all())

@@ -36,8 +36,8 @@ def built_call(project, key_fields, segments=None, budget=600, **kwargs):
     return store_and_analyse(project, [m])[0]
 
 
-def only(call, key):
-    rows = list(Attribution.objects.filter(call=call, evidence_key=key, is_risk=False))
+def only(call, key, *, risk=False):
+    rows = list(Attribution.objects.filter(call=call, evidence_key=key, is_risk=risk))
     assert len(rows) == 1, [(r.cause, r.item_id) for r in rows]
     return rows[0]
 
@@ -121,10 +121,10 @@ def test_it_attributes_evidence_of_a_summarized_item_to_the_compactor(project):
 
 
 def test_it_attributes_present_evidence_the_answer_marked_unused_to_the_model_or_prompt(project):
-    m = manifest("c1", items=[item("log", kind="tool_result")],
+    m = manifest("c1", items=[item("log", kind="tool_result", zone="tail")],
                  evidence=[Evidence(key="rate-limit", literal="429", expected_item="log", present=True,
                                     found_in="log", used=False)])
-    row = only(store_and_analyse(project, [m])[0], "rate-limit")
+    row = only(store_and_analyse(project, [m])[0], "rate-limit", risk=True)
     assert row.cause == Attribution.NOT_USED
     assert row.fix.startswith("Model / prompt")
     assert row.item_id == "log" and row.reason.startswith("marked not used")
@@ -137,10 +137,13 @@ def test_it_finds_unused_evidence_from_the_claims_when_used_is_not_sent(project)
         {"key": "ignored", "present": True, "found_in": "item-1"},
     ]
     m["outcome"]["claims"] = [{"text": "The refund failed on a rate limit", "evidence_keys": ["cited"]}]
+    for it in m["items"]:
+        it["zone"] = "tail"  # no middle-zone risk: only the unused one
     call = store_and_analyse(project, [m])[0]
-    causes = {(a.evidence_key, a.cause) for a in Attribution.objects.filter(call=call, is_risk=False)}
+    assert not Attribution.objects.filter(call=call, is_risk=False).exists()  # nothing is missing
+    causes = {(a.evidence_key, a.cause) for a in Attribution.objects.filter(call=call, is_risk=True)}
     assert causes == {("ignored", Attribution.NOT_USED)}
-    assert "claims do not cite it" in only(call, "ignored").reason
+    assert "claims do not cite it" in only(call, "ignored", risk=True).reason
 
 
 def test_it_does_not_call_evidence_unused_without_claims_or_used(project):
@@ -229,3 +232,73 @@ def test_it_keeps_hostile_text_as_data(project):
     row = Attribution.objects.get(call=store_and_analyse(project, [m])[0])
     assert row.evidence_key == "<b>k</b>"
     assert row.item_id == "evil\ufffdid" and row.reason.startswith("<script>alert(1)</script>")
+
+
+def test_it_flags_evidence_that_survived_a_truncation_as_a_risk_not_a_loss(project):
+    m = manifest("c1", items=[item("log", kind="tool_result", action="truncate", zone="tail", requested=900, used=300)],
+                 evidence=[Evidence(key="k", expected_item="log", present=True, found_in="log", used=True)])
+    call = store_and_analyse(project, [m])[0]
+    row = only(call, "k", risk=True)
+    assert row.cause == Attribution.TRUNCATED_PRESENT and "survived" in row.reason
+    assert not Attribution.objects.filter(call=call, is_risk=False).exists()
+
+
+def _step(n, *, present, items=None, compactions=(), run_id="run-1", key="unit"):
+    items = items if items is not None else [item("history", kind="history", zone="tail")]
+    return manifest(f"c{n}", step=n, run_id=run_id, items=items, compactions=compactions,
+                    evidence=[Evidence(key=key, literal="divide by 100", expected_item="history", present=present,
+                                       found_in="history" if present else None, used=True if present else None)])
+
+
+LOST = Compaction(id="cmp-6", strategy="model summary", tokens_before=5000, tokens_after=900, summary_item="summary",
+                  invariants=[Invariant(name="user_constraints", ok=False, detail="lost the unit",
+                                        lost=["divide by 100"])])
+
+
+def test_it_traces_a_missing_evidence_back_to_the_compaction_that_lost_it(project):
+    calls = store_and_analyse(project, [
+        _step(0, present=True), _step(1, present=True), _step(2, present=False, compactions=[LOST]),
+        _step(3, present=False), _step(4, present=False),
+    ])
+    at_loss = only(calls[2], "unit")
+    assert (at_loss.cause, at_loss.lost_at_id) == (Attribution.COMPACTION, None)
+    for later in calls[3:]:
+        row = only(later, "unit")
+        assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, calls[2].pk)
+        assert row.reason.startswith("lost at step 2: compaction cmp-6")
+
+
+def test_it_traces_across_analysis_chunks_in_arrival_order(project):
+    first = store_and_analyse(project, [_step(0, present=True), _step(1, present=False, compactions=[LOST])])
+    later = store_and_analyse(project, [_step(2, present=False)])[0]
+    row = only(later, "unit")
+    assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, first[1].pk)
+
+
+def test_it_calls_evidence_never_a_candidate_only_when_no_earlier_call_had_it(project):
+    calls = store_and_analyse(project, [_step(0, present=False), _step(1, present=False), _step(2, present=True),
+                                        _step(3, present=False)])
+    assert [only(c, "unit").cause for c in calls[:2]] == [Attribution.NEVER_CANDIDATE] * 2
+    row = only(calls[3], "unit")
+    assert row.cause == Attribution.LEFT_CANDIDATES and "present at step 2" in row.reason
+
+
+def test_it_keeps_the_first_loss_of_a_streak_for_every_later_step(project):
+    dropped = [item("history", kind="history", action="drop")]
+    calls = store_and_analyse(project, [_step(0, present=True), _step(1, present=False, items=dropped),
+                                        _step(2, present=False, items=[]), _step(3, present=False)])
+    assert only(calls[1], "unit").cause == Attribution.BUDGET
+    assert [(only(c, "unit").cause, only(c, "unit").lost_at_id) for c in calls[2:]] == [
+        (Attribution.BUDGET, calls[1].pk)] * 2
+
+
+def test_it_traces_again_the_later_steps_when_an_earlier_one_arrives_late(project):
+    from tests import figures_reference as reference
+
+    late = store_and_analyse(project, [_step(2, present=False)])[0]
+    assert (only(late, "unit").cause, only(late, "unit").lost_at_id) == (Attribution.NEVER_CANDIDATE, None)
+    earlier = store_and_analyse(project, [_step(0, present=True), _step(1, present=False, compactions=[LOST])])
+    row = only(late, "unit")
+    assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, earlier[1].pk)
+    for bucket in ("hour", "day"):
+        reference.assert_rollups_match(project, bucket)  # the rollups counted the new cause, once

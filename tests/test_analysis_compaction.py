@@ -8,8 +8,9 @@ import pytest
 
 from ctxkit.context.compaction import Record, Summary, compact
 from ctxkit.record.manifest import Compaction, Invariant
-from manifests.analysis.trends import compaction_failures
 from manifests.models import CompactionFigures
+from manifests.selectors import compactions as compaction_sel
+from manifests.selectors.filters import Filters
 from tests.analysis_support import T0, item, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +66,8 @@ def test_it_lists_the_failures_of_a_project_newest_first(project, other_project)
         manifest("fine", items=[item("a")], compactions=[good], at=T0 + timedelta(hours=2)),
     ])
     store_and_analyse(other_project, [manifest("theirs", items=[item("a")], compactions=[bad])])
-    failures = list(compaction_failures(project))
-    assert [(f.call.call_id, f.compaction.event_id) for f in failures] == [("new", "cmp-bad"), ("old", "cmp-bad")]
-    assert failures[0].lost_fields == ["reply by Friday 18:00"]
-    assert [f.call.call_id for f in compaction_failures(project, start=T0 + timedelta(minutes=30))] == ["new"]
+    failures = list(compaction_sel.events(project, Filters(), only_failed=True).object_list)
+    assert [(c.call.call_id, c.event_id) for c in failures] == [("new", "cmp-bad"), ("old", "cmp-bad")]
+    assert failures[0].figures.lost_fields == ["reply by Friday 18:00"]
+    later = compaction_sel.events(project, Filters(since=T0 + timedelta(minutes=30)), only_failed=True)
+    assert [c.call.call_id for c in later.object_list] == ["new"]

@@ -61,6 +61,7 @@ def test_it_records_a_regression_where_the_drop_crosses_the_threshold(tuned):
     regression = Regression.objects.get()
     # Windows of 5: at the 13th call the last five hit 2 x 0.5 / 5 = 0.2 against a baseline of 0.5.
     assert regression.call == calls[12]
+    assert regression.first_call == calls[10]  # the new prefix arrived two calls earlier
     assert regression.detected_at == calls[12].started_at
     assert (regression.agent, regression.model) == ("analyst", calls[0].model)
     assert regression.baseline_rate == pytest.approx(0.5) and regression.current_rate == pytest.approx(0.2)
@@ -83,6 +84,7 @@ def test_it_names_the_changed_segment_when_every_call_has_its_own_prefix(tuned):
     assert regression.prefix_before == STABLE.hash
     assert regression.prefix_after == calls[12].prefix_hash != STABLE.hash
     assert (regression.cause, regression.changed_segment) == ("prefix_changed", "system")
+    assert regression.first_call == calls[10]
 
 
 def test_it_records_one_regression_per_drop_and_a_new_one_after_recovery(tuned):
@@ -153,6 +155,7 @@ def test_it_posts_a_signed_body_to_the_webhook(tuned, receiver):
     assert sent["id"] == regression.pk and sent["project"] == tuned.slug
     assert (sent["prefix_before"], sent["prefix_after"]) == (STABLE.hash, STAMPED.hash)
     assert sent["changed_segment"] == "system" and sent["drop_points"] == 30
+    assert (sent["call_id"], sent["first_call_id"]) == ("analyst-12", "analyst-10")  # crossed; new prefix
     regression.refresh_from_db()
     assert regression.notified_at is not None and regression.notify_attempts == 1
     assert notify.send(regression.pk) == "already sent" and len(receiver.requests) == 1

@@ -28,8 +28,8 @@ def modules() -> dict[str, Path]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports (``from a import b`` counts ``a`` and, when it
-    is a module, ``a.b``)."""
+    """Module -> the project modules it imports (``from a import b`` counts ``a.b`` when it is a
+    module, else ``a``)."""
     mods = modules()
     graph: dict[str, set[str]] = {name: set() for name in mods}
     for name, path in mods.items():
@@ -37,7 +37,9 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                # ``from pkg import module`` depends on the module; ``from pkg import name`` on pkg.
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                           for a in node.names]
             else:
                 continue
             graph[name].update(t for t in targets if t in mods and t != name)

@@ -15,9 +15,9 @@ import pytest
 
 from ctxkit.record.manifest import Usage
 from manifests.analysis import notify
-from manifests.analysis.trends import trend, trend_from_raw
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
-from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, Receiver, as_dict, free_port, item, manifest, prefix
+from tests import figures_reference as reference
+from tests.analysis_support import STABLE, SYSTEM, TOOLS, Receiver, as_dict, free_port, item, manifest, prefix
 from tests.conftest import make_manifest
 from tests.pipeline_support import REDIS_URL, broker, redis_prefix, wait_for, workers  # noqa: F401 - fixtures
 
@@ -61,12 +61,8 @@ def test_it_keeps_rollups_exact_when_two_processes_analyse_the_same_hour(api, re
     worker = workers(pool="prefork", concurrency=2)
     wait_for(analysed(64), "the batches to be analysed", workers=(worker,))
     project = Call.objects.first().project
-    window = {"start": T0.replace(hour=0), "end": T0.replace(hour=23)}
     for bucket in ("hour", "day"):
-        from_rollups = trend(project, bucket=bucket, **window)
-        raw = trend_from_raw(project, bucket=bucket, **window)
-        assert [(p["calls"], p["input_tokens"], p["attributions"], p["tokens_by_kind"]) for p in from_rollups] == [
-            (p["calls"], p["input_tokens"], p["attributions"], p["tokens_by_kind"]) for p in raw]
+        reference.assert_rollups_match(project, bucket)
     assert Rollup.objects.get(bucket="hour").calls == 64
 
 
@@ -110,9 +106,7 @@ def test_it_redelivers_the_task_of_a_killed_worker_without_double_counting(
     assert CallFigures.objects.count() == 4
     assert Attribution.objects.filter(is_risk=False).count() == 4  # one missing evidence per call
     assert PrefixEntry.objects.get().calls == 4
-    project = Call.objects.first().project
-    window = {"start": T0.replace(hour=0), "end": T0.replace(hour=23)}
-    assert [p["calls"] for p in trend(project, **window)] == [p["calls"] for p in trend_from_raw(project, **window)]
+    reference.assert_rollups_match(Call.objects.first().project, "day")
 
 
 def test_it_retries_a_failing_webhook_from_the_worker(api, project, redis_prefix, workers):  # noqa: F811

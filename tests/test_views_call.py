@@ -107,3 +107,39 @@ def test_it_escapes_hostile_text_everywhere(owner, project, api):
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in body  # shown, as text
     data = re.search(r'<script id="allocation-data" type="application/json">(.*?)</script>', body, flags=re.S).group(1)
     assert "<script" not in data and "\\u003Cscript" in data  # json_script escapes < > &
+
+
+README_CURL = {"schema": "ctxview.manifest/v1", "call_id": "hello-1", "run_id": "hello", "step": 0,
+               "model": "claude-sonnet-4-5", "started_at": "2026-11-29T10:00:00Z",
+               "budget": {"window": 8000, "output_reserve": 1000},
+               "usage": {"input_tokens": 1200, "cache_read_tokens": 800, "output_tokens": 90},
+               "items": [{"id": "system", "kind": "system", "action": "keep", "requested_tokens": 120,
+                          "pinned": True}]}
+
+
+def test_it_counts_the_readme_examples_keep_item_on_the_call_page_the_run_page_and_the_api(owner, project, api):
+    from manifests import analysis
+    from manifests.models import Call
+
+    assert api.post({"manifests": [README_CURL]}).status_code == 200
+    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
+    client = __import__("django.test", fromlist=["Client"]).Client()
+    client.force_login(owner)
+    call_page = client.get(f"/p/{project.slug}/calls/hello-1/").content.decode()
+    alloc = script_json(call_page, "allocation-data")
+    assert alloc["used"] == 120 and alloc["items"][0]["in_context"] and alloc["items"][0]["used"] == 120
+    run_page = client.get(f"/p/{project.slug}/runs/hello/", {"range": "all"})
+    assert run_page.context["steps"][0]["context_tokens"] == 120
+    assert script_json(run_page.content.decode(), "run-data")["kinds"] == {"system": [120]}
+    body = api.get("/api/v1/calls/hello-1").json()
+    assert body["context_tokens"] == 120 and body["items"][0]["context_tokens"] == 120
+    assert body["cache_hit_ratio"] == pytest.approx(800 / 1200)
+
+
+def test_it_names_the_step_where_the_evidence_was_lost_with_a_link(demo_world):
+    body = get(demo_world, "coder-list-endpoint/step-8")
+    row = re.search(r'<tr data-evidence="api_compat">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "Lost in compaction or summary" in row and "Never a candidate" not in row
+    link = re.search(r'<a class="lost-at" href="([^"]+)">step 6</a>', row)
+    assert link and link.group(1).startswith(f"/p/{demo_world.project.slug}/calls/coder-list-endpoint/step-6/")
+    assert "lost at step 6: compaction" in row

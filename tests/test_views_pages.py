@@ -133,3 +133,60 @@ def test_it_filters_compactions_by_failed_invariant(demo_world):
     assert r.status_code == 400
     points = script_json(body, "compactions-data")["points"]
     assert points and points[0]["failed"] and points[0]["url"].endswith("/calls/coder-list-endpoint/step-6/")
+
+
+def test_it_shows_only_real_losses_in_the_missing_box_and_chart_and_risks_apart(demo_world):
+    body = body_of(demo_world, "?range=all")
+    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
+    assert "Present but not used" not in q1 and "middle zone" not in q1.split("risk flag")[0]
+    assert re.search(r'<b>api_compat</b> in <a href="[^"]+coder-list-endpoint/step-8/[^"]*">[^<]+</a>, lost at '
+                     r'<a href="[^"]+coder-list-endpoint/step-6/', q1)
+    assert "risk flag" in q1
+    data = script_json(body, "overview-data")
+    assert set(data["causes"]) <= {"never_candidate", "left_candidates", "budget", "truncated", "compaction"}
+    assert "middle_zone" in data["risks"] and "not_used" not in data["causes"]
+
+
+def test_it_traces_the_timeline_to_the_compaction_that_lost_the_constraint(demo_world):
+    body = body_of(demo_world, "evidence/?key=api_compat&run=coder-list-endpoint")
+    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    for step in ("6", "7", "8"):
+        assert "Lost in compaction or summary" in rows[step] and "Never a candidate" not in rows[step]
+    assert 'class="lost-at"' not in rows["6"]  # lost here
+    assert re.search(r'class="lost-at" href="[^"]+coder-list-endpoint/step-6/[^"]*">step 6</a>', rows["8"])
+
+
+def test_it_gives_the_same_cause_in_the_api(demo_world):
+    from manifests import services
+    from tests.conftest import Api
+
+    api = Api(services.create_api_key(project=demo_world.project, can_ingest=False, can_read=True)[1])
+    body = api.get("/api/v1/calls/coder-list-endpoint/step-8").json()
+    missing = [a for a in body["attributions"] if not a["is_risk"]]
+    assert [(a["evidence_key"], a["cause"], a["lost_at_call_id"], a["lost_at_step"]) for a in missing] == [
+        ("api_compat", "compaction", "coder-list-endpoint/step-6", 6)]
+
+
+def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world):
+    from manifests.models import Regression
+
+    regression = Regression.objects.get(project=demo_world.project)
+    assert regression.first_call.call_id == "research-019/step-0" and regression.call.call_id == "research-019/step-6"
+    body = body_of(demo_world, "cache/?range=all")
+    card_html = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
+    assert re.search(r'<a class="first-call" href="[^"]+research-019/step-0/[^"]*">First call with the new prefix',
+                     card_html)
+    assert re.search(r'<a class="crossed-call" href="[^"]+research-019/step-6/[^"]*">the call where it crossed',
+                     card_html)
+    # The sentence and the table name the same hashes of the changed segment.
+    before, after = re.search(r"Segment system: <code>([^<]+)</code> → <code>([^<]+)</code>", card_html).groups()
+    row = re.search(r"<td>system</td><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", card_html).groups()
+    assert (before, after) == row
+    # The card, the overview box and the chart markers give the same rates.
+    rates = f"{regression.baseline_rate * 100:.0f}% → "
+    assert rates in card_html
+    overview = body_of(demo_world, "?range=all")
+    assert rates in re.search(r'id="q-cache">(.*?)</div>', overview, flags=re.S).group(1)
+    marker = script_json(body, "cache-data")["regressions"][0]
+    assert (marker["baseline"], marker["current"]) == (regression.baseline_rate, regression.current_rate)
+    assert script_json(overview, "overview-data")["regressions"][0] == marker

@@ -23,6 +23,7 @@ from datetime import timedelta
 from functools import partial
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
@@ -60,6 +61,27 @@ def _test_pause(chunk_index: int) -> None:
 Notify = Callable[[list[int]], None]
 
 
+def _later_with_missing(calls: list[Call]) -> list[Call]:
+    """Analysed calls lacking evidence at later steps of the runs of ``calls`` (which
+    declare evidence): usually none, as calls arrive in step order. Locked like the chunk's
+    own calls; one that another worker holds is left to it."""
+    first_step: dict[int, int] = {}
+    for c in calls:
+        if c.evidence_count:
+            first_step[c.run_id] = min(c.step, first_step.get(c.run_id, c.step))
+    if not first_step:
+        return []
+    query = Q()
+    for run_id, step in first_step.items():
+        query |= Q(run_id=run_id, step__gt=step)
+    return list(
+        Call.objects.select_for_update(skip_locked=True)
+        .filter(query, analyzed_at__isnull=False, evidence_missing__gt=0)
+        .exclude(pk__in=[c.pk for c in calls])
+        .order_by("pk")
+    )
+
+
 def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int, notify: Notify | None) -> int:
     with transaction.atomic():
         query = Call.objects.select_for_update(skip_locked=True).filter(pk__in=list(ids))
@@ -77,14 +99,20 @@ def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int, notify:
         new_figures: list[CallFigures] = []
         new_attributions: list[Attribution] = []
         new_reviews: list[CompactionFigures] = []
+        # Calls of the same runs at later steps, already analysed and lacking evidence: the
+        # trace of their causes runs through these calls, so theirs are derived again.
+        later = load(_later_with_missing(calls))
+        history = attribution.RunHistory(data + later)
         for d in data:
             positions = figures.relative_positions(d.manifest)
             new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
-            new_attributions.extend(attribution.attribute(d, positions))
+            new_attributions.extend(attribution.attribute(d, positions, history))
             new_reviews.extend(compaction_review.review(d))
+        for d in later:
+            new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history))
         # Replace, never add to: what was derived before from these calls goes first.
         CallFigures.objects.filter(call_id__in=pks).delete()
-        Attribution.objects.filter(call_id__in=pks).delete()
+        Attribution.objects.filter(call_id__in=pks + [d.call.pk for d in later]).delete()
         CompactionFigures.objects.filter(call_id__in=pks).delete()
         CallFigures.objects.bulk_create(new_figures, batch_size=500)
         Attribution.objects.bulk_create(new_attributions, batch_size=500)
@@ -96,7 +124,7 @@ def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int, notify:
         cache.update_prefix_registry(newly)
         projects = Project.objects.in_bulk({c.project_id for c in calls})
         found = regressions.detect(calls, projects)
-        touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls]
+        touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
         touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
         rollups.recompute(rollups.keys_for(touched))
         _test_pause(chunk_index)

@@ -1,23 +1,34 @@
 """Drop attribution (seed 004): why a required piece of evidence did not help.
 
-Each missing piece of evidence gets exactly one cause, chosen from the decision
-recorded for the item it should have come from; present evidence the answer did
-not rest on is "not used"; present evidence in the middle of the context gets a
-"middle zone" risk flag. Every attribution names the item and copies the decision
-(action + reason), so the user can check it against the manifest.
+Missing evidence (it did not reach the model) gets exactly one cause, decided by the
+run's history (ctxkit.figures.trace_missing): the first step of the run where it was
+lost is the cause for every later step that lacks it, and the row points at that step
+(``lost_at``). Evidence that did reach the model can carry risks (not used by the
+answer, in the middle zone, truncated but present), stored with ``is_risk``. Every row
+names the item and copies the decision (action + reason), so the user can check it
+against the manifest. The rules themselves live in ctxkit.figures.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
+
+from ctxkit import figures as fig
 from ctxkit.record.manifest import Evidence as ManifestEvidence
-from ctxkit.record.manifest import Item as ManifestItem
+from ctxkit.record.manifest import Manifest, decode_manifest
 from manifests.analysis.data import CallData, clean
-from manifests.models import Attribution
+from manifests.models import Attribution, Call, Evidence
 
 FIXES = {
     Attribution.NEVER_CANDIDATE: (
         "Retrieval: the evidence never reached the candidates. Index the source, widen or fix the query, "
         "or inject it as structured state (P0/P1 items are not chosen by similarity)."
+    ),
+    Attribution.LEFT_CANDIDATES: (
+        "Agent / retrieval: the evidence was in an earlier call of the run and then stopped being offered, "
+        "without a recorded decision. Keep required evidence among the candidates (structured state), or record "
+        "the drop so the manifest says why."
     ),
     Attribution.BUDGET: (
         "Budget policy: the allocator dropped or cut the item. Raise its priority or pin it, reserve "
@@ -35,121 +46,94 @@ FIXES = {
         "Model / prompt: the evidence was in the context but the answer did not rest on it. Ask for claims "
         "with evidence ids, restate it in the final checklist, place it at the head or tail, or try another model."
     ),
+    Attribution.TRUNCATED_PRESENT: (
+        "Truncation (risk): the item was cut and the evidence survived this time. Keep the span that holds it "
+        "(extraction of key lines), or pin the evidence as its own item."
+    ),
     Attribution.MIDDLE_ZONE: (
         "Layout (risk): the evidence sat in the middle of the context, where models use it least (Lost in the "
         "Middle). Put key constraints at the head and current evidence at the tail."
     ),
 }
 
-# The decision on the expected item -> the cause of a missing piece of evidence.
-CAUSE_OF_ACTION = {
-    "drop": Attribution.BUDGET,
-    "hard_cut": Attribution.BUDGET,
-    "dedupe": Attribution.BUDGET,
-    "truncate": Attribution.TRUNCATED,
-    "ref": Attribution.TRUNCATED,
-    "summarize": Attribution.COMPACTION,
-    "compress": Attribution.COMPACTION,
-    "extract": Attribution.COMPACTION,
-    "clear": Attribution.COMPACTION,
-    # Kept whole and still without the evidence: the item never held it, so retrieval
-    # fetched the wrong thing.
-    "keep": Attribution.NEVER_CANDIDATE,
-}
-
-# Middle zone when the item has no zone: the middle half of the context by token offset.
-MIDDLE_LOW, MIDDLE_HIGH = 0.25, 0.75
 
 
-def _norm(text: str | None) -> str:
-    return " ".join((text or "").split()).casefold()
-
-
-def _lost_in_compaction(data: CallData, ev: ManifestEvidence) -> tuple[str | None, str] | None:
-    """(summary item, detail) of the first compaction whose failed invariant lists this
-    evidence (by key, label or literal) among what it lost."""
-    names = {_norm(x) for x in (ev.key, ev.label, ev.literal) if x}
-    for comp in data.manifest.compactions:
-        for inv in comp.invariants:
-            if inv.ok:
-                continue
-            if any(_norm(lost) in names for lost in inv.lost):
-                detail = inv.detail or f"invariant {inv.name} failed"
-                return comp.summary_item, f"compaction {comp.id} ({comp.strategy}): {detail}"
-    return None
-
-
-def _row(
-    data: CallData, index: int, ev: ManifestEvidence, cause: str, item: ManifestItem | None, item_id: str | None,
-    *, action: str = "", reason: str = "",
-) -> Attribution:
+def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: int | None) -> Attribution:
     call = data.call
+    item = data.items_by_id.get(cause.item_id) if cause.item_id else None
+    reason = cause.reason
     return Attribution(
         project_id=call.project_id,
         call=call,
         evidence_id=data.evidence_pks[index] if index < len(data.evidence_pks) else None,
         evidence_key=clean(ev.key),
-        cause=cause,
-        fix=FIXES[cause],
-        item_id=clean(item.id if item is not None else item_id),
-        action=action or (item.action if item is not None else ""),
+        cause=cause.cause,
+        fix=FIXES[cause.cause],
+        item_id=clean(cause.item_id or ""),
+        action=item.action if item is not None and lost_at is None else "",
         # The decision as recorded, after what the analysis found (when it found more).
-        reason=clean("; ".join(x for x in (reason, item.reason if item is not None else "") if x)),
-        is_risk=cause == Attribution.MIDDLE_ZONE,
+        reason=clean("; ".join(x for x in (reason, item.reason if item is not None and lost_at is None else "")
+                               if x)),
+        is_risk=cause.is_risk,
+        lost_at_id=lost_at,
         started_at=call.started_at,
     )
 
 
-def _missing_cause(data: CallData, ev: ManifestEvidence, items: dict[str, ManifestItem]) -> tuple[str, str | None, str]:
-    """(cause, item id, reason override) for evidence that did not reach the model."""
-    lost = _lost_in_compaction(data, ev)
-    if lost is not None:
-        summary_item, detail = lost
-        return Attribution.COMPACTION, summary_item or ev.expected_item, detail
-    item = items.get(ev.expected_item) if ev.expected_item else None
-    if item is None:
-        why = (
-            f"no candidate item {ev.expected_item!r} in this call"
-            if ev.expected_item
-            else "no candidate item was expected to carry it and none did"
-        )
-        return Attribution.NEVER_CANDIDATE, ev.expected_item, why
-    cause = CAUSE_OF_ACTION.get(item.action, Attribution.NEVER_CANDIDATE)
-    if cause == Attribution.NEVER_CANDIDATE:
-        return cause, item.id, f"item {item.id!r} was kept whole but did not contain the evidence"
-    return cause, item.id, ""
+class RunHistory:
+    """The calls of the runs a chunk touches, in step order, with which evidence keys each
+    declared and whether present: enough to trace a missing key back to its loss. The
+    manifest of an earlier call is decoded only when the trace needs its own cause."""
+
+    def __init__(self, data: list[CallData]) -> None:
+        runs = {d.call.run_id for d in data if any(not e.present for e in d.manifest.evidence)}
+        self.manifests: dict[int, Manifest] = {d.call.pk: d.manifest for d in data}
+        self.order: dict[int, list[tuple[int, int]]] = defaultdict(list)  # run -> [(pk, step)]
+        for pk, run_id, step in (Call.objects.filter(run_id__in=runs).order_by("run_id", "step", "started_at", "pk")
+                                 .values_list("pk", "run_id", "step")):
+            self.order[run_id].append((pk, step))
+        self.present: dict[tuple[int, str], bool] = {}
+        for call_pk, key, present in (Evidence.objects.filter(call__run_id__in=runs).order_by("pk")
+                                      .values_list("call_id", "key", "present")):
+            self.present[(call_pk, key)] = self.present.get((call_pk, key), False) or present
+
+    def _manifest(self, pk: int) -> Manifest:
+        if pk not in self.manifests:
+            self.manifests[pk] = decode_manifest(Call.objects.values_list("raw", flat=True).get(pk=pk).encode())
+        return self.manifests[pk]
+
+    def _local(self, pk: int, key: str) -> Callable[[], fig.Cause]:
+        def local() -> fig.Cause:
+            m = self._manifest(pk)
+            return fig.local_missing_cause(m, fig.first_missing(m, key))
+        return local
+
+    def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, int | None]:
+        """(cause, primary key of the call where it was lost when that is an earlier one);
+        a cause traced back says so, and where, at the start of its reason."""
+        calls = self.order.get(call.run_id) or [(call.pk, call.step)]
+        history = [fig.Step(present=self.present.get((pk, ev.key)), local=self._local(pk, ev.key),
+                            label=f"step {step}") for pk, step in calls]
+        at = next((n for n, (pk, _) in enumerate(calls) if pk == call.pk), len(calls) - 1)
+        cause = fig.trace_missing(history, at)
+        if cause.lost_at is None:
+            return cause, None
+        pk, step = calls[cause.lost_at]
+        if cause.cause != fig.LEFT_CANDIDATES:
+            cause = fig.Cause(cause.cause, cause.item_id, f"lost at step {step}: {cause.reason}".rstrip(": "),
+                              cause.lost_at)
+        return cause, pk
 
 
-def attribute(data: CallData, positions: dict[str, float]) -> list[Attribution]:
+def attribute(data: CallData, positions: dict[str, float], history: RunHistory) -> list[Attribution]:
     m = data.manifest
-    items = data.items_by_id
-    cited = data.cited_keys
+    cited = fig.cited_keys(m)
     out: list[Attribution] = []
     for index, ev in enumerate(m.evidence):
         if not ev.present:
-            cause, item_id, reason = _missing_cause(data, ev, items)
-            item = items.get(item_id) if item_id else None
-            out.append(_row(data, index, ev, cause, item, item_id, reason=reason))
+            cause, lost_at = history.cause(data.call, ev)
+            out.append(_row(data, index, ev, cause, lost_at))
             continue
-        where = ev.found_in or ev.expected_item
-        item = items.get(where) if where else None
-        used = ev.used
-        if used is None and cited is not None:
-            used = ev.key in cited
-        if used is False:
-            why = "the answer's claims do not cite it" if ev.used is None else "marked not used by the answer"
-            out.append(_row(data, index, ev, Attribution.NOT_USED, item, where, reason=why))
-        if item is None:
-            continue
-        middle = (
-            item.zone == "middle"
-            if item.zone is not None
-            else item.id in positions and MIDDLE_LOW <= positions[item.id] <= MIDDLE_HIGH
-        )
-        if middle:
-            where_text = "zone middle" if item.zone else f"at {positions[item.id]:.0%} of the context"
-            out.append(
-                _row(data, index, ev, Attribution.MIDDLE_ZONE, item, where,
-                     reason=f"item {item.id!r} placed in the middle ({where_text})")
-            )
+        for risk in fig.evidence_risks(m, ev, positions, cited):
+            out.append(_row(data, index, ev, risk, None))
     return out

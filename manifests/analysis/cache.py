@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 
+from ctxkit.figures import hit_rate
 from manifests.analysis.data import clean
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, Call, PrefixEntry
@@ -53,8 +54,8 @@ EVENT_FIELDS = [
 ]
 
 
-def _hit_ratio(c: dict[str, Any]) -> float:
-    return c["cache_read_tokens"] / c["input_tokens"] if c["input_tokens"] else 0.0
+def _hit_ratio(c: dict[str, Any]) -> float | None:
+    return hit_rate(c["cache_read_tokens"], c["input_tokens"])
 
 
 def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[str, str]:

@@ -11,26 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ctxkit.record.manifest import ABSENT_ACTIONS, Manifest, decode_manifest
+from ctxkit import figures
 from ctxkit.record.manifest import Item as ManifestItem
+from ctxkit.record.manifest import Manifest, decode_manifest
 from manifests.models import Call, Compaction, Evidence
-
-
-def in_context(item: ManifestItem) -> bool:
-    """Did anything of the item reach the model? (drop, dedupe and clear leave nothing.)"""
-    return item.action not in ABSENT_ACTIONS
-
-
-def context_tokens(item: ManifestItem) -> int:
-    """Tokens the item takes in the final context: what it used, else what it was granted,
-    else what it asked for; 0 when nothing of it reached the model."""
-    if not in_context(item):
-        return 0
-    if item.used_tokens is not None:
-        return item.used_tokens
-    if item.granted_tokens is not None:
-        return item.granted_tokens
-    return item.requested_tokens
 
 
 @dataclass
@@ -47,10 +31,7 @@ class CallData:
     @property
     def cited_keys(self) -> set[str] | None:
         """Evidence keys the answer's claims rest on; None when no claims were sent."""
-        outcome = self.manifest.outcome
-        if outcome is None or outcome.claims is None:
-            return None
-        return {k for claim in outcome.claims for k in claim.evidence_keys}
+        return figures.cited_keys(self.manifest)
 
 
 def _match(keys_in_manifest: list[str], rows: list[tuple[int, str]]) -> list[int | None]:

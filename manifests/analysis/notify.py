@@ -58,6 +58,7 @@ def payload(regression: Regression) -> dict[str, Any]:
             "model": regression.model,
             "detected_at": regression.detected_at.isoformat(),
             "call_id": regression.call.call_id,
+            "first_call_id": regression.first_call.call_id if regression.first_call else None,
             "window_calls": regression.window_calls,
             "threshold_points": regression.threshold_points,
             "baseline_rate": round(regression.baseline_rate, 4),
@@ -89,7 +90,7 @@ def _record(regression_id: int, **fields: Any) -> None:
 def send(regression_id: int) -> str:
     """One delivery attempt. Returns what happened; raises TransientNotifyError when a
     later attempt may succeed (the task retries with backoff and jitter)."""
-    regression = Regression.objects.select_related("project", "call").filter(pk=regression_id).first()
+    regression = Regression.objects.select_related("project", "call", "first_call").filter(pk=regression_id).first()
     if regression is None:
         return "gone"
     if regression.notified_at is not None:

@@ -22,15 +22,11 @@ class Price:
     min_cacheable_tokens: int = 1024
     effective_limit_ratio: float = 0.25
 
-    def cost(self, *, uncached: int, cache_read: int, cache_write: int, output: int) -> float:
-        """Relative cost of one call: each kind of token at its own price. ``uncached`` is
-        input minus cached reads and writes, so no token is billed twice."""
-        return (
-            uncached * self.input_per_1k
-            + cache_read * self.cache_read_per_1k
-            + cache_write * self.cache_write_per_1k
-            + output * self.output_per_1k
-        ) / 1000.0
+    @property
+    def weights(self) -> dict[str, float]:
+        """Per-token weights for ctxkit.figures.cost_units (the table holds prices per 1k)."""
+        return {"input": self.input_per_1k / 1000.0, "output": self.output_per_1k / 1000.0,
+                "cache_read": self.cache_read_per_1k / 1000.0, "cache_write": self.cache_write_per_1k / 1000.0}
 
 
 DEFAULT_PRICE = Price()

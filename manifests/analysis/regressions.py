@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from ctxkit.figures import hit_rate
 from manifests.analysis.cache import first_changed_segment
 from manifests.analysis.data import clean
 from manifests.models import CacheEvent, Call, Project, Regression
@@ -31,8 +32,8 @@ _FIELDS = ("pk", "started_at", "input_tokens", "cache_read_tokens", "prefix_hash
 
 
 def _rate(rows: Sequence[dict[str, Any]]) -> float | None:
-    total = sum(r["input_tokens"] for r in rows)
-    return sum(r["cache_read_tokens"] for r in rows) / total if total else None
+    """The window's hit rate: ctxkit.figures.hit_rate of its summed tokens."""
+    return hit_rate(sum(r["cache_read_tokens"] for r in rows), sum(r["input_tokens"] for r in rows))
 
 
 def drop_at(seq: Sequence[dict[str, Any]], end: int, window: int) -> tuple[float, float, float] | None:
@@ -89,6 +90,16 @@ def _sequence(project: Project, agent: str, model: str, group: list[Call]) -> li
     return head + span
 
 
+def _first_with_new_prefix(seq: Sequence[dict[str, Any]], end: int, prefix_before: str) -> int:
+    """Index of the first call of the streak, ending at ``end``, of calls without the
+    baseline prefix: where the new prefix (or the first of many, with a per-call value
+    such as a timestamp) arrived, often minutes before the rate crossed the threshold."""
+    start = end
+    while start > 0 and seq[start - 1]["prefix_hash"] and seq[start - 1]["prefix_hash"] != prefix_before:
+        start -= 1
+    return start
+
+
 def _store(project: Project, agent: str, model: str, call: Call, seq: list[dict[str, Any]], end: int,
            found: tuple[float, float, float]) -> Regression | None:
     window = project.regression_window_calls
@@ -103,8 +114,10 @@ def _store(project: Project, agent: str, model: str, call: Call, seq: list[dict[
     segments_before = _segments(project.pk, prefix_before)
     segments_after = segments_before if prefix_after == prefix_before else _segments(project.pk, prefix_after)
     changed_segment = ""
+    first_call_pk = None
     if prefix_before and prefix_after and prefix_before != prefix_after:
         cause = CacheEvent.PREFIX_CHANGED
+        first_call_pk = seq[_first_with_new_prefix(seq, end, prefix_before)]["pk"]
         changed_segment, _ = first_changed_segment(segments_before, segments_after)
     else:
         causes = Counter(
@@ -131,6 +144,7 @@ def _store(project: Project, agent: str, model: str, call: Call, seq: list[dict[
             "segments_after": segments_after,
             "changed_segment": clean(changed_segment)[:200],
             "cause": cause,
+            "first_call_id": first_call_pk,
         },
     )
     return regression if created else None

@@ -19,10 +19,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Q, Sum
-from django.db.models.functions import Coalesce, TruncHour
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from ctxkit.record.manifest import ABSENT_ACTIONS
+from manifests import figures
 from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup
 
 HOUR = timedelta(hours=1)
@@ -31,23 +31,8 @@ DAY = timedelta(days=1)
 # (bucket, project_id, start, agent, model): "day" < "hour", one total order for locking.
 Key = tuple[str, int, datetime, str, str]
 
-SUM_FIELDS = (
-    "calls",
-    "items",
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "uncached_input_tokens",
-    "cost",
-    "verified_successes",
-    "evidence_total",
-    "evidence_present",
-    "compactions",
-    "invariant_failures",
-    "prefix_changes",
-)
-DICT_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
+SUM_FIELDS = figures.ROLLUP_SUM_FIELDS
+DICT_FIELDS = figures.ROLLUP_MAP_FIELDS
 
 
 def hour_start(when: datetime) -> datetime:
@@ -136,9 +121,8 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
     values["tokens_by_kind"] = {
         kind: tokens
         for kind, tokens in Item.objects.filter(call__in=ids)
-        .exclude(action__in=ABSENT_ACTIONS)
         .values_list("kind")
-        .annotate(t=Sum(Coalesce("used_tokens", "granted_tokens", "requested_tokens")))
+        .annotate(t=Sum(figures.context_tokens()))
         .order_by("kind")
         if tokens
     }

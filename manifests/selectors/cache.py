@@ -9,11 +9,12 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, Sum
 
+from ctxkit.figures import hit_rate
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, PrefixEntry, Project
 from manifests.selectors import series as s
 from manifests.selectors.filters import Filters
-from manifests.selectors.overview import filtered_regressions
+from manifests.selectors.overview import filtered_regressions, regression_markers
 
 MAX_POINTS = 5000  # per-call points on the chart; beyond that the hourly roll-up is enough
 
@@ -28,7 +29,7 @@ def by_agent_model(project: Project, filters: Filters) -> list[dict[str, Any]]:
     )
     out = []
     for r in rows:
-        r["hit_rate"] = r["read"] / r["input"] if r["input"] else None
+        r["hit_rate"] = hit_rate(r["read"], r["input"])
         out.append(r)
     return out
 
@@ -54,30 +55,22 @@ def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
 
 
 def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dict[str, Any]]:
+    """Regression cards. Text and table come from one comparison, the regression's own:
+    the prefix most baseline calls shared against the prefix of the call where the rate
+    crossed the threshold (so the card never names a hash its table does not show)."""
     regs = list(filtered_regressions(project, filters)[:limit])
-    events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs])
-              .select_related("previous_call")}
     out = []
     for r in regs:
-        event = events.get(r.call_id)
-        segment = r.changed_segment or (event.changed_segment if event else "")
-        row: dict[str, Any] = {"regression": r, "event": event, "segment": segment}
-        if r.prefix_before and r.prefix_before != r.prefix_after:
-            row["diff_of"] = "baseline → after the drop"
-            row["before"], row["after"] = r.prefix_before, r.prefix_after
-            row["segments"] = segment_diff(r.segments_before, r.segments_after)
-        elif event is not None and event.previous_call is not None:
-            # When every call has its own prefix (a timestamp in it), no single "after" prefix
-            # exists; the call where the drop crossed the threshold against its previous call
-            # shows what keeps changing.
-            row["diff_of"] = f"{event.previous_call.call_id} → {r.call.call_id}"
-            row["before"], row["after"] = event.previous_call.prefix_hash, r.call.prefix_hash
-            row["segments"] = segment_diff(event.previous_call.prefix_segments, r.call.prefix_segments)
-        else:
-            row["diff_of"] = "baseline → after the drop"
-            row["before"], row["after"] = r.prefix_before, r.prefix_after
-            row["segments"] = segment_diff(r.segments_before, r.segments_after)
-        out.append(row)
+        segments = segment_diff(r.segments_before, r.segments_after)
+        changed = next((seg for seg in segments if seg["changed"]), None)
+        out.append({
+            "regression": r,
+            "segment": r.changed_segment or (changed["name"] if changed else ""),
+            "before": r.prefix_before,
+            "after": r.prefix_after,
+            "segments": segments,
+            "changed": changed,
+        })
     return out
 
 
@@ -132,11 +125,12 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
                                                        "call__call_id", "call__agent"))
     return {
         "bucket": bucket,
-        "lines": {name: {"x": list(v), "y": [a / b if b else None for a, b in v.values()]}
+        "lines": {name: {"x": list(v), "y": [hit_rate(a, b) for a, b in v.values()]}
                   for name, v in lines.items()},
         "x": [t.isoformat() for t in data.starts],
         "causes": {c: [m.get(c, 0) for m in data.maps["cache_causes"]] for c in causes},
         "points": points,
+        "regressions": regression_markers(list(filtered_regressions(project, filters)[:50])),
     }
 
 

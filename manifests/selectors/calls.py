@@ -9,10 +9,9 @@ from typing import Any
 from django.db.models import Prefetch
 from django.http import Http404
 
-from ctxkit.record.manifest import ABSENT_ACTIONS
+from ctxkit import figures
+from manifests.figures import ITEM_FIELDS
 from manifests.models import Call, Compaction, Invariant, Item, Project
-
-ZONE_ORDER = {"head": 0, "middle": 1, "tail": 2}
 
 
 def call_with_children(project: Project, call_id: str) -> Call:
@@ -37,29 +36,12 @@ def call_with_children(project: Project, call_id: str) -> Call:
     return call
 
 
-def in_context(item: Item) -> bool:
-    """Whether any of the item reached the model."""
-    return item.position is not None and item.action not in ABSENT_ACTIONS
-
-
-def used_of(item: Item) -> int:
-    """Tokens the item took in the context: used, else granted, else requested when kept whole."""
-    if not in_context(item):
-        return 0
-    if item.used_tokens is not None:
-        return item.used_tokens
-    if item.granted_tokens is not None:
-        return item.granted_tokens
-    return item.requested_tokens if item.action == "keep" else 0
-
-
 def context_order(items: list[Item]) -> list[Item]:
-    """Items in the order of the final context (zone, position), then the absent ones in manifest order."""
-    present = sorted(
-        (i for i in items if in_context(i)), key=lambda i: (i.position, ZONE_ORDER.get(i.zone or "", 1), i.ordinal)
-    )
-    absent = [i for i in items if not in_context(i)]
-    return present + absent
+    """Items in the order of the final context (ctxkit.figures.context_order), then the
+    absent ones in manifest order; each marked with ``in_context`` for the template."""
+    for i in items:
+        i.in_context = figures.in_context(i)
+    return figures.context_order(items) + [i for i in items if not i.in_context]
 
 
 def allocation(call: Call, items: list[Item], *, effective_limit: int | None = None) -> dict[str, Any]:
@@ -67,7 +49,8 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
     order, grouped by zone, with the output reserve, headroom and window."""
     rows = []
     for item in context_order(items):
-        inside = in_context(item)
+        inside = figures.in_context(item)
+        tokens = figures.context_tokens(item)
         rows.append(
             {
                 "id": item.item_id,
@@ -76,15 +59,15 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
                 "position": item.position,
                 "action": item.action,
                 "requested": item.requested_tokens,
-                "granted": item.granted_tokens if item.granted_tokens is not None else used_of(item),
-                "used": used_of(item),
+                "granted": item.granted_tokens if item.granted_tokens is not None else tokens,
+                "used": tokens,
                 "trust": item.trust,
                 "pinned": item.pinned,
                 "in_context": inside,
                 "reason": item.reason[:300],
             }
         )
-    used = sum(r["used"] for r in rows)
+    used = figures.total_context_tokens(items)
     zones: dict[str, int] = {}
     for r in rows:
         if r["in_context"]:
@@ -142,16 +125,9 @@ class Diff:
         return not (self.entered or self.left or self.changed or self.prefix_changes or self.evidence_changes)
 
 
-_ITEM_FIELDS = ("item_id", "kind", "action", "position", "zone", "content_hash", "used_tokens", "granted_tokens",
-                "requested_tokens")
-
-
-def _snapshot(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for r in rows:
-        r["in_context"] = r["position"] is not None and r["action"] not in ABSENT_ACTIONS
-        out[r["item_id"]] = r
-    return out
+def _snapshot(items: list[Item]) -> dict[str, dict[str, Any]]:
+    return {i.item_id: {f: getattr(i, f) for f in ITEM_FIELDS} | {"in_context": figures.in_context(i)}
+            for i in items}
 
 
 def diff_with_previous(call: Call, items: list[Item]) -> Diff:
@@ -159,8 +135,8 @@ def diff_with_previous(call: Call, items: list[Item]) -> Diff:
     prev = previous_call(call)
     if prev is None:
         return Diff(None, [], [], [], [], [])
-    now = _snapshot([{f: getattr(i, f) for f in _ITEM_FIELDS} for i in items])
-    before = _snapshot(list(Item.objects.filter(call_id=prev.pk).order_by("ordinal").values(*_ITEM_FIELDS)))
+    now = _snapshot(items)
+    before = _snapshot(list(Item.objects.filter(call_id=prev.pk).order_by("ordinal").only("call_id", *ITEM_FIELDS)))
     entered, left, changed = [], [], []
     for item_id, cur in now.items():
         old = before.get(item_id)

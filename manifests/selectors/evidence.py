@@ -7,12 +7,13 @@ from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet
 
-from ctxkit.record.manifest import ABSENT_ACTIONS
+from ctxkit import figures
+from manifests.figures import MISSING_CAUSES, RISK_CAUSES
 from manifests.models import Attribution, Evidence, Item, Project, Run
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 
-CUT_ACTIONS = {"truncate", "hard_cut"}
+CUT_ACTIONS = figures.CUT_ACTIONS
 SUMMARY_ACTIONS = {"summarize", "compress", "extract"}
 MAX_QUERY = 200
 
@@ -51,10 +52,6 @@ def search(project: Project, filters: Filters, query: str, limit: int = 50) -> d
         .order_by("-call__started_at")[:limit]
     )
     return {"keys": keys, "items": items}
-
-
-# Causes of evidence that did not reach the model (not_used was present; middle_zone is a risk flag).
-MISSING_CAUSES = ("never_candidate", "budget", "truncated", "compaction")
 
 
 def _attributions(project: Project, filters: Filters) -> QuerySet[Attribution]:
@@ -99,8 +96,11 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
         for i in Item.objects.filter(call_id__in=pks, item_id__in=wanted).only(
             "call_id", "item_id", "action", "position", "requested_tokens", "granted_tokens", "used_tokens")
     }
-    causes = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=False)}
-    risks = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=True)}
+    causes = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=False)
+              .select_related("lost_at")}
+    risks: dict[int, list[Attribution]] = defaultdict(list)
+    for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=True).order_by("pk"):
+        risks[a.call_id].append(a)
     rows = []
     for c in calls:
         e = evidence.get(c.pk)
@@ -108,8 +108,7 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
             rows.append({"call": c, "declared": False})
             continue
         item = items.get((c.pk, e.found_in or e.expected_item or ""))
-        inside = item is not None and item.position is not None and item.action not in ABSENT_ACTIONS
-        attribution = causes.get(c.pk) or risks.get(c.pk)
+        inside = item is not None and figures.in_context(item)
         rows.append({
             "call": c,
             "declared": True,
@@ -120,7 +119,8 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
             "summarized": item is not None and item.action in SUMMARY_ACTIONS,
             "present": e.present,
             "used": e.used,
-            "attribution": attribution,
+            "attribution": causes.get(c.pk),
+            "risks": risks.get(c.pk, []),
         })
     return rows
 
@@ -134,11 +134,12 @@ def cause_breakdown(project: Project, filters: Filters) -> list[dict[str, Any]]:
         for cause, n in (row or {}).items():
             counts[cause] += n
     rows = []
-    for cause, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    # Missing evidence first (it did not reach the model), then the risks.
+    for cause, n in sorted(counts.items(), key=lambda kv: (kv[0] in RISK_CAUSES, -kv[1], kv[0])):
         if not n:
             continue
         example = (_attributions(project, filters).filter(cause=cause).select_related("call")
                    .order_by("-started_at").first())
         rows.append({"cause": cause, "label": labels.get(cause, cause), "n": n,
-                     "is_risk": cause == Attribution.MIDDLE_ZONE, "example": example})
+                     "is_risk": cause in RISK_CAUSES, "example": example})
     return rows

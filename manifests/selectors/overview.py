@@ -6,7 +6,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from manifests.models import Attribution, CacheEvent, Project, Regression, Run
+from manifests.figures import MISSING_CAUSES, RISK_CAUSES
+from manifests.models import Attribution, Project, Regression, Run
 from manifests.selectors import series as s
 from manifests.selectors.filters import Filters
 
@@ -62,24 +63,34 @@ def regressions(project: Project, filters: Filters, limit: int = 20) -> list[Reg
     """Regressions in the range, latest first; ``segment`` is the prefix segment that changed
     (from the regression, else from the cache event of the call where it was detected)."""
     regs = list(filtered_regressions(project, filters)[:limit])
-    events = dict(CacheEvent.objects.filter(call_id__in=[r.call_id for r in regs]).values_list("call_id",
-                                                                                              "changed_segment"))
     for r in regs:
-        r.segment = r.changed_segment or events.get(r.call_id, "")
+        r.segment = r.changed_segment
     return regs
 
 
 def filtered_regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
-    qs = Regression.objects.filter(project=project).select_related("call")
+    qs = Regression.objects.filter(project=project).select_related("call", "first_call")
     qs = filters.apply(qs, since_field="detected_at")
     return qs.order_by("-detected_at")
 
 
 def recent_missing(project: Project, filters: Filters, limit: int = 8) -> QuerySet[Attribution]:
     """The latest missing-evidence attributions (not the risk flags), for links to their calls."""
-    qs = Attribution.objects.filter(project=project, is_risk=False).select_related("call")
+    qs = Attribution.objects.filter(project=project, is_risk=False).select_related("call", "lost_at")
     qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
     return qs.order_by("-started_at")[:limit]
+
+
+def regression_markers(regs: list[Regression]) -> list[dict[str, Any]]:
+    """The chart markers of regressions: the same stored figures as the cards and the
+    overview box (baseline and current rate of the two W-call windows)."""
+    return [
+        {"at": r.detected_at.isoformat(), "agent": r.agent, "model": r.model,
+         "baseline": r.baseline_rate, "current": r.current_rate, "cause": r.cause,
+         "segment": r.changed_segment, "window": r.window_calls,
+         "first_at": r.first_call.started_at.isoformat() if r.first_call else None}
+        for r in regs
+    ]
 
 
 def charts(project: Project, filters: Filters, regs: list[Regression]) -> dict[str, Any]:
@@ -91,20 +102,17 @@ def charts(project: Project, filters: Filters, regs: list[Regression]) -> dict[s
     return {
         "bucket": data.bucket,
         "x": x,
-        "hit_rate": data.ratio("cache_read_tokens", "input_tokens"),
+        "hit_rate": data.hit_rate(),
         "calls": data.sums["calls"],
         "prefix_changes": data.sums["prefix_changes"],
-        "regressions": [
-            {"at": r.detected_at.isoformat(), "agent": r.agent, "model": r.model,
-             "baseline": r.baseline_rate, "current": r.current_rate, "cause": r.cause,
-             "segment": r.segment}
-            for r in regs
-        ],
+        "regressions": regression_markers(regs),
         "by_kind": {k: [m.get(k, 0) for m in data.maps["tokens_by_kind"]] for k in kinds},
         "cached": {
             "cache read": data.sums["cache_read_tokens"],
             "cache write": data.sums["cache_write_tokens"],
             "uncached": data.sums["uncached_input_tokens"],
         },
-        "causes": {c: [m.get(c, 0) for m in data.maps["attributions"]] for c in causes},
+        # Missing evidence (it did not reach the model) and risks (it did) are two charts.
+        "causes": {c: [m.get(c, 0) for m in data.maps["attributions"]] for c in causes if c in MISSING_CAUSES},
+        "risks": {c: [m.get(c, 0) for m in data.maps["attributions"]] for c in causes if c in RISK_CAUSES},
     }

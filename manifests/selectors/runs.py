@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Sum
-from django.db.models.functions import Coalesce
 
-from ctxkit.record.manifest import ABSENT_ACTIONS
+from ctxkit.figures import hit_rate
+from manifests import figures
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
 from manifests.selectors.filters import Filters
 
@@ -45,7 +45,7 @@ def runs_page(project: Project, filters: Filters, page: str | int | None) -> Pag
         st = stats.get(run.pk, {})
         run.call_count = st.get("calls", 0)
         run.input_total = st.get("input") or 0
-        run.hit_rate = (st.get("cached") or 0) / run.input_total if run.input_total else None
+        run.hit_rate = hit_rate(st.get("cached") or 0, run.input_total)
         run.evidence_total = st.get("evidence") or 0
         run.evidence_missing = st.get("missing") or 0
         run.failed_compactions = failed.get(run.pk, 0)
@@ -60,12 +60,12 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     tokens = defaultdict(dict)
     for row in (
         Item.objects.filter(call_id__in=pks)
-        .exclude(action__in=ABSENT_ACTIONS)
         .values("call_id", "kind")
-        .annotate(tokens=Sum(Coalesce("used_tokens", "granted_tokens", "requested_tokens")))
+        .annotate(tokens=Sum(figures.context_tokens()))
     ):
-        tokens[row["call_id"]][row["kind"]] = row["tokens"] or 0
-    figures = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
+        if row["tokens"]:
+            tokens[row["call_id"]][row["kind"]] = row["tokens"]
+    per_call = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
     events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
     compactions = defaultdict(list)
     for c in Compaction.objects.filter(call_id__in=pks).order_by("pk"):
@@ -75,7 +75,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
         edits[e.call_id].append(e)
     rows = []
     for c in calls:
-        fig, ev = figures.get(c.pk), events.get(c.pk)
+        fig, ev = per_call.get(c.pk), events.get(c.pk)
         rows.append({
             "call": c,
             "tokens_by_kind": tokens.get(c.pk, {}),

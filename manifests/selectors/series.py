@@ -9,12 +9,12 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
+from ctxkit.figures import coverage, hit_rate
+from manifests import figures
 from manifests.models import Project, Rollup
 from manifests.selectors.filters import Filters
 
-SUM_FIELDS = ("calls", "items", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-              "uncached_input_tokens", "cost", "verified_successes", "evidence_total", "evidence_present",
-              "compactions", "invariant_failures", "prefix_changes")
+SUM_FIELDS = figures.ROLLUP_SUM_FIELDS
 HOURLY_UP_TO = timedelta(days=7)
 
 
@@ -52,11 +52,11 @@ class Totals:
 
     @property
     def hit_rate(self) -> float | None:
-        return self["cache_read_tokens"] / self["input_tokens"] if self["input_tokens"] else None
+        return hit_rate(self["cache_read_tokens"], self["input_tokens"])
 
     @property
     def evidence_coverage(self) -> float | None:
-        return self["evidence_present"] / self["evidence_total"] if self["evidence_total"] else None
+        return coverage(self["evidence_present"], self["evidence_total"])
 
     @property
     def cost_per_success(self) -> float | None:
@@ -77,8 +77,9 @@ class Series:
     sums: dict[str, list[float]]
     maps: dict[str, list[dict[str, int]]]
 
-    def ratio(self, num: str, den: str) -> list[float | None]:
-        return [n / d if d else None for n, d in zip(self.sums[num], self.sums[den], strict=True)]
+    def hit_rate(self) -> list[float | None]:
+        """ctxkit.figures.hit_rate per bucket."""
+        return [hit_rate(n, d) for n, d in zip(self.sums["cache_read_tokens"], self.sums["input_tokens"], strict=True)]
 
     def keys(self, name: str) -> list[str]:
         seen: dict[str, int] = defaultdict(int)

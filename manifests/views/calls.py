@@ -19,11 +19,15 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
     items = list(call.items.all())
     figures = CallFigures.objects.filter(call=call).first()
     cache_event = CacheEvent.objects.filter(call=call).select_related("previous_call").first()
-    attributions = list(Attribution.objects.filter(call=call).order_by("is_risk", "evidence_key"))
+    attributions = list(Attribution.objects.filter(call=call).select_related("lost_at")
+                        .order_by("is_risk", "evidence_key"))
+    # The cause column is for evidence that did not reach the model; risks have their panel.
     by_evidence: dict[int, Attribution] = {}
     by_key: dict[str, Attribution] = {}
     for a in attributions:
-        if a.evidence_id and not a.is_risk:
+        if a.is_risk:
+            continue
+        if a.evidence_id:
             by_evidence.setdefault(a.evidence_id, a)
         by_key.setdefault(a.evidence_key, a)
     evidence = [{"e": e, "attribution": by_evidence.get(e.pk) or by_key.get(e.key)} for e in call.evidence.all()]

@@ -34,9 +34,11 @@ def index(request: HttpRequest) -> HttpResponse:
 @project_page
 def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     regressions = overview_sel.regressions(project, filters)
+    charts = overview_sel.charts(project, filters, regressions)
     return page(request, "manifests/overview.html", project, filters, "overview", {
         "cards": overview_sel.headline(project, filters),
-        "charts": overview_sel.charts(project, filters, regressions),
+        "charts": charts,
+        "risk_count": sum(sum(v) for v in charts["risks"].values()),
         "regressions": regressions[:5],
         "missing": overview_sel.recent_missing(project, filters),
         "compactions": compaction_sel.totals(project, filters),

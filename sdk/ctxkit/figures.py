@@ -5,27 +5,52 @@ it (``ctxkit.record``). The server computes the same figures in SQL
 (``manifests/figures.py``), and a test checks the two forms agree on generated data.
 Pages, API, rollups, analysis and replay use these definitions; no other module writes
 its own formula for them. docs/analysis.md lists each with its meaning.
+
+The functions take anything with the manifest's field names (duck typing): a decoded
+manifest ``Item`` / ``Usage`` or the server's stored rows, which keep the same names.
 """
 
 from __future__ import annotations
 
-from ctxkit.record.manifest import ABSENT_ACTIONS, Item, Usage
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
-    "ABSENT_ACTIONS", "COST_WEIGHTS", "context_tokens", "cost_units", "hit_rate", "in_context", "uncached_tokens",
+    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "Step", "causes_of_run",
+    "cited_keys", "context_order", "context_tokens", "cost_units", "coverage", "evidence_coverage", "evidence_risks",
+    "first_missing",
+    "hit_rate", "in_context", "local_missing_cause", "relative_positions", "run_history", "total_context_tokens",
+    "trace_missing", "uncached_tokens",
 ]
 
-# Seed 001, 5.1.1: the price of a token relative to one uncached input token.
-COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
+
+class ItemLike(Protocol):
+    action: str
+    requested_tokens: int
+    granted_tokens: int | None
+    used_tokens: int | None
 
 
-def in_context(item: Item) -> bool:
+class UsageLike(Protocol):
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+# --------------------------------------------------------------------------- #
+# Tokens in context
+
+def in_context(item: ItemLike) -> bool:
     """Did anything of the item reach the model? Every action but drop, dedupe and clear
     leaves some of it, whether or not the manifest gave it a position."""
     return item.action not in ABSENT_ACTIONS
 
 
-def context_tokens(item: Item) -> int:
+def context_tokens(item: ItemLike) -> int:
     """Tokens the item takes in the context the model read: what it used, else what it
     was granted, else what it asked for; 0 when nothing of it reached the model."""
     if not in_context(item):
@@ -37,27 +62,290 @@ def context_tokens(item: Item) -> int:
     return item.requested_tokens
 
 
+def total_context_tokens(items: Iterable[ItemLike]) -> int:
+    """Tokens in context of a call: the sum over its items."""
+    return sum(context_tokens(i) for i in items)
+
+
+def context_order(items: Sequence[Any]) -> list[Any]:
+    """The items that reached the model, in the order the model read them: by ``position``
+    when given, then (unpositioned) in manifest order."""
+    indexed = [(n, i) for n, i in enumerate(items) if in_context(i)]
+    indexed.sort(key=lambda p: (p[1].position is None, p[1].position or 0, p[0]))
+    return [i for _, i in indexed]
+
+
+def relative_positions(items: Sequence[Any], *, key: Callable[[Any], str] = lambda i: i.id) -> dict[str, float]:
+    """Where each item sits in the final context, 0 (first token) .. 1 (last token): the
+    token offset of the item's middle over the context's length. By token offset rather
+    than by rank, because one 5k-token log and ten 50-token notes are not eleven equal
+    steps for the model."""
+    order = context_order(items)
+    sizes = [context_tokens(i) for i in order]
+    total = sum(sizes)
+    if total <= 0:
+        n = len(order)
+        return {key(item): (k + 0.5) / n for k, item in enumerate(order)}
+    out: dict[str, float] = {}
+    offset = 0
+    for item, size in zip(order, sizes, strict=True):
+        out[key(item)] = round((offset + size / 2) / total, 4)
+        offset += size
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Prompt cache and cost
+
 def hit_rate(cache_read_tokens: int, input_tokens: int) -> float | None:
     """Share of the input read from the provider's prompt cache. ``None`` when there was
     no input: a call (or bucket) that read nothing has no hit rate, and counting it as 0
-    would draw a false drop on every trend."""
+    would draw a false drop on every trend. Sums first, then divide (token-weighted)."""
     if input_tokens <= 0:
         return None
     return cache_read_tokens / input_tokens
 
 
-def uncached_tokens(usage: Usage) -> int:
+def uncached_tokens(usage: UsageLike) -> int:
     """Input tokens billed at the full rate: input minus cache reads and cache writes
     (usage is in OpenTelemetry's normal form, where input includes both)."""
     return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
 
 
-def cost_units(usage: Usage) -> float:
-    """The call's cost in seed 001's relative units (an uncached input token is 1)."""
-    w = COST_WEIGHTS
+# Seed 001, 5.1.1: the price of a token relative to one uncached input token.
+COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
+
+
+def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
+    """The call's cost in seed 001's relative units: each kind of token at its weight
+    (an uncached input token is 1 with the default weights). The server passes the
+    model's price per token (its price table holds prices per 1k tokens)."""
     return (
-        uncached_tokens(usage) * w["input"]
-        + usage.cache_read_tokens * w["cache_read"]
-        + usage.cache_write_tokens * w["cache_write"]
-        + usage.output_tokens * w["output"]
+        uncached_tokens(usage) * weights["input"]
+        + usage.cache_read_tokens * weights["cache_read"]
+        + usage.cache_write_tokens * weights["cache_write"]
+        + usage.output_tokens * weights["output"]
     )
+
+
+# --------------------------------------------------------------------------- #
+# Evidence: coverage, missing (did not reach the model) and at risk (reached it)
+
+def coverage(present: int, total: int) -> float | None:
+    """Share of the required evidence present in the context; None with none required."""
+    return present / total if total > 0 else None
+
+
+def evidence_coverage(evidence: Sequence[Any]) -> float | None:
+    """:func:`coverage` of one call's evidence list."""
+    return coverage(sum(1 for e in evidence if e.present), len(evidence))
+
+
+# Causes of evidence that did NOT reach the model (seed 004's four, plus "left the
+# candidates": present earlier in the run, then no longer offered, without a decision).
+NEVER_CANDIDATE = "never_candidate"
+LEFT_CANDIDATES = "left_candidates"
+BUDGET = "budget"
+TRUNCATED = "truncated"
+COMPACTION = "compaction"
+MISSING_CAUSES = (NEVER_CANDIDATE, LEFT_CANDIDATES, BUDGET, TRUNCATED, COMPACTION)
+# Risks: the evidence reached the model, but may not help.
+NOT_USED = "not_used"
+MIDDLE_ZONE = "middle_zone"
+TRUNCATED_PRESENT = "truncated_present"
+RISK_CAUSES = (NOT_USED, MIDDLE_ZONE, TRUNCATED_PRESENT)
+
+# The decision on the expected item -> the cause of a missing piece of evidence.
+CAUSE_OF_ACTION = {
+    "drop": BUDGET,
+    "hard_cut": BUDGET,
+    "dedupe": BUDGET,
+    "truncate": TRUNCATED,
+    "ref": TRUNCATED,
+    "summarize": COMPACTION,
+    "compress": COMPACTION,
+    "extract": COMPACTION,
+    "clear": COMPACTION,
+    # Kept whole and still without the evidence: the item never held it.
+    "keep": NEVER_CANDIDATE,
+}
+CUT_ACTIONS = frozenset({"truncate", "hard_cut"})
+# Middle zone when the item has no zone: the middle half of the context by token offset.
+MIDDLE_LOW, MIDDLE_HIGH = 0.25, 0.75
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why one piece of evidence did not help: the cause, the item it concerns, the
+    decision in words, and (for a cause traced through the run) the index, in the run's
+    history, of the step where it was lost (None: at this very call)."""
+
+    cause: str
+    item_id: str | None
+    reason: str
+    lost_at: int | None = None
+
+    @property
+    def is_risk(self) -> bool:
+        return self.cause in RISK_CAUSES
+
+
+def _norm(text: str | None) -> str:
+    return " ".join((text or "").split()).casefold()
+
+
+def _lost_in_compaction(manifest: Manifest, ev: Evidence) -> Cause | None:
+    """The first compaction whose failed invariant lists this evidence (by key, label or
+    literal) among what it lost."""
+    names = {_norm(x) for x in (ev.key, ev.label, ev.literal) if x}
+    for comp in manifest.compactions:
+        for inv in comp.invariants:
+            if not inv.ok and any(_norm(lost) in names for lost in inv.lost):
+                detail = inv.detail or f"invariant {inv.name} failed"
+                return Cause(COMPACTION, comp.summary_item or ev.expected_item,
+                             f"compaction {comp.id} ({comp.strategy}): {detail}")
+    return None
+
+
+def _cleared_by_edit(manifest: Manifest, item_id: str | None) -> Cause | None:
+    if not item_id:
+        return None
+    for edit in manifest.context_edits:
+        if item_id in edit.item_ids:
+            return Cause(COMPACTION, item_id, f"cleared by the context edit {edit.type}")
+    return None
+
+
+def local_missing_cause(manifest: Manifest, ev: Evidence) -> Cause:
+    """The cause of missing evidence read from this call's manifest alone."""
+    lost = _lost_in_compaction(manifest, ev)
+    if lost is not None:
+        return lost
+    cleared = _cleared_by_edit(manifest, ev.expected_item)
+    if cleared is not None:
+        return cleared
+    item = next((i for i in manifest.items if i.id == ev.expected_item), None) if ev.expected_item else None
+    if item is None:
+        why = (f"no candidate item {ev.expected_item!r} in this call" if ev.expected_item
+               else "no candidate item was expected to carry it and none did")
+        return Cause(NEVER_CANDIDATE, ev.expected_item, why)
+    cause = CAUSE_OF_ACTION.get(item.action, NEVER_CANDIDATE)
+    if cause == NEVER_CANDIDATE:
+        return Cause(cause, item.id, f"item {item.id!r} was kept whole but did not contain the evidence")
+    return Cause(cause, item.id, "")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of a run as the trace sees one evidence key: ``present`` is None when the
+    call did not declare the key; ``local`` computes its own cause when it is missing."""
+
+    present: bool | None
+    local: Callable[[], Cause]
+    label: str = ""
+
+
+def trace_missing(history: Sequence[Step], at: int) -> Cause:
+    """The cause of evidence missing at ``history[at]``, decided by the run's history.
+
+    The missing streak is the calls that declared the key and lacked it since the last
+    call that had it. The first step of the streak where it was lost (dropped, cut,
+    truncated away, lost in a compaction or summary, cleared by a context edit) is the
+    cause for every later step, with ``lost_at`` pointing at it. When no step of the
+    streak recorded a loss but an earlier call had the evidence, it left the candidates
+    at the streak's first step. "Never a candidate" only when no earlier call had it.
+    """
+    start = at
+    for j in range(at - 1, -1, -1):
+        if history[j].present is None:
+            continue
+        if history[j].present:
+            break
+        start = j
+    had_before = any(s.present for s in history[:start])
+    for j in range(start, at + 1):
+        if history[j].present is not False:
+            continue
+        cause = history[j].local()
+        if cause.cause != NEVER_CANDIDATE:
+            return cause if j == at else replace(cause, lost_at=j)
+    if had_before:
+        last = max(j for j in range(start) if history[j].present)
+        own = history[at].local()
+        return Cause(LEFT_CANDIDATES, own.item_id,
+                     f"present at {history[last].label or f'call {last}'}; no longer a candidate from "
+                     f"{history[start].label or f'call {start}'} on, without a recorded decision",
+                     lost_at=None if start == at else start)
+    return history[at].local()
+
+
+def evidence_risks(manifest: Manifest, ev: Evidence, positions: Mapping[str, float],
+                   cited: set[str] | None) -> list[Cause]:
+    """Risks of evidence that reached the model: not used by the answer, cut (truncated
+    but the evidence survived), placed in the middle of the context."""
+    where = ev.found_in or ev.expected_item
+    item = next((i for i in manifest.items if i.id == where), None) if where else None
+    out: list[Cause] = []
+    used = ev.used
+    if used is None and cited is not None:
+        used = ev.key in cited
+    if used is False:
+        why = "the answer's claims do not cite it" if ev.used is None else "marked not used by the answer"
+        out.append(Cause(NOT_USED, where, why))
+    if item is None:
+        return out
+    if item.action in CUT_ACTIONS:
+        out.append(Cause(TRUNCATED_PRESENT, item.id,
+                         f"item {item.id!r} was cut ({item.action}); the evidence survived this time"))
+    middle = (item.zone == "middle" if item.zone is not None
+              else item.id in positions and MIDDLE_LOW <= positions[item.id] <= MIDDLE_HIGH)
+    if middle:
+        where_text = "zone middle" if item.zone else f"at {positions[item.id]:.0%} of the context"
+        out.append(Cause(MIDDLE_ZONE, item.id, f"item {item.id!r} placed in the middle ({where_text})"))
+    return out
+
+
+def cited_keys(manifest: Manifest) -> set[str] | None:
+    """Evidence keys the answer's claims rest on; None when no claims were sent."""
+    outcome = manifest.outcome
+    if outcome is None or outcome.claims is None:
+        return None
+    return {k for claim in outcome.claims for k in claim.evidence_keys}
+
+
+def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
+    """The trace's view of one evidence key over a run's manifests (in step order)."""
+    steps = []
+    for m in manifests:
+        entries = [e for e in m.evidence if e.key == key]
+        steps.append(Step(
+            present=any(e.present for e in entries) if entries else None,
+            local=(lambda m=m, key=key: local_missing_cause(m, first_missing(m, key))),
+            label=f"step {m.step}",
+        ))
+    return steps
+
+
+def first_missing(manifest: Manifest, key: str) -> Evidence:
+    """The entry of ``key`` a trace reads a call's own cause from: its first missing one."""
+    entries = [e for e in manifest.evidence if e.key == key]
+    return next((e for e in entries if not e.present), entries[0])
+
+
+def causes_of_run(manifests: Sequence[Manifest]) -> list[list[tuple[str, list[Cause]]]]:
+    """Reference attribution of a whole run: per call (in the given step order), per
+    evidence entry, its key and its causes (one missing cause, or its risks)."""
+    histories: dict[str, list[Step]] = {}
+    out = []
+    for n, m in enumerate(manifests):
+        positions = relative_positions(m.items)
+        cited = cited_keys(m)
+        row = []
+        for ev in m.evidence:
+            if ev.present:
+                row.append((ev.key, evidence_risks(m, ev, positions, cited)))
+                continue
+            history = histories.setdefault(ev.key, run_history(manifests, ev.key))
+            row.append((ev.key, [trace_missing(history, n)]))
+        out.append(row)
+    return out

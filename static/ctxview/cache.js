@@ -21,6 +21,9 @@
       hovertemplate: "%{text}<br>hit %{y:.0%}<extra></extra>"
     });
   });
+  var shapes = [], annotations = [];
+  cv.regressionMarkers(d.regressions, shapes, annotations);
   cv.plot("chart-cache", traces, { height: 360, yaxis: { tickformat: ".0%", range: [-0.03, 1.05], title: { text: "hit rate" } },
-                                   margin: { l: 60, r: 20, t: 20, b: 40 }, legend: { orientation: "h", y: -0.15 } });
+                                   shapes: shapes, annotations: annotations,
+                                   margin: { l: 60, r: 20, t: 36, b: 40 }, legend: { orientation: "h", y: -0.15 } });
 })();

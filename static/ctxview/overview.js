@@ -4,11 +4,7 @@
   "use strict";
   var cv = window.ctxview, esc = cv.esc, d = cv.data("overview-data");
   var shapes = [], annotations = [];
-  d.regressions.forEach(function (r) {
-    shapes.push({ type: "line", x0: r.at, x1: r.at, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
-    annotations.push({ x: r.at, y: 1, yref: "paper", yanchor: "bottom", showarrow: false, font: { color: "#c62828", size: 11 },
-      text: "regression " + cv.pct(r.baseline) + " → " + cv.pct(r.current) + (r.segment ? " (" + esc(r.segment) + " changed)" : "") });
-  });
+  cv.regressionMarkers(d.regressions, shapes, annotations);
   var changedX = [], changedY = [], changedText = [];
   d.x.forEach(function (x, i) {
     if (d.prefix_changes[i] > 0) {
@@ -38,6 +34,14 @@
     return { type: "bar", name: esc(c), x: d.x, y: d.causes[c], marker: { color: cv.color(cv.CAUSE, c, i) } };
   });
   if (!traces.length) { traces = [{ type: "bar", name: "none", x: d.x, y: d.x.map(function () { return 0; }) }]; }
-  cv.plot("chart-causes", traces, { barmode: "stack", height: 260, yaxis: { title: { text: "evidence" } },
+  cv.plot("chart-causes", traces, { barmode: "stack", height: 260, yaxis: { title: { text: "evidence missing" } },
                                      margin: { l: 60, r: 10, t: 10, b: 40 } });
+
+  var risks = Object.keys(d.risks);
+  var riskTraces = risks.map(function (c, i) {
+    return { type: "bar", name: esc(c), x: d.x, y: d.risks[c], marker: { color: cv.color(cv.CAUSE, c, i) } };
+  });
+  if (!riskTraces.length) { riskTraces = [{ type: "bar", name: "none", x: d.x, y: d.x.map(function () { return 0; }) }]; }
+  cv.plot("chart-risks", riskTraces, { barmode: "stack", height: 220, yaxis: { title: { text: "risk flags" } },
+                                       margin: { l: 60, r: 10, t: 10, b: 40 } });
 })();

@@ -46,13 +46,32 @@
   };
   var CAUSE = {
     hit: "#2e7d32", prefix_changed: "#c62828", ttl_expired: "#e0a100", cold_start: "#6f8fe0",
-    below_minimum: "#9aa3b2", never_candidate: "#8e6bd1", budget: "#c62828", truncated: "#e0a100",
-    compaction: "#d2603a", not_used: "#6f8fe0", middle_zone: "#b0b7c3"
+    below_minimum: "#9aa3b2",
+    /* Missing evidence (did not reach the model): reds and purples. */
+    never_candidate: "#8e6bd1", left_candidates: "#5b3a9e", budget: "#c62828", truncated: "#ad1457",
+    compaction: "#d2603a",
+    /* Risks (reached the model, may not help): ambers, the colour of .badge.warn. */
+    not_used: "#e0a100", middle_zone: "#f0c75e", truncated_present: "#b26a00"
   };
   function color(map, key, i) {
     var fallback = ["#3b6fd8", "#e0a100", "#2e9d6a", "#c62828", "#8e6bd1", "#d2603a", "#5b6475"];
     return map[key] || fallback[i % fallback.length];
   }
+  /* Regression markers, shared by the overview and the cache view: a dotted line where the
+     new prefix arrived, a dashed one where the rolling rate crossed the threshold, labelled
+     with the same stored figures as the regression card. */
+  function regressionMarkers(regs, shapes, annotations) {
+    regs.forEach(function (r) {
+      if (r.first_at && r.first_at !== r.at) {
+        shapes.push({ type: "line", x0: r.first_at, x1: r.first_at, yref: "paper", y0: 0, y1: 1,
+                      line: { color: "#c62828", width: 1, dash: "dot" } });
+      }
+      shapes.push({ type: "line", x0: r.at, x1: r.at, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
+      annotations.push({ x: r.at, y: 1, yref: "paper", yanchor: "bottom", showarrow: false, font: { color: "#c62828", size: 11 },
+        text: "regression " + pct(r.baseline) + " → " + pct(r.current) + " (" + r.window + "-call windows)" +
+              (r.segment ? ", " + esc(r.segment) + " changed" : "") });
+    });
+  }
   window.ctxview = { esc: esc, data: data, plot: plot, follow: follow, pct: pct, KIND: KIND, CAUSE: CAUSE,
-                     color: color };
+                     color: color, regressionMarkers: regressionMarkers };
 })();

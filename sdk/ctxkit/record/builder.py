@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
 from ctxkit.record.items import (
     UNTRUSTED_KINDS,
@@ -44,7 +45,6 @@ from ctxkit.record.items import (
     short_id,
 )
 from ctxkit.record.manifest import (
-    ABSENT_ACTIONS,
     MAX_COMPACTIONS,
     MAX_EDITS,
     MAX_EVIDENCE,
@@ -212,7 +212,7 @@ def _cap_items(items: list[Item]) -> tuple[list[Item], str | None]:
     """At most MAX_ITEMS: what reached the model first, the absent rest folded into one item."""
     if len(items) <= MAX_ITEMS:
         return items, None
-    order = sorted(range(len(items)), key=lambda i: (items[i].action in ABSENT_ACTIONS, i))
+    order = sorted(range(len(items)), key=lambda i: (not figures.in_context(items[i]), i))
     keep = sorted(order[: MAX_ITEMS - 1])
     rest = [items[i] for i in order[MAX_ITEMS - 1 :]]
     omitted = Item(
@@ -378,7 +378,7 @@ def _items(
     position = 0
     items: list[Item] = []
     for item, text in pairs:
-        present = item.action not in ABSENT_ACTIONS and bool(text or item.used_tokens)
+        present = figures.in_context(item) and bool(text or item.used_tokens)
         if positions is not None:
             placed = positions.get(item.id) if present else None
             item.zone, item.position = placed if placed is not None else (item.zone, item.position)
@@ -454,7 +454,7 @@ def blocks_from_plan(plan: Plan) -> list[Block]:
     return [
         Block(id=a.name, kind=a.kind, text=a.text, zone=a.zone)  # type: ignore[arg-type]
         for a in plan.allocations
-        if a.text and a.action not in ABSENT_ACTIONS
+        if a.text and figures.in_context(a)
     ]
 
 

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.manifest import ABSENT_ACTIONS, ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item
+from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Plan
@@ -110,7 +111,7 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             content_hash=a.content_hash or None,
             allocation=a.replay_settings(),
         )
-        out.append((item, a.text if a.action not in ABSENT_ACTIONS else ""))
+        out.append((item, a.text if figures.in_context(a) else ""))
     return out
 
 

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ctxkit import figures
 from ctxkit.record.manifest import MAX_TOKENS, ContextEdit, Usage
 
 PROVIDERS = ("anthropic", "openai_chat", "openai_responses", "gemini", "otel")
@@ -309,12 +310,13 @@ _NORMALISERS = {
 
 
 def uncached_input_tokens(usage: Usage) -> int:
-    return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
+    """ctxkit.figures.uncached_tokens (kept under this name for existing callers)."""
+    return figures.uncached_tokens(usage)
 
 
-def cache_hit_ratio(usage: Usage) -> float:
-    """cache_read / input, 0 when there was no input."""
-    return usage.cache_read_tokens / usage.input_tokens if usage.input_tokens else 0.0
+def cache_hit_ratio(usage: Usage) -> float | None:
+    """ctxkit.figures.hit_rate of the usage: None when there was no input."""
+    return figures.hit_rate(usage.cache_read_tokens, usage.input_tokens)
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,86 @@
+"""The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
+
+Every query that counts tokens in context, hit rate, uncached tokens or cost builds on
+these, so the database and Python agree (tests/test_figures_agree.py checks it on
+generated data, on PostgreSQL and SQLite). The field lists of the rollups and of an
+item live here too, written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.db.models import Case, ExpressionWrapper, F, FloatField, Q, Value, When
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Cast, Coalesce, Greatest
+from django.db.models.lookups import GreaterThan
+
+from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CAUSES
+from ctxkit.figures import hit_rate as hit_rate_of
+
+__all__ = [
+    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "context_tokens", "cost_units", "hit_rate",
+    "hit_rate_of", "in_context", "uncached_tokens",
+]
+
+# The additive columns of a rollup bucket (models.Rollup), summed by day buckets, the
+# overview, the cache view and the consistency test.
+ROLLUP_SUM_FIELDS = (
+    "calls", "items", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+    "uncached_input_tokens", "cost", "verified_successes", "evidence_total", "evidence_present",
+    "compactions", "invariant_failures", "prefix_changes",
+)
+ROLLUP_MAP_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
+
+# An item's stored fields, as the call view's diff, the API and replay read them.
+ITEM_FIELDS = (
+    "item_id", "kind", "action", "trust", "priority", "pinned", "zone", "position", "requested_tokens",
+    "granted_tokens", "used_tokens", "reason", "source_ref", "source_version", "content_hash", "group", "text",
+)
+
+
+def _f(prefix: str, name: str) -> F:
+    return F(f"{prefix}{name}")
+
+
+def in_context(prefix: str = "") -> Q:
+    """ctxkit.figures.in_context: the item's action leaves some of it in the context."""
+    return ~Q(**{f"{prefix}action__in": sorted(ABSENT_ACTIONS)})
+
+
+def context_tokens(prefix: str = "") -> Case:
+    """ctxkit.figures.context_tokens: used, else granted, else requested; 0 when absent."""
+    return Case(
+        When(in_context(prefix), then=Coalesce(_f(prefix, "used_tokens"), _f(prefix, "granted_tokens"),
+                                              _f(prefix, "requested_tokens"))),
+        default=Value(0),
+    )
+
+
+def uncached_tokens(prefix: str = "") -> Greatest:
+    """ctxkit.figures.uncached_tokens: input minus cache reads and writes, never below 0."""
+    return Greatest(
+        Value(0),
+        _f(prefix, "input_tokens") - _f(prefix, "cache_read_tokens") - _f(prefix, "cache_write_tokens"),
+    )
+
+
+def hit_rate(cache_read: Combinable, input_tokens: Combinable) -> Case:
+    """ctxkit.figures.hit_rate over two (summed) expressions: NULL when there was no input."""
+    return Case(
+        When(GreaterThan(input_tokens, 0), then=ExpressionWrapper(
+            Cast(cache_read, FloatField()) / Cast(input_tokens, FloatField()), output_field=FloatField())),
+        default=Value(None, output_field=FloatField()),
+        output_field=FloatField(),
+    )
+
+
+def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
+    """ctxkit.figures.cost_units: each kind of token at its weight."""
+    return ExpressionWrapper(
+        Cast(uncached_tokens(prefix), FloatField()) * Value(weights["input"])
+        + Cast(_f(prefix, "cache_read_tokens"), FloatField()) * Value(weights["cache_read"])
+        + Cast(_f(prefix, "cache_write_tokens"), FloatField()) * Value(weights["cache_write"])
+        + Cast(_f(prefix, "output_tokens"), FloatField()) * Value(weights["output"]),
+        output_field=FloatField(),
+    )

@@ -1,0 +1,75 @@
+"""The SQL forms of the figures (manifests/figures.py) equal their Python definitions
+(ctxkit.figures) on generated rows, on whichever database the suite runs on."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models import F, Sum
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxkit import figures as ref
+from ctxkit.record.manifest import ACTIONS
+from manifests import figures
+from manifests.models import Call, Item
+from tests.analysis_support import item, manifest, store
+
+pytestmark = pytest.mark.django_db
+
+TOKENS = st.integers(min_value=0, max_value=2_000_000)
+ITEMS = st.lists(
+    st.tuples(st.sampled_from(ACTIONS), TOKENS, st.none() | TOKENS, st.none() | TOKENS, st.none() | st.integers(0, 50)),
+    min_size=0, max_size=12,
+)
+USAGE = st.tuples(TOKENS, TOKENS, TOKENS, TOKENS)
+EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def call(project):
+    return store(project, [manifest("c1", items=[item("seed")])])[0]
+
+
+@EXAMPLES
+@given(rows=ITEMS)
+def test_it_counts_tokens_in_context_the_same_in_sql_and_python(call, rows):
+    Item.objects.filter(call=call).delete()
+    Item.objects.bulk_create([
+        Item(call=call, project_id=call.project_id, ordinal=n, item_id=f"i{n}", kind="retrieval", action=action,
+             requested_tokens=requested, granted_tokens=granted, used_tokens=used, position=position)
+        for n, (action, requested, granted, used, position) in enumerate(rows)
+    ])
+    stored = list(Item.objects.filter(call=call).order_by("ordinal"))
+    in_sql = set(Item.objects.filter(call=call).filter(figures.in_context()).values_list("ordinal", flat=True))
+    assert in_sql == {i.ordinal for i in stored if ref.in_context(i)}
+    per_item = dict(Item.objects.filter(call=call).annotate(t=figures.context_tokens()).values_list("ordinal", "t"))
+    assert per_item == {i.ordinal: ref.context_tokens(i) for i in stored}
+    total = Item.objects.filter(call=call).aggregate(t=Sum(figures.context_tokens()))["t"] or 0
+    assert total == ref.total_context_tokens(stored)
+
+
+@EXAMPLES
+@given(usages=st.lists(USAGE, min_size=1, max_size=6))
+def test_it_computes_hit_rate_uncached_and_cost_the_same_in_sql_and_python(call, usages):
+    weights = {"input": 0.001, "output": 0.004, "cache_read": 0.0001, "cache_write": 0.00125}
+    for input_tokens, read, write, output in usages:
+        Call.objects.filter(pk=call.pk).update(input_tokens=input_tokens, cache_read_tokens=read,
+                                               cache_write_tokens=write, output_tokens=output)
+        row = Call.objects.filter(pk=call.pk).annotate(
+            rate=figures.hit_rate(F("cache_read_tokens"), F("input_tokens")),
+            uncached=figures.uncached_tokens(),
+            cost=figures.cost_units(weights=weights),
+            cost_seed=figures.cost_units(),
+        ).get()
+        expected_rate = ref.hit_rate(read, input_tokens)
+        assert (row.rate is None) == (expected_rate is None)
+        if expected_rate is not None:
+            assert row.rate == pytest.approx(expected_rate, rel=1e-12)
+        assert row.uncached == ref.uncached_tokens(row) == row.uncached_input_tokens
+        assert row.cost == pytest.approx(ref.cost_units(row, weights), rel=1e-9)
+        assert row.cost_seed == pytest.approx(ref.cost_units(row), rel=1e-9)
+    # Over summed columns: the token-weighted rate of a bucket, None when nothing was read.
+    totals = Call.objects.filter(pk=call.pk).aggregate(
+        rate=figures.hit_rate(Sum("cache_read_tokens"), Sum("input_tokens")))
+    last = usages[-1]
+    assert totals["rate"] == (None if last[0] == 0 else pytest.approx(last[1] / last[0]))
