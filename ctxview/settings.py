@@ -7,6 +7,7 @@ silent default.
 
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -52,14 +53,33 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 DEBUG = env_bool("DEBUG", False)
 
+DEVELOPMENT_SECRET_KEY = "ctxview-insecure-development-key-do-not-use-in-production"
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (make run sets DEBUG=1 for the demo)")
-    SECRET_KEY = "ctxview-insecure-development-key-do-not-use-in-production"
+    SECRET_KEY = DEVELOPMENT_SECRET_KEY
+elif SECRET_KEY == DEVELOPMENT_SECRET_KEY and not DEBUG:
+    raise ImproperlyConfigured("SECRET_KEY is the repository's development key: set a random one in production")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS. One switch for a deployment behind TLS; each part can still be set on its own
+# (docs/configuration.md). Off by default: `make run` serves plain HTTP on 127.0.0.1.
+CTXVIEW_HTTPS = env_bool("CTXVIEW_HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", CTXVIEW_HTTPS)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", CTXVIEW_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", CTXVIEW_HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if CTXVIEW_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", CTXVIEW_HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", CTXVIEW_HTTPS)
+# Behind a TLS-terminating proxy: the header it sets, e.g. X-Forwarded-Proto (value "https").
+_proxy_header = os.environ.get("CTXVIEW_PROXY_SSL_HEADER", "").strip()
+if _proxy_header:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -70,11 +90,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "manifests",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "manifests.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -82,7 +106,48 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# Content Security Policy: scripts only from our own static files (no inline script, no
+# eval); styles also 'unsafe-inline' because Plotly and Swagger UI set style attributes
+# and inject <style> elements, and the templates use a few style attributes (a style cannot
+# run code; docs/configuration.md). data: images for Plotly's and Swagger UI's icons.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "worker-src": ["'self'", "blob:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Failed logins (django-axes): after CTXVIEW_LOGIN_FAILURES failures for one user name, or
+# from one address, further attempts are refused (429) for CTXVIEW_LOGIN_COOLOFF_MINUTES.
+# Failures are counted in the database, so this works with or without Redis.
+AXES_FAILURE_LIMIT = env_int("CTXVIEW_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CTXVIEW_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+# Behind N proxies, the client address is the Nth from the right of X-Forwarded-For.
+if env_int("CTXVIEW_PROXY_COUNT", 0):
+    AXES_IPWARE_PROXY_COUNT = env_int("CTXVIEW_PROXY_COUNT", 0)
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 
 ROOT_URLCONF = "ctxview.urls"
 
@@ -178,10 +243,30 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["manifests.auth.HasReadScope"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "manifests.pagination.BoundedPagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "manifests.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["manifests.throttling.ApiKeyThrottle"],
+}
+
+
+def env_rate(name: str, default: str) -> str:
+    """A DRF rate such as 600/min ("" or "off" turns the limit off)."""
+    raw = os.environ.get(name, default).strip()
+    if raw.lower() in ("", "off", "0"):
+        return ""
+    count, _, period = raw.partition("/")
+    if not count.isdigit() or int(count) < 1 or period[:1] not in ("s", "m", "h", "d"):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a rate: use e.g. 600/min, 20/s, 10000/hour or off")
+    return raw
+
+
+# Requests per API key (docs/api.md, "Throttling"): a burst over the limit is answered 429
+# with Retry-After, which ctxkit's client waits out before it resends.
+CTXVIEW_API_RATES = {
+    "ingest": env_rate("CTXVIEW_INGEST_RATE", "600/min"),
+    "read": env_rate("CTXVIEW_READ_RATE", "600/min"),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -189,6 +274,16 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Ingest and read context manifests: what filled each model call's context window, and why.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: its schemas are JSON Schema 2020-12, the dialect of the manifest schema (nullable fields).
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "manifests.openapi.postprocess",
+    ],
+    # Swagger UI from the installed sidecar package: the API reference works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery. Without REDIS_URL tasks run eagerly in-process, so the embedded default
@@ -197,6 +292,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://")
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+
+# The cache holds the API throttle counts: shared in Redis when there is one.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 LOGGING = {
     "version": 1,

@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from manifests import api, views
+from manifests.openapi import BrowserJsonRenderer, BrowserYamlRenderer
 
 urlpatterns = [
     # Dashboard. Run and call ids may hold slashes ("run-7/step-3"), hence <path:...> last.
@@ -11,7 +12,11 @@ urlpatterns = [
     path("p/<slug:slug>/", views.overview, name="overview"),
     path("p/<slug:slug>/runs/", views.runs, name="project-runs"),
     path("p/<slug:slug>/runs/<path:run_id>/", views.run_detail, name="run-detail"),
+    path("p/<slug:slug>/calls/", views.calls, name="calls"),
     path("p/<slug:slug>/calls/<path:call_id>/", views.call_detail, name="call-detail"),
+    path("p/<slug:slug>/search/", views.search, name="search"),
+    path("p/<slug:slug>/compare/", views.compare, name="compare"),
+    path("p/<slug:slug>/export/<slug:kind>.<slug:fmt>", views.export, name="export"),
     path("p/<slug:slug>/evidence/", views.evidence, name="evidence"),
     path("p/<slug:slug>/cache/", views.cache, name="cache"),
     path("p/<slug:slug>/compactions/", views.compactions, name="compactions"),
@@ -24,5 +29,25 @@ urlpatterns = [
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
-    path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="openapi"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(
+            authentication_classes=[],
+            permission_classes=[],
+            throttle_classes=[],
+            renderer_classes=[BrowserYamlRenderer, BrowserJsonRenderer],
+        ),
+        name="openapi",
+    ),
+    # The interactive reference; the split view serves its start-up script as a file, so
+    # the Content Security Policy needs no inline script.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="openapi", authentication_classes=[], permission_classes=[],
+                                            throttle_classes=[]),
+        name="api-docs",
+    ),
 ]
+
+handler404 = "manifests.middleware.handler404"
+handler500 = "manifests.middleware.handler500"

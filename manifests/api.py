@@ -7,6 +7,8 @@ cheaper than nested DRF serializers.
 
 from __future__ import annotations
 
+import logging
+import re
 import zlib
 from datetime import datetime
 from typing import Any
@@ -14,19 +16,29 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ctxkit.record.manifest import json_schema
+from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest
 from manifests.auth import HasIngestScope, HasReadScope
 from manifests.models import Attribution, Call, Compaction, Run
+from manifests.pagination import BoundedPagination
 from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
+
+logger = logging.getLogger(__name__)
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+class LengthRequired(exceptions.APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = "this server cannot read a chunked body: send Content-Length (gunicorn reads chunked bodies)"
+    default_code = "length_required"
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -42,10 +54,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             {"error": exc.message, "errors": [{"path": exc.path, "message": exc.message}]}, status=exc.status
         )
     response = drf_exception_handler(exc, context)
-    if response is not None and isinstance(response.data, dict) and "detail" in response.data:
-        message = str(response.data["detail"])
-        response.data = {"error": message, "errors": [{"path": "$", "message": message}]}
+    if response is None:
+        # Anything else is our bug: logged with its traceback, answered in the documented shape.
+        logger.error("API error in %s", context.get("view").__class__.__name__, exc_info=exc)
+        set_rollback()
+        return Response(error_body("internal server error"), status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    if isinstance(response.data, dict) and "detail" in response.data:
+        response.data = error_body(str(response.data["detail"]))
     return response
+
+
+def error_body(message: str, path: str = "$") -> dict[str, Any]:
+    """The one shape of every API error (docs/api.md)."""
+    return {"error": message, "errors": [{"path": path, "message": message}]}
 
 
 class ManifestBodyParser(BaseParser):
@@ -56,12 +77,12 @@ class ManifestBodyParser(BaseParser):
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> bytes:
         limit = settings.CTXVIEW_MAX_BODY_BYTES
+        request = (parser_context or {}).get("request")
         if stream is None:
             return b""
-        body = stream.read(limit + 1)
+        body = _read_at_most(stream, limit + 1)
         if len(body) > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes; send smaller batches")
-        request = (parser_context or {}).get("request")
         encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower() if request else ""
         if encoding in ("", "identity"):
             return body
@@ -75,6 +96,32 @@ class ManifestBodyParser(BaseParser):
         if len(data) > limit or decompressor.unconsumed_tail:
             raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes; send smaller batches")
         return data
+
+
+def chunked_body(request: Request) -> bytes:
+    """A chunked body (no Content-Length): DRF and Django read CONTENT_LENGTH bytes, so it
+    would look empty. gunicorn and mod_wsgi de-chunk it into wsgi.input and say so with
+    wsgi.input_terminated; on any other server, reading the raw socket would wait for a close
+    that never comes, hence 411. The size limit and gzip apply as to any body."""
+    if "chunked" not in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return b""
+    environ = request._request.environ
+    if not environ.get("wsgi.input_terminated"):
+        raise LengthRequired()
+    return ManifestBodyParser().parse(environ["wsgi.input"], parser_context={"request": request})
+
+
+def _read_at_most(stream: Any, size: int) -> bytes:
+    """Read until EOF or ``size`` bytes: a chunked stream may return less than asked."""
+    parts: list[bytes] = []
+    remaining = size
+    while remaining > 0:
+        part = stream.read(remaining)
+        if not part:
+            break
+        parts.append(part)
+        remaining -= len(part)
+    return b"".join(parts)
 
 
 _result = inline_serializer(
@@ -111,10 +158,10 @@ class ManifestIngestView(APIView):
             "400 when all were."
         ),
         request={"application/json": {"type": "object"}},
-        responses={200: _ingest_response, 207: _ingest_response, 400: OpenApiResponse(description="bad request")},
+        responses={200: _ingest_response, 207: _ingest_response},
     )
     def post(self, request: Request) -> Response:
-        body = request.data
+        body = request.data or chunked_body(request)
         if not body:
             raise ingest.BadRequest('the body is empty: send one manifest or {"manifests": [...]}')
         report = ingest.ingest_body(project=request.auth.project, body=body)
@@ -140,6 +187,17 @@ def _parse_time(request: Request, name: str) -> datetime | None:
         ) from None
     if value.tzinfo is None:
         raise ingest.BadRequest(f"{name} needs a time zone, e.g. 2026-11-29T10:00:00Z", path=f"?{name}")
+    if not EARLIEST <= value <= LATEST:
+        raise ingest.BadRequest(f"{name} must be within {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}", path=f"?{name}")
+    return value
+
+
+def _parse_text(request: Request, name: str) -> str:
+    value = request.query_params.get(name, "")
+    if len(value) > MAX_NAME or _CONTROL.search(value):
+        raise ingest.BadRequest(
+            f"{name} must be at most {MAX_NAME} characters without control characters", path=f"?{name}"
+        )
     return value
 
 
@@ -152,6 +210,7 @@ _filters = [
 
 
 class RunListView(generics.ListAPIView):
+    pagination_class = BoundedPagination
     serializer_class = RunSerializer
     permission_classes = [HasReadScope]
 
@@ -161,11 +220,10 @@ class RunListView(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[Run]:
         qs = Run.objects.filter(project=self.request.auth.project)
-        params = self.request.query_params
-        if params.get("agent"):
-            qs = qs.filter(agent=params["agent"])
-        if params.get("model"):
-            qs = qs.filter(model=params["model"])
+        if agent := _parse_text(self.request, "agent"):
+            qs = qs.filter(agent=agent)
+        if model := _parse_text(self.request, "model"):
+            qs = qs.filter(model=model)
         if since := _parse_time(self.request, "since"):
             qs = qs.filter(last_seen__gte=since)
         if until := _parse_time(self.request, "until"):
@@ -174,6 +232,7 @@ class RunListView(generics.ListAPIView):
 
 
 class RunCallListView(generics.ListAPIView):
+    pagination_class = BoundedPagination
     serializer_class = CallSummarySerializer
     permission_classes = [HasReadScope]
 

@@ -44,8 +44,13 @@ def _f(prefix: str, name: str) -> F:
 
 
 def in_context(prefix: str = "") -> Q:
-    """ctxkit.figures.in_context: the item's action leaves some of it in the context."""
-    return ~Q(**{f"{prefix}action__in": sorted(ABSENT_ACTIONS)})
+    """ctxkit.figures.in_context: the item's action leaves some of it in the context, and
+    its used (else granted) tokens are not recorded as 0."""
+    used, granted = f"{prefix}used_tokens", f"{prefix}granted_tokens"
+    sent = Q(**{f"{used}__gt": 0}) | Q(**{f"{used}__isnull": True}) & (
+        Q(**{f"{granted}__isnull": True}) | Q(**{f"{granted}__gt": 0})
+    )
+    return ~Q(**{f"{prefix}action__in": sorted(ABSENT_ACTIONS)}) & sent
 
 
 def context_tokens(prefix: str = "") -> Case:

@@ -11,7 +11,9 @@ the good ones beside it.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -53,7 +55,10 @@ class ManifestResult:
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {"index": self.index, "call_id": self.call_id, "status": self.status}
         if self.errors:
-            result["errors"] = [{"path": e.path, "message": e.message} for e in self.errors]
+            # A rejected manifest's keys and call_id may hold lone surrogates (Python's json
+            # reads them); show them escaped so the answer itself is valid UTF-8.
+            result["call_id"] = _printable(self.call_id)
+            result["errors"] = [{"path": _printable(e.path), "message": _printable(e.message)} for e in self.errors]
         return result
 
 
@@ -77,6 +82,82 @@ class IngestReport:
 _top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 
+# --------------------------------------------------------------------------- #
+# Decoding: every body is turned into manifests or into 4xx errors with a path,
+# whatever the bytes hold (docs/api.md, "What the door accepts").
+
+# The NUL rule: PostgreSQL text cannot hold U+0000, so every NUL in any string becomes
+# U+FFFD before validation, hashing and the idempotency lookup, on both databases: the
+# id that is looked up is the id that is stored. In JSON a NUL can only be written
+# "\u0000" (a raw NUL byte is malformed JSON), so this is one scan of the bytes; the
+# look-behind skips an escaped backslash followed by the text "u0000".
+_NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def normalise_nul(raw: bytes) -> bytes:
+    # Every JSON escape starts with a backslash: one memchr rules most bodies out at once.
+    if b"\\" not in raw or not _NUL_ESCAPE.search(raw):
+        return raw
+    return _NUL_ESCAPE.sub(rb"\1\\ufffd", raw)
+
+
+_DECODE_ERRORS = (msgspec.DecodeError, ValueError, RecursionError)  # ValueError covers UnicodeDecodeError
+
+
+def _decode_message(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid UTF-8 ({exc.reason}): strings must be UTF-8; CESU-8 surrogates and overlong forms are not"
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply: a manifest is at most 6 levels deep"
+    if isinstance(exc, msgspec.ValidationError):
+        return f"number out of range: {exc}"
+    return f"malformed JSON: {exc}"
+
+
+def _printable(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _DuplicateKeys(dict):
+    """A JSON object that held the same key more than once (``duplicates`` names them)."""
+
+    duplicates: list[str]
+
+
+def _strict_loads(raw: bytes) -> tuple[Any, bool]:
+    """Parse with Python's json, marking objects with duplicate keys. Slower than msgspec
+    (about 3x), so used only when the fast checks cannot rule duplicates out."""
+    found = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+        nonlocal found
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        found = True
+        seen: set[str] = set()
+        marked = _DuplicateKeys(obj)
+        marked.duplicates = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
+        return marked
+
+    return json.loads(raw, object_pairs_hook=pairs_hook), found
+
+
+def _duplicate_key_errors(obj: Any, path: str, errors: list[FieldError]) -> list[FieldError]:
+    if isinstance(obj, dict):
+        for key in getattr(obj, "duplicates", ()):
+            errors.append(FieldError(path=f"{path}.{key}", message="duplicate key: each key may appear once"))
+        for key, value in obj.items():
+            if isinstance(value, (dict, list)):
+                _duplicate_key_errors(value, f"{path}.{key}", errors)
+    elif isinstance(obj, list):
+        for index, value in enumerate(obj):
+            if isinstance(value, (dict, list)):
+                _duplicate_key_errors(value, f"{path}[{index}]", errors)
+    return errors
+
 
 def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
     """Split a body into raw manifests and the JSON path prefix of each.
@@ -87,10 +168,17 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
         top = _top_decoder.decode(body)
     except msgspec.ValidationError:
         raise BadRequest('the body must be a JSON object: one manifest, or {"manifests": [...]}') from None
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from None
+    except _DECODE_ERRORS as exc:
+        raise BadRequest(_decode_message(exc)) from None
     if "manifests" not in top:
         return [body], "$"
+    if body.count(b'"manifests"') > 1:
+        try:
+            obj, duplicated = _strict_loads(body)
+        except _DECODE_ERRORS as exc:
+            raise BadRequest(_decode_message(exc)) from None
+        if duplicated and isinstance(obj, _DuplicateKeys):  # other top-level keys are refused below
+            raise BadRequest("duplicate key: each key may appear once", path="$.manifests")
     extra = sorted(set(top) - {"manifests"})
     if extra:
         raise BadRequest(f"unknown field {extra[0]!r} beside 'manifests' in a batch", path=f"$.{extra[0]}")
@@ -119,18 +207,49 @@ def _rebase(errors: list[FieldError], prefix: str) -> list[FieldError]:
 
 def validate(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError], str | None]:
     """Decode one raw manifest. Returns (manifest, errors, call_id if readable)."""
+    manifest, errors, call_id, _ = decode(raw)
+    return manifest, errors, call_id
+
+
+def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError], str | None, bytes]:
+    """Decode one raw manifest: (manifest or None, errors, call_id if readable, canonical bytes).
+
+    Fast path: one msgspec pass (types, ranges, lengths, UTF-8), the cross-field rules,
+    and the canonical re-encoding that ingest hashes anyway. A body equal to its canonical
+    form (what ctxkit sends) cannot hold a duplicate key; any other is parsed once more
+    to look for one.
+    """
+    raw = normalise_nul(bytes(raw))
     try:
         manifest = decode_manifest(raw)
     except msgspec.ValidationError:
-        obj = msgspec.json.decode(raw)
-        call_id = obj.get("call_id") if isinstance(obj, dict) else None
-        return None, structural_errors(obj), call_id if isinstance(call_id, str) else None
-    except msgspec.DecodeError as exc:  # only reachable for a single-manifest body
-        return None, [FieldError(path="$", message=f"malformed JSON: {exc}")], None
+        errors, call_id = _structural(raw)
+        return None, errors, call_id, b""
+    except _DECODE_ERRORS as exc:
+        return None, [FieldError(path="$", message=_decode_message(exc))], None, b""
     errors = semantic_errors(manifest)
+    canonical = msgspec.json.encode(manifest)
+    if canonical != raw:
+        try:
+            obj, duplicated = _strict_loads(raw)
+        except _DECODE_ERRORS as exc:
+            return None, [FieldError(path="$", message=_decode_message(exc))], manifest.call_id, b""
+        if duplicated:
+            errors = _duplicate_key_errors(obj, "$", []) + errors
     if errors:
-        return None, errors, manifest.call_id
-    return manifest, [], manifest.call_id
+        return None, errors, manifest.call_id, b""
+    return manifest, [], manifest.call_id, canonical
+
+
+def _structural(raw: bytes) -> tuple[list[FieldError], str | None]:
+    """The slow path for a manifest msgspec refused: every bad field with its path."""
+    try:
+        obj, duplicated = _strict_loads(raw)
+    except _DECODE_ERRORS as exc:
+        return [FieldError(path="$", message=_decode_message(exc))], None
+    errors = _duplicate_key_errors(obj, "$", []) if duplicated else []
+    call_id = obj.get("call_id") if isinstance(obj, dict) else None
+    return errors + structural_errors(obj), call_id if isinstance(call_id, str) else None
 
 
 def ingest_body(*, project: Project, body: bytes) -> IngestReport:
@@ -139,12 +258,11 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
     results: list[ManifestResult] = []
     valid: list[tuple[int, Manifest, bytes, str]] = []
     for index, raw in enumerate(raws):
-        manifest, errors, call_id = validate(raw)
+        manifest, errors, call_id, canonical = decode(raw)
         if manifest is None:
             path_prefix = prefix.format(index) if "{}" in prefix else prefix
             results.append(ManifestResult(index, call_id, REJECTED, _rebase(errors, path_prefix)))
             continue
-        canonical = msgspec.json.encode(manifest)
         valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +51,49 @@ def test_it_uses_postgresql_and_a_real_broker_when_told():
         ({"DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL='localhost:6379' must start with redis://"),
         ({"DEBUG": "1", "CTXVIEW_MAX_BATCH": "lots"}, "CTXVIEW_MAX_BATCH='lots' is not an integer"),
         ({"DEBUG": "1", "CTXVIEW_MAX_BATCH": "0"}, "CTXVIEW_MAX_BATCH=0 must be at least 1"),
+        ({"DEBUG": "0", "SECRET_KEY": "ctxview-insecure-development-key-do-not-use-in-production"},
+         "the repository's development key"),
+        ({"DEBUG": "1", "CTXVIEW_HTTPS": "sometimes"}, "CTXVIEW_HTTPS='sometimes' is not a boolean"),
+        ({"DEBUG": "1", "CTXVIEW_INGEST_RATE": "fast"}, "CTXVIEW_INGEST_RATE='fast' is not a rate"),
+        ({"DEBUG": "1", "CTXVIEW_READ_RATE": "10/fortnight"}, "CTXVIEW_READ_RATE='10/fortnight' is not a rate"),
     ],
 )
 def test_it_fails_loudly_on_a_bad_value(env, message):
     result = load_settings(**env)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def security_settings(**env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SECURE_", "CTXVIEW_", "SESSION_", "CSRF_"))}
+    clean.update({"SECRET_KEY": "k", **env})
+    names = ["SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS",
+             "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_PROXY_SSL_HEADER", "CSRF_TRUSTED_ORIGINS"]
+    code = f"import json, ctxview.settings as s; print(json.dumps({{n: getattr(s, n, None) for n in {names!r}}}))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_ctxview_https_turns_on_hsts_ssl_redirect_and_secure_cookies():
+    off = security_settings()
+    assert not off["SECURE_SSL_REDIRECT"] and not off["SESSION_COOKIE_SECURE"] and off["SECURE_HSTS_SECONDS"] == 0
+    on = security_settings(CTXVIEW_HTTPS="1", CTXVIEW_PROXY_SSL_HEADER="X-Forwarded-Proto",
+                           CSRF_TRUSTED_ORIGINS="https://ctxview.example.com")
+    assert on["SECURE_SSL_REDIRECT"] and on["SESSION_COOKIE_SECURE"] and on["CSRF_COOKIE_SECURE"]
+    assert on["SECURE_HSTS_SECONDS"] == 31_536_000 and on["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
+    assert on["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+    assert on["CSRF_TRUSTED_ORIGINS"] == ["https://ctxview.example.com"]
+    # Each part on its own: TLS at the proxy, but no redirect by Django.
+    partial = security_settings(CTXVIEW_HTTPS="1", SECURE_SSL_REDIRECT="0", SECURE_HSTS_SECONDS="600")
+    assert not partial["SECURE_SSL_REDIRECT"] and partial["SESSION_COOKIE_SECURE"]
+    assert partial["SECURE_HSTS_SECONDS"] == 600
+
+
+def test_check_deploy_is_clean_with_the_documented_production_environment():
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    env.update(DEBUG="0", CTXVIEW_HTTPS="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="ctxview.example.com")
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout

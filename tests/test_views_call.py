@@ -143,3 +143,28 @@ def test_it_names_the_step_where_the_evidence_was_lost_with_a_link(demo_world):
     link = re.search(r'<a class="lost-at" href="([^"]+)">step 6</a>', row)
     assert link and link.group(1).startswith(f"/p/{demo_world.project.slug}/calls/coder-list-endpoint/step-6/")
     assert "lost at step 6: compaction" in row
+
+
+def test_it_folds_many_items_that_were_not_sent(demo_world):
+    import json as _json
+
+    from manifests import ingest
+    from tests.conftest import make_manifest
+
+    manifest = make_manifest("folding-run/step-0", run_id="folding-run", items=40)
+    for n, item in enumerate(manifest["items"]):
+        if n >= 5:  # 35 records folded into a summary, recorded as ctxkit does: not sent
+            item.update(action="summarize", position=None, zone=None, used_tokens=0, granted_tokens=0)
+    report = ingest.ingest_body(project=demo_world.project, body=_json.dumps(manifest).encode())
+    assert report.count(ingest.ACCEPTED) == 1
+    body = demo_world.client(demo_world.member).get(
+        f"/p/{demo_world.project.slug}/calls/folding-run/step-0/").content.decode()
+    folded = body.split('id="items-folded"', 1)[1].split("</details>\n", 1)[0]
+    assert "35 items not sent" in folded
+    assert folded.count("<tr class=") == 35
+    sent = body.split('id="items"', 1)[1].split('id="items-folded"', 1)[0]
+    assert sent.count("<tr class=") == 5
+    # A call with few such items is not folded.
+    small = demo_world.client(demo_world.member).get(
+        f"/p/{demo_world.project.slug}/calls/refunds-budget-800/step-6/").content.decode()
+    assert 'id="items-folded"' not in small

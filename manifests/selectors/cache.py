@@ -103,9 +103,12 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
     coloured by cause when the range holds few enough calls."""
     bucket = s.bucket_for(filters)
     lines: dict[str, dict[str, dict]] = defaultdict(dict)
+    owners: dict[str, tuple[str, str]] = {}
     for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "input_tokens",
                                                         "cache_read_tokens").order_by("start"):
-        line = lines[f"{r['agent']} · {r['model']}"]
+        name = f"{r['agent']} · {r['model']}"
+        owners[name] = (r["agent"], r["model"])
+        line = lines[name]
         acc = line.setdefault(r["start"].isoformat(), [0, 0])
         acc[0] += r["cache_read_tokens"]
         acc[1] += r["input_tokens"]
@@ -125,7 +128,8 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
                                                        "call__call_id", "call__agent"))
     return {
         "bucket": bucket,
-        "lines": {name: {"x": list(v), "y": [hit_rate(a, b) for a, b in v.values()]}
+        "lines": {name: {"x": list(v), "y": [hit_rate(a, b) for a, b in v.values()],
+                         "agent": owners[name][0], "model": owners[name][1]}
                   for name, v in lines.items()},
         "x": [t.isoformat() for t in data.starts],
         "causes": {c: [m.get(c, 0) for m in data.maps["cache_causes"]] for c in causes},

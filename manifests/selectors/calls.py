@@ -32,7 +32,7 @@ def call_with_children(project: Project, call_id: str) -> Call:
         .first()
     )
     if call is None:
-        raise Http404("no such call")
+        raise Http404(f"No call {call_id!r} in this project.")
     return call
 
 

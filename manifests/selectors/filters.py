@@ -7,14 +7,17 @@ answer it with a 400, never a 500.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+
+from ctxkit.record.manifest import EARLIEST, LATEST
 
 # Named ranges offered in the filter bar; "all" means no time bound.
 RANGES: dict[str, timedelta | None] = {
@@ -28,6 +31,7 @@ RANGES: dict[str, timedelta | None] = {
 }
 DEFAULT_RANGE = "24h"
 MAX_VALUE = 200  # agent and model names are at most 200 characters in a manifest
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class FilterError(ValueError):
@@ -63,6 +67,32 @@ class Filters:
         if self.since is None:
             return None
         return (self.until or self.as_of or timezone.now()) - self.since
+
+    @property
+    def since_input(self) -> str:
+        """The start as a datetime-local input shows it (UTC, to the minute)."""
+        return _local_input(self.since) if self.range == "custom" else ""
+
+    @property
+    def until_input(self) -> str:
+        return _local_input(self.until) if self.range == "custom" else ""
+
+    def chips(self) -> list[tuple[str, str, str]]:
+        """The active filters as (label, value, querystring without it) for the filter bar,
+        so what the URL says is always visible and each part can be removed on its own."""
+        out = []
+        if self.agent:
+            out.append(("agent", self.agent, self.querystring(agent="")))
+        if self.model:
+            out.append(("model", self.model, self.querystring(model="")))
+        if self.range == "custom":
+            out.append(("from", self.since_raw or "the start", self.querystring(since="", until="")))
+            if self.until_raw:
+                out.append(("to", self.until_raw, self.querystring(until="")))
+        elif self.range != DEFAULT_RANGE:
+            out.append(("range", "all time" if self.range == "all" else f"last {self.range}",
+                        self.querystring(range="")))
+        return out
 
     def previous(self) -> Filters | None:
         """The period of the same length just before this one (for "against the previous period")."""
@@ -107,6 +137,10 @@ class Filters:
         return urlencode(self.params(**override))
 
 
+def _local_input(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M") if moment else ""
+
+
 def _time(raw: str, param: str, *, end: bool) -> datetime:
     """An ISO 8601 time, or a date (a date as ``until`` means the end of that day)."""
     message = f"{raw!r} is not an ISO 8601 date or time (e.g. 2026-11-29 or 2026-11-29T14:00Z)"
@@ -116,12 +150,19 @@ def _time(raw: str, param: str, *, end: bool) -> datetime:
         value = parse_datetime(raw) if day is None else None
     except ValueError:
         raise FilterError(param, message) from None
+    # The same range as stored timestamps (ctxkit.record.manifest), checked before any
+    # arithmetic: 9999-12-31 plus a day does not exist.
+    out_of_range = FilterError(param, f"{raw!r} is outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}")
     if value is None:
         if day is None:
             raise FilterError(param, message)
+        if not EARLIEST.year <= day.year < LATEST.year:
+            raise out_of_range
         value = datetime(day.year, day.month, day.day) + (timedelta(days=1) if end else timedelta())
     if timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.get_default_timezone())
+    if not EARLIEST <= value <= LATEST:
+        raise out_of_range
     return value
 
 
@@ -132,11 +173,16 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     for param, value in (("agent", agent), ("model", model)):
         if len(value) > MAX_VALUE:
             raise FilterError(param, f"at most {MAX_VALUE} characters")
+        if _CONTROL.search(value):
+            raise FilterError(param, "must not contain control characters")
     since_raw = query.get("since", "").strip()
     until_raw = query.get("until", "").strip()
     key = query.get("range", "").strip()
     # A named range wins over since/until: the filter bar sends both, and choosing a range
-    # there means "this range"; since/until alone (range left empty) is a custom range.
+    # there means "this range"; since/until alone (range left empty or "custom") is a
+    # custom range.
+    if key == "custom":
+        key = ""
     if not key and (since_raw or until_raw):
         since = _time(since_raw, "since", end=False) if since_raw else None
         until = _time(until_raw, "until", end=True) if until_raw else None

@@ -12,15 +12,35 @@ from ctxkit.figures import hit_rate
 from manifests import figures
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
 from manifests.selectors.filters import Filters
+from manifests.selectors.sorting import Sort
 
 RUNS_PER_PAGE = 50
+STEPS_PER_PAGE = 100
+# ?sort= columns of the runs table. "calls" is counted for the sort only when asked for.
+RUN_SORTS = {"run": "run_id", "agent": "agent", "model": "model", "first": "first_seen", "last": "last_seen",
+             "calls": "n_calls"}
+DEFAULT_RUN_SORT = "-last"
+# ?sort= columns of a run's steps table (sorted in memory: the run is loaded whole for its charts).
+STEP_SORTS = {
+    "step": lambda s: s["call"].step,
+    "time": lambda s: s["call"].started_at,
+    "context": lambda s: s["context_tokens"],
+    "input": lambda s: s["call"].input_tokens,
+    "hit": lambda s: s["hit_rate"],
+    "missing": lambda s: s["call"].evidence_missing,
+}
+DEFAULT_STEP_SORT = "step"
 
 
-def runs_page(project: Project, filters: Filters, page: str | int | None) -> Page:
-    """A page of runs, newest first; the per-run totals are computed for this page only."""
+def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page:
+    """A page of runs, newest first (or by ``sort``); the per-run totals are computed for
+    this page only."""
+    sort = sort or Sort("last", True)
     qs = Run.objects.filter(project=project)
     qs = filters.apply(qs, since_field="last_seen", until_field="first_seen")
-    result = Paginator(qs.order_by("-last_seen", "-pk"), RUNS_PER_PAGE).get_page(page)
+    if sort.column == "calls":
+        qs = qs.annotate(n_calls=Count("calls"))
+    result = Paginator(qs.order_by(*sort.order_by(RUN_SORTS)), RUNS_PER_PAGE).get_page(page)
     runs = list(result.object_list)
     stats = {
         row["run_id"]: row
@@ -55,7 +75,8 @@ def runs_page(project: Project, filters: Filters, page: str | int | None) -> Pag
 
 def run_steps(run: Run) -> list[dict[str, Any]]:
     """One row per call of the run, in step order, with everything the run view draws."""
-    calls = list(run.calls.order_by("step", "started_at"))
+    # The raw manifest is the largest column and nothing here reads it (a run may have thousands of calls).
+    calls = list(run.calls.defer("raw", "prefix_segments").order_by("step", "started_at"))
     pks = [c.pk for c in calls]
     tokens = defaultdict(dict)
     for row in (

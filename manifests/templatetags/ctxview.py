@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import template
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -37,3 +38,33 @@ def delta(value: float | None, fmt: str) -> str:
     if fmt == "int":
         return f"{int(value):+,}"
     return f"{value:+,.2f}"
+
+
+@register.simple_tag(takes_context=True)
+def sort_th(context, sort, column: str, label: str, numeric: bool = False, first: str = "") -> str:
+    """A sortable column header: a link that sorts by ``column`` (the other direction when it
+    already does), with ``aria-sort`` on the sorted one. The link keeps every other query
+    parameter but the page number. ``first`` is the direction of a first click
+    (numbers and times: descending; text: ascending)."""
+    query = context["request"].GET.copy()
+    query.pop("page", None)
+    descending_first = (first or ("desc" if numeric else "asc")) == "desc"
+    active = sort is not None and sort.column == column
+    if active:
+        descending = not sort.descending
+    else:
+        descending = descending_first
+    query["sort"] = f"-{column}" if descending else column
+    aria = ("descending" if sort.descending else "ascending") if active else "none"
+    arrow = ("▼" if sort.descending else "▲") if active else "↕"
+    return format_html(
+        '<th scope="col" class="sortable{}" aria-sort="{}"><a href="?{}" data-sort="{}">{}'
+        '<span class="sort-arrow" aria-hidden="true"> {}</span></a></th>',
+        " num" if numeric else "", aria, query.urlencode(), column, label, arrow,
+    )
+
+
+@register.filter
+def split(value: str) -> list[str]:
+    """"calls items evidence"|split -> a list, for a loop over fixed names in a template."""
+    return str(value).split()

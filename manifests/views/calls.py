@@ -6,11 +6,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from ctxkit.figures import in_context
 from manifests import replay
 from manifests.models import Attribution, CacheEvent, CallFigures, Project
 from manifests.selectors import calls as calls_sel
 from manifests.selectors.filters import Filters
 from manifests.views.common import json_endpoint, page, project_page
+
+FOLD_NOT_SENT_OVER = 12
 
 
 @project_page
@@ -35,6 +38,10 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
                    for c in call.compactions.all()]
     allocation = calls_sel.allocation(call, items, effective_limit=figures.effective_limit if figures else None)
     diff = calls_sel.diff_with_previous(call, items)
+    ordered = calls_sel.context_order(items)
+    # Many items not sent (folded into a summary, cleared, dropped) fold under one line.
+    not_sent = sum(1 for i in ordered if not in_context(i))
+    fold_at = len(ordered) - not_sent if not_sent > FOLD_NOT_SENT_OVER else None
     qs = filters.querystring()
     whatif = {
         "url": reverse("call-whatif", args=[project.slug]),
@@ -47,7 +54,9 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
     }
     return page(request, "manifests/call.html", project, filters, "runs", {
         "call": call,
-        "items": calls_sel.context_order(items),
+        "items": ordered,
+        "fold_at": fold_at,
+        "not_sent": not_sent,
         "evidence": evidence,
         "risks": [a for a in attributions if a.is_risk],
         "compactions": compactions,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -17,6 +18,8 @@ from manifests.selectors.projects import filter_options, project_for
 NAV = [("overview", "Overview"), ("runs", "Runs"), ("evidence", "Evidence"), ("cache", "Cache"),
        ("compactions", "Compactions")]
 
+PRESETS = ("1h", "24h", "7d", "30d")
+
 Page = Callable[..., HttpResponse]
 
 
@@ -25,19 +28,34 @@ def bad_request(request: HttpRequest, param: str, message: str, *, project: Proj
                   status=400)
 
 
+def not_found(request: HttpRequest, message: str, *, project: Project | None = None) -> HttpResponse:
+    """The app's 404 page, rendered here rather than left to Django so that it is the same
+    page with DEBUG on (Django's debug 404 would otherwise replace it)."""
+    return render(request, "404.html", {"message": message, "project": project}, status=404)
+
+
 def project_page(view: Page) -> Page:
     """Login required; the project must be one of the user's (404 otherwise, so a guessed
-    slug reveals nothing); the URL filters are parsed once (a bad one is a 400 naming it)."""
+    slug reveals nothing); the URL filters are parsed once (a bad one is a 400 naming it).
+    A view's Http404 (an unknown run or call) is answered with the app's 404 page."""
 
     @login_required
     @wraps(view)
     def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
-        project = project_for(request.user, slug)
+        try:
+            project = project_for(request.user, slug)
+        except Http404:
+            return not_found(request, "No such project, or you are not one of its members.")
         try:
             filters = f.parse(request.GET)
         except f.FilterError as exc:
             return bad_request(request, exc.param, exc.message, project=project)
-        return view(request, project, filters, *args, **kwargs)
+        try:
+            return view(request, project, filters, *args, **kwargs)
+        except f.FilterError as exc:  # a page's own parameter (sort, cause, ...)
+            return bad_request(request, exc.param, exc.message, project=project)
+        except Http404 as exc:
+            return not_found(request, str(exc) or "Not found.", project=project)
 
     return wrapper
 
@@ -66,16 +84,30 @@ def page(request: HttpRequest, template: str, project: Project, filters: f.Filte
     filter form carries along so applying a filter keeps them.
     """
     qs = filters.querystring()
+    options = filter_options(project)
+    # The filter bar shows what the URL says, even a value with no data (agent=nobody).
+    for name, value in (("agents", filters.agent), ("models", filters.model)):
+        if value and value not in options[name]:
+            options[name] = [value, *options[name]]
+    keep = {k: v for k, v in (keep or {}).items() if v}
+    kept = urlencode(keep)
+
+    def with_keep(querystring: str) -> str:
+        return "&".join(part for part in (querystring, kept) if part)
+
     base = {
         "project": project,
         "filters": filters,
-        "options": filter_options(project),
+        "options": options,
         "ranges": list(f.RANGES),
         "default_range": f.DEFAULT_RANGE,
         "qs": qs,
         "qs_suffix": f"?{qs}" if qs else "",
         "nav": NAV,
         "active": active,
-        "keep": {k: v for k, v in (keep or {}).items() if v},
+        "keep": keep,
+        "preset_ranges": [{"label": f"last {r}", "active": filters.range == r,
+                           "qs": with_keep(filters.querystring(range=r, since="", until=""))} for r in PRESETS],
+        "filter_chips": [(label, value, with_keep(without)) for label, value, without in filters.chips()],
     }
     return render(request, template, {**base, **context})

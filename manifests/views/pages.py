@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote, urlencode
+
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
 from ctxkit.record.manifest import INVARIANT_NAMES
-from manifests.models import Run
+from manifests.models import Rollup, Run
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import evidence as evidence_sel
@@ -16,6 +21,7 @@ from manifests.selectors import overview as overview_sel
 from manifests.selectors import runs as runs_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
+from manifests.selectors.sorting import parse_sort, sort_list
 from manifests.views.common import bad_request, page, project_page
 
 KIND_ORDER = ["system", "constraint", "task", "tools", "memory", "summary", "history", "retrieval", "example",
@@ -24,6 +30,36 @@ KIND_ORDER = ["system", "constraint", "task", "tools", "memory", "summary", "his
 
 def call_url(slug: str, call_id: str, qs: str = "") -> str:
     return reverse("call-detail", args=[slug, call_id]) + (f"?{qs}" if qs else "")
+
+
+# What reverse() leaves unquoted in a path (django.urls.resolvers: RFC 3986 sub-delimiters and "/~:@").
+PATH_SAFE = "!$&'()*+,;=/~:@"
+
+
+def call_linker(slug: str, qs: str = "") -> Callable[[str], str]:
+    """call_url for many calls of one page: reverse() once, then quote each id the way reverse()
+    does (a chart links up to 5,000 calls, and reverse() costs ~50 µs a call)."""
+    prefix = reverse("calls", args=[slug])
+    suffix = f"/?{qs}" if qs else "/"
+    return lambda call_id: prefix + quote(call_id, safe=PATH_SAFE) + suffix
+
+
+def calls_url(slug: str, filters: Filters, **params: str) -> str:
+    """The filtered calls list: the page's filters plus ``params``."""
+    query = filters.querystring(**params)
+    return reverse("calls", args=[slug]) + (f"?{query}" if query else "")
+
+
+def bucket_urls(slug: str, filters: Filters, starts: list[str], bucket: str, **params: str) -> list[str]:
+    """For each bucket of a time series, the calls list of exactly that bucket (and ``params``)."""
+    step = timedelta(hours=1) if bucket == Rollup.HOUR else timedelta(days=1)
+    fixed = urlencode({k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v})
+    base = reverse("calls", args=[slug]) + "?" + (f"{fixed}&" if fixed else "")
+    out = []
+    for start in starts:
+        begin = datetime.fromisoformat(start).astimezone(UTC)
+        out.append(f"{base}since={begin:%Y-%m-%dT%H:%M}Z&until={begin + step:%Y-%m-%dT%H:%M}Z")
+    return out
 
 
 @login_required
@@ -35,6 +71,10 @@ def index(request: HttpRequest) -> HttpResponse:
 def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     regressions = overview_sel.regressions(project, filters)
     charts = overview_sel.charts(project, filters, regressions)
+    # Click-through: each bucket opens its calls; a prefix-change marker its prefix changes.
+    charts["urls"] = bucket_urls(project.slug, filters, charts["x"], charts["bucket"])
+    charts["prefix_urls"] = bucket_urls(project.slug, filters, charts["x"], charts["bucket"], cache="prefix_changed")
+    charts["regression_urls"] = [call_url(project.slug, r.call.call_id, filters.querystring()) for r in regressions]
     return page(request, "manifests/overview.html", project, filters, "overview", {
         "cards": overview_sel.headline(project, filters),
         "charts": charts,
@@ -48,28 +88,33 @@ def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 
 @project_page
 def runs(request: HttpRequest, project, filters: Filters) -> HttpResponse:
-    result = runs_sel.runs_page(project, filters, request.GET.get("page"))
+    sort = parse_sort(request.GET.get("sort"), runs_sel.RUN_SORTS, runs_sel.DEFAULT_RUN_SORT)
+    result = runs_sel.runs_page(project, filters, request.GET.get("page"), sort)
     qs = filters.querystring()
     chart = [{"run": r.run_id, "agent": r.agent, "at": r.last_seen.isoformat(), "hit": r.hit_rate,
               "calls": r.call_count, "missing": r.evidence_missing, "failed": r.failed_compactions,
               "url": reverse("run-detail", args=[project.slug, r.run_id]) + (f"?{qs}" if qs else "")}
              for r in result.object_list]
-    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart})
+    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart,
+                                                                          "sort": sort},
+                keep={"sort": request.GET.get("sort", "")})
 
 
 @project_page
 def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> HttpResponse:
     run = Run.objects.filter(project=project, run_id=run_id).first()
     if run is None:
-        raise Http404("no such run")
+        raise Http404(f"No run {run_id!r} in this project.")
+    sort = parse_sort(request.GET.get("sort"), runs_sel.STEP_SORTS, runs_sel.DEFAULT_STEP_SORT)
     steps = runs_sel.run_steps(run)
     qs = filters.querystring()
+    link = call_linker(project.slug, qs)
     # Stacked bottom-up in the order of a context: the head kinds first, the tail last.
     kinds = sorted({k for s in steps for k in s["tokens_by_kind"]},
                    key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else len(KIND_ORDER), k))
     chart = {
         "steps": [s["call"].step for s in steps],
-        "urls": [call_url(project.slug, s["call"].call_id, qs) for s in steps],
+        "urls": [link(s["call"].call_id) for s in steps],
         "kinds": {k: [s["tokens_by_kind"].get(k, 0) for s in steps] for k in kinds},
         "window": [s["call"].window for s in steps],
         "input_cap": [s["call"].input_cap for s in steps],
@@ -79,17 +124,24 @@ def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> 
         "segment": [s["cache_segment"] for s in steps],
         "detail": [s["cache_detail"] for s in steps],
         "compactions": [
-            {"step": s["call"].step, "text": f"{c.strategy}: {c.tokens_before}→{c.tokens_after} tokens"
+            {"step": s["call"].step, "url": link(s["call"].call_id),
+             "text": f"{c.strategy}: {c.tokens_before}→{c.tokens_after} tokens"
              + (f", {c.failed_invariants} invariant(s) failed" if c.failed_invariants else "")}
             for s in steps for c in s["compactions"]
         ],
         "edits": [
-            {"step": s["call"].step, "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
+            {"step": s["call"].step, "url": link(s["call"].call_id),
+             "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
             for s in steps for e in s["edits"]
         ],
     }
+    # The charts draw every step; the table pages through them (a run may have thousands).
+    table = Paginator(sort_list(steps, sort, runs_sel.STEP_SORTS), runs_sel.STEPS_PER_PAGE).get_page(
+        request.GET.get("page"))
     return page(request, "manifests/run.html", project, filters, "runs", {"run": run, "steps": steps,
-                                                                         "chart": chart})
+                                                                         "table": table, "sort": sort,
+                                                                         "chart": chart},
+                keep={"sort": request.GET.get("sort", "")})
 
 
 @project_page
@@ -115,7 +167,8 @@ def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
             context["timeline_chart"] = _timeline_chart(project.slug, filters, rows)
     else:
         context["most_missing"] = evidence_sel.most_missing(project, filters)
-    chart = {"causes": [{"cause": r["cause"], "label": r["label"], "n": r["n"], "risk": r["is_risk"]}
+    chart = {"causes": [{"cause": r["cause"], "label": r["label"], "n": r["n"], "risk": r["is_risk"],
+                         "url": calls_url(project.slug, filters, cause=r["cause"])}
                         for r in context["causes"]]}
     context["chart"] = chart
     return page(request, "manifests/evidence.html", project, filters, "evidence", context,
@@ -135,7 +188,7 @@ def _timeline_chart(slug: str, filters: Filters, rows: list[dict]) -> dict:
         "steps": [r["call"].step for r in declared],
         "stages": STAGES,
         "z": z,
-        "urls": [call_url(slug, r["call"].call_id, filters.querystring()) for r in declared],
+        "urls": list(map(call_linker(slug, filters.querystring()), (r["call"].call_id for r in declared))),
         "causes": [r["attribution"].cause if r["attribution"] else "" for r in declared],
     }
 
@@ -147,8 +200,18 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "regressions": cache_sel.regressions(project, filters),
         "miss_cost": cache_sel.miss_cost(project, filters),
         "prefixes": cache_sel.prefixes(project, filters, request.GET.get("page")),
-        "chart": cache_sel.chart(project, filters),
+        "chart": _cache_chart(project.slug, filters, cache_sel.chart(project, filters)),
     })
+
+
+def _cache_chart(slug: str, filters: Filters, chart: dict) -> dict:
+    """Click-through: a line's bucket opens that agent/model's calls of the bucket; a point its call."""
+    for line in chart["lines"].values():
+        line["urls"] = bucket_urls(slug, filters, line["x"], chart["bucket"], agent=line["agent"], model=line["model"])
+    link = call_linker(slug, filters.querystring())
+    for point in chart["points"]:
+        point["url"] = link(point["call__call_id"])
+    return chart
 
 
 @project_page

@@ -21,9 +21,8 @@ from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 __all__ = [
     "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "Step", "causes_of_run",
     "cited_keys", "context_order", "context_tokens", "cost_units", "coverage", "evidence_coverage", "evidence_risks",
-    "first_missing",
-    "hit_rate", "in_context", "local_missing_cause", "relative_positions", "run_history", "total_context_tokens",
-    "trace_missing", "uncached_tokens",
+    "first_missing", "hit_rate", "in_context", "kept_by", "local_missing_cause", "relative_positions", "run_history",
+    "total_context_tokens", "trace_missing", "uncached_tokens",
 ]
 
 
@@ -44,10 +43,20 @@ class UsageLike(Protocol):
 # --------------------------------------------------------------------------- #
 # Tokens in context
 
+def kept_by(action: str) -> bool:
+    """Does this action leave some of the item in the context? (drop, dedupe, clear do not.)"""
+    return action not in ABSENT_ACTIONS
+
+
 def in_context(item: ItemLike) -> bool:
     """Did anything of the item reach the model? Every action but drop, dedupe and clear
-    leaves some of it, whether or not the manifest gave it a position."""
-    return item.action not in ABSENT_ACTIONS
+    leaves some of it, whether or not the manifest gave it a position, unless the manifest
+    says it took no token: used 0 (else granted 0), as for the records ctxkit folds into a
+    compaction summary (the summary item carries their tokens; counting them would not)."""
+    if not kept_by(item.action):
+        return False
+    sent = item.used_tokens if item.used_tokens is not None else item.granted_tokens
+    return sent is None or sent > 0
 
 
 def context_tokens(item: ItemLike) -> int:

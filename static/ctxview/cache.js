@@ -5,8 +5,9 @@
   var cv = window.ctxview, esc = cv.esc, d = cv.data("cache-data");
   var traces = Object.keys(d.lines).map(function (name, i) {
     var l = d.lines[name];
-    return { type: "scatter", mode: "lines", name: esc(name), x: l.x, y: l.y, line: { width: 2, color: cv.color({}, "", i) },
-             hovertemplate: esc(name) + "<br>%{x}: %{y:.0%}<extra></extra>" };
+    return { type: "scatter", mode: "lines+markers", name: esc(name), x: l.x, y: l.y, customdata: l.urls,
+             line: { width: 2, color: cv.color({}, "", i) }, marker: { size: 5 },
+             hovertemplate: esc(name) + "<br>%{x}: %{y:.0%}<br>click: the calls of this bucket<extra></extra>" };
   });
   var byCause = {};
   d.points.forEach(function (p) { (byCause[p.cause] = byCause[p.cause] || []).push(p); });
@@ -14,7 +15,7 @@
     var pts = byCause[cause];
     traces.push({
       type: "scatter", mode: "markers", name: "call: " + esc(cause), x: pts.map(function (p) { return p.started_at; }),
-      y: pts.map(function (p) { return p.hit_ratio; }), marker: { size: 6, color: cv.color(cv.CAUSE, cause, i), opacity: 0.8 },
+      y: pts.map(function (p) { return p.hit_ratio; }), customdata: pts.map(function (p) { return p.url; }), marker: { size: 6, color: cv.color(cv.CAUSE, cause, i), opacity: 0.8 },
       text: pts.map(function (p) {
         return esc(p.call__call_id) + " (" + esc(p.call__agent) + ")<br>" + esc(cause) + (p.changed_segment ? ": " + esc(p.changed_segment) + " changed" : "");
       }),

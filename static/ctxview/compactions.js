@@ -10,8 +10,8 @@
              text: pts.map(function (p) { return esc(p.label); }), marker: { size: 11, color: g[2] },
              hovertemplate: "%{text}<br>r %{x:.2f}, d %{y:.2f}<extra></extra>" };
   });
-  cv.follow(cv.plot("chart-compactions", traces, {
+  cv.plot("chart-compactions", traces, {
     height: 280, xaxis: { title: { text: "ratio r (after / before)" }, range: [0, 1.05] },
     yaxis: { title: { text: "distortion d" }, range: [-0.05, 1.05] }, margin: { l: 60, r: 20, t: 10, b: 50 }
-  }));
+  });
 })();

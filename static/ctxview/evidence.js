@@ -5,7 +5,7 @@
   var causes = d.causes;
   cv.plot("chart-causes", [{
     type: "bar", orientation: "h", y: causes.map(function (c) { return esc(c.label); }),
-    x: causes.map(function (c) { return c.n; }), marker: { color: causes.map(function (c, i) { return cv.color(cv.CAUSE, c.cause, i); }) },
+    x: causes.map(function (c) { return c.n; }), customdata: causes.map(function (c) { return c.url; }), marker: { color: causes.map(function (c, i) { return cv.color(cv.CAUSE, c.cause, i); }) },
     hovertemplate: "%{y}: %{x}<extra></extra>"
   }], { height: Math.max(180, 60 + 34 * causes.length), margin: { l: 230, r: 20, t: 10, b: 40 },
         yaxis: { autorange: "reversed", automargin: true }, xaxis: { title: { text: "evidence" }, rangemode: "tozero" } });
@@ -18,9 +18,9 @@
     });
   });
   var custom = t.z.map(function (row) { return row.map(function (_, i) { return t.urls[i]; }); });
-  cv.follow(cv.plot("chart-timeline", [{
+  cv.plot("chart-timeline", [{
     type: "heatmap", x: t.steps.map(function (s) { return "step " + s; }), y: t.stages, z: t.z, text: text, customdata: custom,
     zmin: 0, zmax: 1, colorscale: [[0, "#f3c6c6"], [1, "#bfe3c6"]], showscale: false, xgap: 3, ygap: 3,
     hovertemplate: "%{x}<br>%{text}<extra></extra>"
-  }], { height: 240, margin: { l: 90, r: 10, t: 10, b: 30 }, yaxis: { autorange: "reversed" } }));
+  }], { height: 240, margin: { l: 90, r: 10, t: 10, b: 30 }, yaxis: { autorange: "reversed" } });
 })();

@@ -12,9 +12,30 @@
     return el ? JSON.parse(el.textContent) : null;
   }
   var config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  function hasData(traces) {
+    return traces.some(function (t) {
+      var xs = t.x || [], ys = t.y || [];
+      var n = Math.max(xs.length, ys.length);
+      for (var i = 0; i < n; i++) {
+        if ((t.type === "bar" ? ys[i] || xs[i] : ys[i] !== null && ys[i] !== undefined)) { return true; }
+      }
+      return false;
+    });
+  }
+  /* An empty range is a sentence, not a blank chart with -1..6 axes. */
+  function empty(el, text) {
+    el.classList.add("is-empty");
+    el.style.height = "";
+    el.textContent = "";
+    var p = document.createElement("p");
+    p.className = "chart-empty";
+    p.textContent = text || el.getAttribute("data-empty") || "No data in this range.";
+    el.appendChild(p);
+  }
   function plot(id, traces, layout) {
     var el = document.getElementById(id);
     if (!el) { return null; }
+    if (!hasData(traces)) { empty(el); return null; }
     var base = {
       margin: { l: 60, r: 20, t: 36, b: 40 },
       font: { family: "system-ui, -apple-system, Segoe UI, sans-serif", size: 12, color: "#1d2330" },
@@ -29,15 +50,7 @@
     Plotly.newPlot(el, traces, merged, config);
     return el;
   }
-  /* Points carry their link in customdata; a click follows it (same origin only). */
-  function follow(el, index) {
-    if (!el) { return; }
-    el.on("plotly_click", function (ev) {
-      var p = ev.points && ev.points[0];
-      var url = p && (index === undefined ? p.customdata : (p.customdata || [])[index]);
-      if (typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/") { window.location.href = url; }
-    });
-  }
+  /* Clicks on points and bars are followed by clickthrough.js, from their customdata. */
   function pct(v) { return v === null || v === undefined ? "–" : (v * 100).toFixed(0) + "%"; }
   var KIND = {
     system: "#3b6fd8", tools: "#6f8fe0", task: "#1f4fb0", constraint: "#163c88", memory: "#8e6bd1",
@@ -72,6 +85,6 @@
               (r.segment ? ", " + esc(r.segment) + " changed" : "") });
     });
   }
-  window.ctxview = { esc: esc, data: data, plot: plot, follow: follow, pct: pct, KIND: KIND, CAUSE: CAUSE,
+  window.ctxview = { esc: esc, data: data, plot: plot, empty: empty, pct: pct, KIND: KIND, CAUSE: CAUSE,
                      color: color, regressionMarkers: regressionMarkers };
 })();

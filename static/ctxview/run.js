@@ -4,6 +4,8 @@
   "use strict";
   var cv = window.ctxview, esc = cv.esc, d = cv.data("run-data");
   var x = d.steps;
+  // One label per step up to 30 steps; beyond, Plotly picks about 20 (a 1,000-step run stays readable).
+  var stepAxis = x.length <= 30 ? { dtick: 1 } : { nticks: 20 };
   var traces = Object.keys(d.kinds).map(function (k, i) {
     return { type: "bar", name: esc(k), x: x, y: d.kinds[k], customdata: d.urls,
              marker: { color: cv.color(cv.KIND, k, i) }, hovertemplate: "step %{x}<br>" + esc(k) + ": %{y} tokens<extra></extra>" };
@@ -19,25 +21,27 @@
   if (d.compactions.length) {
     traces.push({ type: "scatter", mode: "markers", name: "compaction", x: d.compactions.map(function (c) { return c.step; }),
                   y: d.compactions.map(function () { return top * 1.04; }), text: d.compactions.map(function (c) { return esc(c.text); }),
+                  customdata: d.compactions.map(function (c) { return c.url; }),
                   marker: { symbol: "diamond", size: 12, color: "#d2603a" }, hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
   }
   if (d.edits.length) {
     traces.push({ type: "scatter", mode: "markers", name: "context edit", x: d.edits.map(function (c) { return c.step; }),
                   y: d.edits.map(function () { return top * 1.08; }), text: d.edits.map(function (c) { return esc(c.text); }),
+                  customdata: d.edits.map(function (c) { return c.url; }),
                   marker: { symbol: "triangle-down", size: 11, color: "#5b6475" }, hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
   }
-  cv.follow(cv.plot("chart-steps", traces, {
-    barmode: "stack", height: 340, xaxis: { title: { text: "step" }, dtick: 1 }, yaxis: { title: { text: "tokens" } },
+  cv.plot("chart-steps", traces, {
+    barmode: "stack", height: 340, xaxis: Object.assign({ title: { text: "step" } }, stepAxis), yaxis: { title: { text: "tokens" } },
     margin: { l: 60, r: 20, t: 20, b: 40 }
-  }));
+  });
   var text = d.cause.map(function (c, i) {
     return c ? esc(c) + (d.segment[i] ? " (" + esc(d.segment[i]) + " changed)" : "") + (d.detail[i] ? "<br>" + esc(d.detail[i]) : "") : "no cache event";
   });
   var colors = d.cause.map(function (c, i) { return cv.color(cv.CAUSE, c || "", i); });
-  cv.follow(cv.plot("chart-hits", [{
+  cv.plot("chart-hits", [{
     type: "scatter", mode: "lines+markers", x: x, y: d.hit_rate, customdata: d.urls, text: text,
-    line: { color: "#9aa3b2", width: 1 }, marker: { color: colors, size: 12, line: { color: "#fff", width: 1 } },
+    line: { color: "#9aa3b2", width: 1 }, marker: { color: colors, size: x.length > 200 ? 5 : 12, line: { color: "#fff", width: x.length > 200 ? 0 : 1 } },
     hovertemplate: "step %{x}: %{y:.0%}<br>%{text}<extra></extra>", name: "hit rate"
-  }], { height: 220, yaxis: { tickformat: ".0%", range: [-0.05, 1.05] }, xaxis: { dtick: 1, title: { text: "step" } },
-        margin: { l: 60, r: 20, t: 10, b: 40 }, showlegend: false }));
+  }], { height: 220, yaxis: { tickformat: ".0%", range: [-0.05, 1.05] }, xaxis: Object.assign({ title: { text: "step" } }, stepAxis),
+        margin: { l: 60, r: 20, t: 10, b: 40 }, showlegend: false });
 })();

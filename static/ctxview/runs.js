@@ -18,8 +18,8 @@
       hovertemplate: "%{text}<br>hit rate %{y:.0%}<extra></extra>"
     };
   });
-  cv.follow(cv.plot("chart-runs", traces, {
+  cv.plot("chart-runs", traces, {
     height: 240, yaxis: { tickformat: ".0%", range: [-0.08, 1.08], title: { text: "hit rate" } },
     margin: { l: 60, r: 20, t: 10, b: 40 }, legend: { orientation: "h", y: -0.25 }
-  }));
+  });
 })();

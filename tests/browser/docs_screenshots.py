@@ -32,12 +32,38 @@ def shot(page: Page, out: Path, name: str, anchor: str | None = None, offset: in
     print("saved", out / f"{name}.png")
 
 
+def explore(page: Page, base: str, out: Path) -> None:
+    """Search, the calls list a chart opens, the comparison, the empty and not-found states."""
+    page.goto(f"{base}/p/demo/")
+    page.fill("#find-q", "refunds-budget-")
+    page.press("#find-q", "Enter")
+    page.wait_for_selector("#search-results")
+    shot(page, out, "find-results")
+    page.goto(f"{base}/p/demo/calls/?range=all&cache=prefix_changed&sort=-input")
+    page.wait_for_selector("#calls")
+    shot(page, out, "calls-list")
+    page.goto(f"{base}/p/demo/compare/?b=refunds-budget-800/step-6")
+    page.wait_for_selector("#compare-items")
+    shot(page, out, "compare")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{base}/p/demo/compare/?b=refunds-budget-800/step-6")
+    shot(page, out, "compare-390", "h1", offset=10)
+    page.set_viewport_size(VIEWPORT)
+    page.goto(f"{base}/p/demo/?agent=nobody")
+    page.wait_for_selector("#chart-hit .chart-empty")
+    shot(page, out, "overview-empty", "h2 >> text=Cache hit rate", offset=200)
+    page.goto(f"{base}/p/demo/calls/no-such/call/")
+    shot(page, out, "not-found")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", default="http://127.0.0.1:8000")
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--user", default="demo")
     parser.add_argument("--password", default="demo-password")
+    parser.add_argument("--part", choices=["all", "walkthrough", "explore"], default="all",
+                        help="the three questions' walkthrough, the find/compare/export pages, or both")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -50,6 +76,10 @@ def main() -> None:
         page.fill("input[name=password]", args.password)
         page.click("button[type=submit]")
         page.wait_for_url(f"{base}/")
+        if args.part == "explore":
+            explore(page, base, out)
+            browser.close()
+            return
 
         # The overview and its three questions.
         page.goto(f"{base}/p/demo/")
@@ -96,6 +126,8 @@ def main() -> None:
         page.goto(f"{base}/p/demo/runs/coder-list-endpoint/")
         page.locator("#chart-steps .main-svg").first.wait_for(state="attached")
         shot(page, out, "run")
+        if args.part == "all":
+            explore(page, base, out)
         browser.close()
 
 

@@ -454,7 +454,7 @@ def blocks_from_plan(plan: Plan) -> list[Block]:
     return [
         Block(id=a.name, kind=a.kind, text=a.text, zone=a.zone)  # type: ignore[arg-type]
         for a in plan.allocations
-        if a.text and figures.in_context(a)
+        if a.text and figures.kept_by(a.action)
     ]
 
 

@@ -111,7 +111,7 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             content_hash=a.content_hash or None,
             allocation=a.replay_settings(),
         )
-        out.append((item, a.text if figures.in_context(a) else ""))
+        out.append((item, a.text if figures.kept_by(a.action) else ""))
     return out
 
 

@@ -14,7 +14,7 @@ valid; a server that knows the field stores it); a changed or removed field need
 from __future__ import annotations
 
 import typing
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -33,13 +33,30 @@ MAX_NAME = 200
 MAX_REASON = 2000
 MAX_TEXT = 200_000
 MAX_TOKENS = 100_000_000
+# Counts and positions (steps, turns, cleared tool results, item positions): far above any
+# real agent, far below the 32-bit columns that store them.
+MAX_COUNT = 10_000_000
+# Timestamps must fall in [EARLIEST, LATEST) UTC once their offset is applied: PostgreSQL
+# and Python disagree outside years 1..9999, and hourly rollups need room on both sides.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+# Call and run ids (the idempotency key, and parts of page URLs) hold no control character
+# (U+0001-U+001F, U+007F; NUL is replaced by the server before this check, see docs/api.md).
+# Every other string keeps control characters as data, escaped when shown: a pattern on
+# the hundreds of item ids of a manifest would triple the cost of validation.
+NO_CONTROL = "^[^\x00-\x1f\x7f]*$"
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID)]
+CallId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID, pattern=NO_CONTROL)]
 Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
 Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
 Hash = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
-Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+Timestamp = Annotated[
+    datetime,
+    msgspec.Meta(tz=True, description="RFC 3339 with an offset; 2000-01-01T00:00:00Z <= value < 2100-01-01T00:00:00Z"),
+]
 
 ItemKind = Literal[
     "system",
@@ -178,7 +195,7 @@ class Item(_Struct, kw_only=True):
     pinned: bool = False
     trust: Trust = "trusted"
     zone: Zone | None = None
-    position: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    position: Count | None = None
     reason: Reason = ""
     source_ref: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
     source_version: Name | None = None
@@ -217,7 +234,7 @@ class Compaction(_Struct, kw_only=True):
     tokens_before: Tokens
     tokens_after: Tokens
     trigger: Name = ""
-    kept_turns: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    kept_turns: Count | None = None
     summary_item: Id | None = None
     invariants: Annotated[list[Invariant], msgspec.Meta(max_length=16)] = []
 
@@ -227,9 +244,9 @@ class ContextEdit(_Struct, kw_only=True):
     clear_tool_uses): how many were cleared and how many tokens that freed."""
 
     type: Name
-    cleared_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    cleared_count: Count = 0
     cleared_tokens: Tokens = 0
-    kept: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    kept: Count | None = None
     item_ids: Annotated[list[Id], msgspec.Meta(max_length=MAX_ITEMS)] = []
 
 
@@ -251,16 +268,16 @@ class Manifest(_Struct, kw_only=True):
     """One model call's context manifest."""
 
     schema: Literal["ctxview.manifest/v1"]
-    call_id: Id
-    run_id: Id
-    step: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)]
+    call_id: CallId
+    run_id: CallId
+    step: Count
     model: Name
     started_at: Timestamp
     budget: Budget
     provider: Name = ""
     agent: Name = "default"
-    parent_call_id: Id | None = None
-    parent_run_id: Id | None = None
+    parent_call_id: CallId | None = None
+    parent_run_id: CallId | None = None
     ended_at: Timestamp | None = None
     builder: Builder | None = None
     prefix: Prefix | None = None
@@ -349,6 +366,8 @@ def _convert_one(value: Any, hint: Any, path: str, errors: list[FieldError]) -> 
         msgspec.convert(value, hint)
     except msgspec.ValidationError as exc:
         message, _, rest = str(exc).partition(" - at `$")
+        if "matching regex" in message:
+            message = "must not contain control characters (U+0000-U+001F, U+007F)"
         errors.append(FieldError(path=path + rest.rstrip("`"), message=message))
 
 
@@ -383,6 +402,16 @@ def _shape(hint: Any) -> tuple[Any, Any, int | None]:
 def semantic_errors(m: Manifest) -> list[FieldError]:
     """Rules that span fields; msgspec has already checked every field alone."""
     errors: list[FieldError] = []
+    for name, when in (("started_at", m.started_at), ("ended_at", m.ended_at)):
+        if when is not None and not EARLIEST <= when < LATEST:
+            errors.append(
+                FieldError(
+                    path=f"$.{name}",
+                    message=f"{name} {when.isoformat()} is outside 2000-01-01T00:00:00Z..2100-01-01T00:00:00Z",
+                )
+            )
+    if errors:
+        return errors
     if m.ended_at is not None and m.ended_at < m.started_at:
         errors.append(FieldError(path="$.ended_at", message="ended_at is before started_at"))
     b = m.budget
