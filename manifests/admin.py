@@ -27,8 +27,8 @@ class ProjectAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    # The raw key is never stored; keys are created with `manage.py createproject`
-    # or `manage.py createkey`, which print it once.
+    # The raw key is never stored, so it cannot be shown here: keys are created with
+    # `manage.py createproject`, which prints it once.
     list_display = ["prefix", "name", "project", "can_ingest", "can_read", "created", "revoked_at"]
     readonly_fields = ["prefix", "hashed", "created"]
     list_filter = ["project"]

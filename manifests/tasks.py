@@ -40,11 +40,21 @@ ANALYSIS_TASK = {
 }
 
 
+def enqueue_notifications(regression_ids: list[int]) -> None:
+    """After an analysis commit, one notify task per new regression. A broker failure here
+    must not fail the analysis: the notification sweep sends them later."""
+    for pk in regression_ids:
+        try:
+            notify_regression.delay(pk)
+        except Exception:  # noqa: BLE001 - broker down: the sweep retries
+            logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
+
+
 @shared_task(**ANALYSIS_TASK, max_retries=8)
 def analyze_calls(self, call_ids: list[int]) -> int:
     """Analyse one ingested batch (one task per batch, never per manifest)."""
     try:
-        return analysis.analyze_calls(call_ids)
+        return analysis.analyze_calls(call_ids, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         # Finished chunks are committed; the rest stays unanalysed for the sweep.
         logger.warning("analysis of %d calls hit its time limit; the sweep finishes it", len(call_ids))
@@ -63,7 +73,7 @@ def sweep_unanalysed(
     without waiting for the beat, on whichever workers are free."""
     options = {"older_than_seconds": older_than_seconds, "max_calls": max_calls, "max_seconds": max_seconds}
     try:
-        result = analysis.sweep_unanalysed(**options)
+        result = analysis.sweep_unanalysed(**options, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         return 0
     if result.cut_short and not self.request.is_eager:

@@ -13,7 +13,6 @@ import msgspec
 
 from ctxkit.record.builder import build_manifest
 from ctxkit.record.manifest import Compaction, Evidence, Item, Manifest, Outcome, Prefix, PrefixSegment, Usage
-from manifests import analysis
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project
 
@@ -104,8 +103,11 @@ def store(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
 
 
 def store_and_analyse(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
+    """Store, then analyse as the worker does (the task body, which also enqueues webhooks)."""
+    from manifests import tasks
+
     calls = store(project, manifests)
-    analysis.analyze_calls([c.pk for c in calls])
+    tasks.analyze_calls([c.pk for c in calls])
     return [Call.objects.get(pk=c.pk) for c in calls]
 
 

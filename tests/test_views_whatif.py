@@ -112,9 +112,9 @@ def test_it_maps_actions_and_kinds_to_allocator_policies():
         return Item(item_id="x", kind=kw.get("kind", "other"), action=kw.get("action", "keep"),
                     pinned=kw.get("pinned", False))
 
-    assert replay.policy_for(item(pinned=True, action="summarize")) == "pin"
-    assert replay.policy_for(item(action="summarize")) == "summarize"
-    assert replay.policy_for(item(action="hard_cut")) == "truncate"
-    assert replay.policy_for(item(action="compress", kind="tools")) == "schema"
-    assert replay.policy_for(item(action="drop", kind="history")) == "summarize"
-    assert replay.policy_for(item(action="keep", kind="retrieval")) == "extract"
+    assert replay.assumed_policy(item(pinned=True, action="summarize")) == "pin"
+    assert replay.assumed_policy(item(action="summarize")) == "summarize"
+    assert replay.assumed_policy(item(action="hard_cut")) == "truncate"
+    assert replay.assumed_policy(item(action="compress", kind="tools")) == "schema"
+    assert replay.assumed_policy(item(action="drop", kind="history")) == "summarize"
+    assert replay.assumed_policy(item(action="keep", kind="retrieval")) == "extract"

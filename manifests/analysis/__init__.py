@@ -1,7 +1,8 @@
 """Analysis of stored calls (docs/analysis.md): per-call figures, drop attribution,
 cache causes, regressions, the prefix registry, compaction review and rollups.
 
-Entry points, called by the Celery tasks in manifests/tasks.py:
+Entry points, called by the Celery tasks in manifests/tasks.py (this package never imports
+them: a caller that wants webhooks sent passes ``notify``, which runs after each commit):
 
 - :func:`analyze_calls` analyses the given calls in chunks. Each chunk is one
   transaction that locks its calls, replaces every row derived from them, marks
@@ -25,7 +26,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -82,16 +83,7 @@ def _test_pause(chunk_index: int) -> None:
     time.sleep(float(os.environ.get("CTXVIEW_TEST_PAUSE_SECONDS", "60")))
 
 
-def _enqueue_notifications(regression_ids: list[int]) -> None:
-    """After commit, one notify task per new regression. A broker failure here must not
-    fail the analysis: the notification sweep sends them later."""
-    from manifests.tasks import notify_regression
-
-    for pk in regression_ids:
-        try:
-            notify_regression.delay(pk)
-        except Exception:  # noqa: BLE001 - broker down: the sweep retries
-            logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
+Notify = Callable[[list[int]], None]
 
 
 def _later_with_missing(calls: list[Call]) -> list[Call]:
@@ -128,13 +120,15 @@ _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 CHUNK_ATTEMPTS = 4
 
 
-def _analyze_chunk(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tuple[int, int]:
+def _analyze_chunk(
+    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
+) -> tuple[int, int]:
     """:func:`_analyze_once`, run again after a deadlock or serialization failure (a few
     times, after a short jittered pause), so a collision between workers costs a chunk,
     not the task."""
     for attempt in range(CHUNK_ATTEMPTS):
         try:
-            return _analyze_once(claim, force=force, chunk_index=chunk_index)
+            return _analyze_once(claim, force=force, chunk_index=chunk_index, notify=notify)
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES or attempt + 1 == CHUNK_ATTEMPTS:
                 raise
@@ -143,7 +137,9 @@ def _analyze_chunk(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> t
     raise AssertionError("unreachable")
 
 
-def _analyze_once(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tuple[int, int]:
+def _analyze_once(
+    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
+) -> tuple[int, int]:
     """Analyse the calls ``claim`` locks, in one transaction. Returns (analysed, claimed).
 
     If the analysis raises, the transaction rolls back and the claimed calls are analysed
@@ -159,7 +155,7 @@ def _analyze_once(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tu
             claimed = [c.pk for c in calls]
             if not calls:
                 return 0, 0
-            _analyze_locked(calls, chunk_index=chunk_index)
+            _analyze_locked(calls, chunk_index=chunk_index, notify=notify)
         return len(calls), len(calls)
     except Exception as exc:
         if not claimed or not _is_poison(exc):
@@ -173,7 +169,9 @@ def _analyze_once(claim: QuerySet[Call], *, force: bool, chunk_index: int) -> tu
         )
         done = 0
         for pk in claimed:
-            done += _analyze_chunk(_claim_ids([pk], force=force), force=force, chunk_index=chunk_index)[0]
+            done += _analyze_chunk(
+                _claim_ids([pk], force=force), force=force, chunk_index=chunk_index, notify=notify
+            )[0]
         return done, len(claimed)
 
 
@@ -186,7 +184,7 @@ def _quarantine(pk: int, exc: Exception) -> None:
     logger.error("call %s quarantined: its analysis fails on its own (%s)", pk, error)
 
 
-def _analyze_locked(calls: list[Call], *, chunk_index: int) -> None:
+def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | None) -> None:
     newly = [c for c in calls if c.analyzed_at is None]
     pks = [c.pk for c in calls]
     prices = PriceBook.load()
@@ -224,22 +222,25 @@ def _analyze_locked(calls: list[Call], *, chunk_index: int) -> None:
     touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
     rollups.recompute(rollups.keys_for(touched))
     _test_pause(chunk_index)
-    notify = [r.pk for r in found if projects[r.project_id].webhook_url]
-    if notify:
-        transaction.on_commit(partial(_enqueue_notifications, notify))
+    webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
+    if webhooks and notify is not None:  # else the notification sweep sends them
+        transaction.on_commit(partial(notify, webhooks))
 
 
-def analyze_calls(call_ids: Sequence[int], *, force: bool = False) -> int:
+def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notify | None = None) -> int:
     """Analyse the given calls; returns how many were analysed now.
 
     Calls already analysed or quarantined are skipped unless ``force`` (re-analysis
     after a rule change or a fix), and calls locked by another worker are left to it.
+    ``notify(regression_ids)`` runs after each chunk commits with the new regressions whose
+    project has a webhook.
     """
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
     for index, start in enumerate(range(0, len(ids), size)):
-        done += _analyze_chunk(_claim_ids(ids[start : start + size], force=force), force=force, chunk_index=index)[0]
+        claim = _claim_ids(ids[start : start + size], force=force)
+        done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
     return done
 
 
@@ -256,7 +257,8 @@ class SweepResult:
 
 
 def sweep_unanalysed(
-    *, older_than_seconds: float = 60, max_calls: int = SWEEP_MAX_CALLS, max_seconds: float = SWEEP_MAX_SECONDS
+    *, older_than_seconds: float = 60, max_calls: int = SWEEP_MAX_CALLS, max_seconds: float = SWEEP_MAX_SECONDS,
+    notify: Notify | None = None,
 ) -> SweepResult:
     """Analyse calls stored at least ``older_than_seconds`` ago and never analysed.
 
@@ -272,7 +274,9 @@ def sweep_unanalysed(
     while claimed < max_calls and time.monotonic() - started < max_seconds:
         cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
         claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
-        done, taken = _analyze_chunk(claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks)
+        done, taken = _analyze_chunk(
+            claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
+        )
         if not taken:
             cut_short = False
             break

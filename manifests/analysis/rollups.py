@@ -169,8 +169,9 @@ def recompute(keys: set[Key]) -> None:
 
 
 def rebuild(*, project_id: int, start: datetime, end: datetime, batch: int = 200) -> int:
-    """Recompute every bucket of a project with analysed calls in [start, end): after a
-    change of rules, or to build rollups for data loaded in bulk. Returns buckets written."""
+    """Recompute every bucket of a project with analysed calls in [start, end), and every
+    bucket already stored there (one whose calls are gone is deleted): after a change of
+    rules, or for data loaded in bulk (``manage.py rebuild_rollups``). Returns buckets recomputed."""
     from django.db import transaction
 
     hours = (
@@ -180,6 +181,9 @@ def rebuild(*, project_id: int, start: datetime, end: datetime, batch: int = 200
         .distinct()
     )
     keys = keys_for((project_id, h, a, m) for h, a, m in hours)
+    stored = Rollup.objects.filter(project_id=project_id, start__lt=end).filter(
+        Q(bucket=Rollup.HOUR, start__gte=hour_start(start)) | Q(bucket=Rollup.DAY, start__gte=day_start(start)))
+    keys |= {(b, project_id, s, a, m) for b, s, a, m in stored.values_list("bucket", "start", "agent", "model")}
     ordered = sorted(keys, key=lambda k: (k[0] != Rollup.HOUR, k))
     for n in range(0, len(ordered), batch):
         with transaction.atomic():

@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
+    "__version__": "version",
     # the manifest schema
     **dict.fromkeys(
         (
@@ -256,3 +255,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         normalize_usage,
         uncached_input_tokens,
     )
+    from ctxkit.version import __version__

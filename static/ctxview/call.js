@@ -249,7 +249,11 @@
       var tr = document.createElement("tr");
       tr.dataset.item = r.id;
       if (r.changed) { tr.className = "changed"; }
-      cell(tr, r.id);
+      var idCell = cell(tr, r.id);
+      var policy = document.createElement("div");
+      policy.className = "hint";
+      policy.textContent = r.policy_recorded ? r.policy : r.policy + " (assumed)";
+      idCell.appendChild(policy);
       badge(cell(tr, ""), r.actual.action, "action action-" + r.actual.action);
       cell(tr, String(r.actual.used), "num");
       var td = cell(tr, ""); badge(td, r.replay.action, "action action-" + r.replay.action); td.title = r.replay.reason;
@@ -274,9 +278,23 @@
         y: d.items.map(function (r) { return r.replay.used; }), marker: { color: "#3b6fd8" } }
     ], { barmode: "group", height: 240, margin: { l: 50, r: 10, t: 10, b: 60 }, legend: { orientation: "h", y: 1.15 },
          yaxis: { title: { text: "tokens" } } });
+    var label = document.getElementById("whatif-fidelity-label");
+    label.textContent = "";
+    var tag = document.createElement("span");
+    tag.className = d.fidelity.exact ? "badge ok" : "badge warn";
+    tag.textContent = d.fidelity.exact ? "Exact replay" : "Approximation";
+    label.appendChild(tag);
+    label.appendChild(document.createTextNode(d.fidelity.exact
+      ? " ctxkit recorded each item's policy and floor and the allocator's settings: at the call's own budget this replay gives every item the agent's action and tokens."
+      : " Why: "));
+    d.fidelity.why.forEach(function (w, n) {
+      label.appendChild(document.createTextNode((d.fidelity.exact ? " Note: " : (n ? "; " : "")) + w + "."));
+    });
+    label.dataset.exact = d.fidelity.exact ? "yes" : "no";
     var fidelity = document.getElementById("whatif-fidelity");
     fidelity.textContent = "At the call's own budget the replay takes the same action as the agent for " +
-      s.baseline_same_action + " of " + s.items + " items; highlighted rows differ from that baseline.";
+      s.baseline_same_action + " of " + s.items + " items; highlighted rows differ from that baseline." +
+      (d.skipped.length ? " Not re-allocated: " + d.skipped.map(function (k) { return k.id; }).join(", ") + "." : "");
     status.textContent = d.warnings.length ? d.warnings.join("; ") : "";
   }
   function clampReserve() {

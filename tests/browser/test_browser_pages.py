@@ -69,6 +69,9 @@ def test_it_draws_the_call_view_and_replays_it_at_another_budget(site, watched):
     rate = page.locator('#whatif-evidence tr[data-evidence="rate_limit"] td').nth(2)
     expect(rate).not_to_have_text("present")
     assert watched.charts("#whatif-chart") >= 1
+    # ctxkit built the demo: the replay is labelled exact, not an approximation.
+    expect(page.locator("#whatif-fidelity-label")).to_have_attribute("data-exact", "yes")
+    expect(page.locator("#whatif-fidelity-label")).to_contain_text("Exact replay")
     watched.shot("call")
     # The number boxes take an exact token count; the slider beside each follows.
     page.locator("#whatif-budget-num").fill("1200")

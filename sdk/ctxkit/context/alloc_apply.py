@@ -18,7 +18,7 @@ from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
 
 if TYPE_CHECKING:
-    from ctxkit.context.allocator import Allocation, Segment
+    from ctxkit.context.alloc_types import Allocation, Segment
 
 # The manifest action a policy produces when it has to shrink its segment.
 POLICY_ACTION = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxkit.context.allocator import Allocation
+    from ctxkit.context.alloc_types import Allocation
 
 
 def order_key(a: Allocation) -> tuple[int, str]:

@@ -3,7 +3,7 @@
 API notes
 ---------
 ``allocate(segments, *, budget, reserve=0, safety_margin=0, estimate=estimate_tokens, naive=False,
-aging=None, aging_step=1) -> Plan``
+aging=None, aging_step=1, dedupe_across=True) -> Plan``
 
 1. ``cap = budget - reserve - safety_margin`` (>= 0). The reserve is output space: input never
    consumes it, even when the pinned segments do not fit.
@@ -35,6 +35,9 @@ it was starved (dropped for lack of budget). Its effective priority is
 counts to pass to the next call (starved now: count + 1; got in: removed), so a low-priority
 segment rises until it gets in once and then falls back to its own priority.
 
+``dedupe_across=False`` skips step 2's duplicates across segments (a replay of candidates that
+were already deduped: what-if on a stored manifest).
+
 ``naive=True`` reproduces the seed's ``--naive``: concatenation order, no reserve, no dedupe, no
 pinning, hard cut at the limit without a marker.
 
@@ -51,14 +54,14 @@ text, content_hash, operations (OpRecord list), merged_sources, duplicate_of;
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxkit.context import alloc_cache
 from ctxkit.context.alloc_apply import POLICY_ACTION, apply_policy  # noqa: F401  (POLICY_ACTION: re-exported)
 from ctxkit.context.alloc_share import share, whole_or_nothing
+from ctxkit.context.alloc_types import Allocation, Segment
 from ctxkit.context.operators import (
-    OpRecord,
     memo,
     merge_near_duplicate_lines,
     merge_near_duplicates,
@@ -70,134 +73,14 @@ from ctxkit.context.tokens import (
     Estimator,
     clip,
     estimate_tokens,
+    estimator_name,
     memo_estimator,
     tokens_from_cjk,
 )
-from ctxkit.record.manifest import ITEM_KINDS, Budget, Item
+from ctxkit.record.manifest import POLICIES, Budget, Policy
 
-Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
-POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+__all__ = ["POLICIES", "Allocation", "Plan", "Policy", "Segment", "allocate"]
 
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One candidate for the context.
-
-    ``priority`` is a weight (value / replaceability, seed 5.3.2), 0..1000 as in the manifest;
-    ``trust`` is separate from it on purpose (a web page can matter and still be only data).
-    ``keep_recent``: lines kept verbatim by ``summarize``; maximum turns for ``window`` (0 = as
-    many as fit). ``pinned_lines``: lines that ``extract``/``summarize``/``window`` keep first.
-    ``why``: for ``ref``, why the reference matters.
-    """
-
-    name: str
-    kind: str
-    text: str
-    priority: int = 50
-    policy: Policy = "truncate"
-    min_tokens: int = 0
-    trust: Literal["trusted", "untrusted"] = "trusted"
-    source_ref: str | None = None
-    zone: Literal["head", "middle", "tail"] | None = None
-    dedupe: bool = True
-    near_dupes: bool = False
-    keep_recent: int = 3
-    head_ratio: float = 0.55
-    pinned_lines: tuple[str, ...] = ()
-    why: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("segment name must not be empty")
-        if self.kind not in ITEM_KINDS:
-            raise ValueError(f"segment {self.name!r}: kind {self.kind!r} is not one of {ITEM_KINDS}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"segment {self.name!r}: policy {self.policy!r} is not one of {POLICIES}")
-        if not 0 <= self.priority <= 1000:
-            raise ValueError(f"segment {self.name!r}: priority must be in 0..1000")
-        if self.min_tokens < 0 or self.keep_recent < 0:
-            raise ValueError(f"segment {self.name!r}: min_tokens and keep_recent must be >= 0")
-        if not 0.0 < self.head_ratio < 1.0:
-            raise ValueError(f"segment {self.name!r}: head_ratio must be between 0 and 1")
-
-    @property
-    def pinned(self) -> bool:
-        return self.policy == "pin"
-
-
-@dataclass(slots=True)
-class Allocation:
-    """What the allocator did with one segment."""
-
-    name: str
-    kind: str
-    policy: str
-    priority: int
-    effective_priority: int
-    pinned: bool
-    trust: str
-    zone: str | None
-    source_ref: str | None
-    position: int
-    raw_tokens: int
-    requested: int
-    granted: int = 0
-    used: int = 0
-    action: str = "keep"
-    reason: str = ""
-    text: str = ""
-    content_hash: str = ""
-    operations: list[OpRecord] = field(default_factory=list)
-    merged_sources: list[str] = field(default_factory=list)
-    duplicate_of: str | None = None
-
-    def to_dict(self, include_text: bool = True) -> dict[str, Any]:
-        out = {
-            "name": self.name,
-            "kind": self.kind,
-            "policy": self.policy,
-            "priority": self.priority,
-            "effective_priority": self.effective_priority,
-            "pinned": self.pinned,
-            "trust": self.trust,
-            "zone": self.zone,
-            "source_ref": self.source_ref,
-            "position": self.position,
-            "raw_tokens": self.raw_tokens,
-            "requested": self.requested,
-            "granted": self.granted,
-            "used": self.used,
-            "action": self.action,
-            "reason": self.reason,
-            "content_hash": self.content_hash,
-            "operations": [op.to_dict() for op in self.operations],
-            "merged_sources": list(self.merged_sources),
-            "duplicate_of": self.duplicate_of,
-        }
-        if include_text:
-            out["text"] = self.text
-        return out
-
-    def to_item(self, include_text: bool = False) -> Item:
-        """The manifest Item for this allocation (requested_tokens = after lossless dedupe)."""
-        return Item(
-            id=self.name,
-            kind=self.kind,  # type: ignore[arg-type]
-            action=self.action,  # type: ignore[arg-type]
-            requested_tokens=self.requested,
-            granted_tokens=self.granted,
-            used_tokens=self.used,
-            priority=self.priority,
-            pinned=self.pinned,
-            trust=self.trust,  # type: ignore[arg-type]
-            zone=self.zone,  # type: ignore[arg-type]
-            position=self.position,
-            reason=self.reason[:2000],
-            source_ref=self.source_ref,
-            content_hash=self.content_hash or None,
-            text=self.text if include_text else None,
-        )
 
 
 @dataclass(slots=True)
@@ -218,6 +101,8 @@ class Plan:
     dedupe_saved: int
     starvation: dict[str, int]
     warnings: list[str]
+    estimator: str = "ctxkit"  # estimator_name() of what counted the tokens (recorded for replay)
+    held_back: int = 0  # tokens a caller kept out of the allocation (ContextBuilder's final-text check)
 
     def get(self, name: str) -> Allocation:
         for a in self.allocations:
@@ -268,6 +153,7 @@ def allocate(
     naive: bool = False,
     aging: Mapping[str, int] | None = None,
     aging_step: int = 1,
+    dedupe_across: bool = True,
 ) -> Plan:
     """Allocate ``budget`` among ``segments``; see the module docstring for the rules."""
     if budget < 0 or reserve < 0 or safety_margin < 0:
@@ -276,6 +162,7 @@ def allocate(
     if len(set(names)) != len(names):
         raise ValueError("segment names must be unique (they become manifest item ids)")
     aging = aging or {}
+    counted_with = estimator_name(estimate)
     # Per-text facts (content key, CJK count, line dedupe) come from a cache kept across calls;
     # the estimator gets a memo for this call, which asks for the same counts many times over
     # (raw size, dedupe, policy, cut, check of the cut). The facts' CJK counts give the
@@ -315,10 +202,11 @@ def allocate(
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
     else:
-        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate, repeats)
+        plan = _priority(segments, allocs, budget, reserve, safety_margin, estimate, repeats, dedupe_across)
     plan.starvation = {
         a.name: aging.get(a.name, 0) + 1 for a in plan.allocations if a.action == "drop" and a.requested > 0
     }
+    plan.estimator = counted_with
     return plan
 
 
@@ -342,7 +230,7 @@ def _naive(segments: Sequence[Segment], allocs: list[Allocation], budget: int, e
 
 def _priority(
     segments: Sequence[Segment], allocs: list[Allocation], budget: int, reserve: int, margin: int, estimate: Estimator,
-    repeats: Sequence[tuple[str, list[list[int]]] | None],
+    repeats: Sequence[tuple[str, list[list[int]]] | None], dedupe_across: bool = True,
 ) -> Plan:
     warnings: list[str] = []
     cap = max(0, budget - reserve - margin)
@@ -355,7 +243,7 @@ def _priority(
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
     for a in order:
-        if not a.content_hash:
+        if not a.content_hash or not dedupe_across:
             continue
         if a.content_hash in seen and not a.pinned:
             _mark_duplicate(a, seen[a.content_hash], "identical (normalized) to")
@@ -388,6 +276,7 @@ def _priority(
             if rec.data.get("merged"):
                 a.operations.append(rec)
         texts[a.position] = text
+        a.lossless = bool(a.operations)
         a.requested = estimate(text) if a.operations else a.raw_tokens
         saved += a.raw_tokens - a.requested
 
@@ -405,6 +294,7 @@ def _priority(
             floor = seg.min_tokens
             if seg.policy == "window" and seg.pinned_lines:
                 floor = max(floor, estimate("\n".join(seg.pinned_lines)) + 1)
+            a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
     share(left, others)

@@ -11,10 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ctxkit.context.compaction import Record
+
+class SummarizedRecord(Protocol):
+    """What the summarizer reads of a history record (``ctxkit.context.compaction.Record`` is
+    one; typed by shape so that this module does not import compaction, which imports it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def cleared(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,7 @@ def _segments(text: str) -> list[str]:
     return out
 
 
-def extractive_summarizer(records: Sequence[Record]) -> Summary:
+def extractive_summarizer(records: Sequence[SummarizedRecord]) -> Summary:
     """Deterministic, no model call: keep verbatim the sentences that carry an identifier,
     a number, an error, a constraint or a pending item, each tagged with its source record.
 

@@ -22,6 +22,9 @@ API notes
 - ``bpe_estimator() -> Estimator | None``: a real BPE counter if one can be loaded WITHOUT
   network access (``tiktoken_offline`` with bundled files, or ``tiktoken`` whose encoding
   file is already in its local cache), else ``None``. It never downloads.
+- ``estimator_name(estimate) -> str`` and ``estimator_by_name(name) -> Estimator | None``: the
+  name a manifest records (``ctxkit``, ``tiktoken:<encoding>``, ``custom:<qualname>``) and the
+  estimator back from it where it can be loaded, so a replay counts as the agent did.
 - ``file_report(path, estimate=estimate_tokens) -> dict`` and ``format_report(report) -> str``
   back the ``ctxkit count FILE`` command (seed 5.8.3). Report keys: ``file, bytes, chars,
   lines, cjk_chars, estimated_tokens, chars_per_token, share_8k, share_128k``; the shares
@@ -210,7 +213,7 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
         import tiktoken_offline  # type: ignore[import-not-found]
 
         enc = tiktoken_offline.get_encoding(encoding)
-        return _bpe_counter(enc)
+        return _bpe_counter(enc, encoding)
     except Exception:  # noqa: BLE001 - any failure means "not available"
         pass
     try:
@@ -224,14 +227,40 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
         enc = tiktoken.get_encoding(encoding)
     except Exception:  # noqa: BLE001
         return None
-    return _bpe_counter(enc)
+    return _bpe_counter(enc, encoding)
 
 
-def _bpe_counter(enc: Any) -> Estimator:
+def _bpe_counter(enc: Any, encoding: str) -> Estimator:
     def count(text: str) -> int:
         return len(enc.encode(text, disallowed_special=())) if text else 0
 
+    count.estimator_name = f"tiktoken:{encoding}"  # type: ignore[attr-defined]  # see estimator_name
     return count
+
+
+# --------------------------------------------------------------------------- #
+# Naming an estimator, so a manifest can say what counted its tokens and a replay can count again
+
+
+def estimator_name(estimate: Estimator) -> str:
+    """``ctxkit`` for the default estimator (or a memo of it), ``tiktoken:<encoding>`` for
+    :func:`bpe_estimator`'s, else ``custom:<qualified name>`` (which only its agent can run)."""
+    inner = getattr(estimate, "__wrapped__", estimate)
+    if inner is estimate_tokens:
+        return "ctxkit"
+    named = getattr(inner, "estimator_name", None)
+    if isinstance(named, str):
+        return named
+    return "custom:" + getattr(inner, "__qualname__", type(inner).__name__)[:150]
+
+
+def estimator_by_name(name: str) -> Estimator | None:
+    """The estimator :func:`estimator_name` named, when it can be loaded here (offline), else None."""
+    if name == "ctxkit":
+        return estimate_tokens
+    if name.startswith("tiktoken:"):
+        return bpe_estimator(name.removeprefix("tiktoken:"))
+    return None
 
 
 # --------------------------------------------------------------------------- #

@@ -54,6 +54,7 @@ from ctxkit.record.manifest import (
     MAX_TEXT,
     MAX_TOKENS,
     SCHEMA_V1,
+    AllocatorSettings,
     Budget,
     Builder,
     Claim,
@@ -80,7 +81,7 @@ Redact = Callable[[str, Item], "str | None"]
 
 
 def _version() -> str:
-    from ctxkit import __version__
+    from ctxkit.version import __version__
 
     return __version__
 
@@ -273,44 +274,107 @@ def build_manifest(
     ``validate`` runs the server's own check (``convert_manifest``) on the result, about a third
     of a ``json.dumps`` of it; a failure raises ``ValueError`` (it would be a bug here).
     """
+    notes: list[str] = []  # what had to be repaired, recorded as warnings
+    started, ended = _call_times(call_id, run_id, step, started_at, ended_at)
+    budget = _budget(plan, window, notes)
+    items = _items(
+        _candidates(plan, layout, records, extra_items, untrusted_kinds, estimate, notes),
+        layout, include_text, redact, notes,
+    )
+    evidence = _evidence_of_items(_evidence(readback, outcome), {i.id for i in items}, notes)
+    if prefix is None and layout is not None and layout.segments:
+        # Segment text follows the items' rule; a redacting agent gets line hashes only.
+        prefix = layout.to_prefix(include_text=include_text and redact is None)
+    manifest = Manifest(
+        schema=SCHEMA_V1,
+        call_id=short_id(call_id),
+        run_id=short_id(run_id),
+        step=step,
+        model=clip(model, MAX_NAME),
+        started_at=started,
+        ended_at=ended,
+        budget=budget,
+        provider=clip(provider, MAX_NAME),
+        agent=clip(agent, MAX_NAME),
+        parent_call_id=opt_id(parent_call_id),
+        parent_run_id=opt_id(parent_run_id),
+        builder=builder or Builder(name=BUILDER_NAME, version=_version()),
+        prefix=prefix,
+        usage=_usage(usage, provider, notes),
+        items=items,
+        evidence=evidence,
+        compactions=_latest(_compactions(compactions), MAX_COMPACTIONS, "compactions", notes),
+        context_edits=_latest(_edits(edits), MAX_EDITS, "context edits", notes),
+        outcome=_outcome(outcome),
+        allocator=(AllocatorSettings(mode=plan.mode, estimator=plan.estimator, held_back=plan.held_back)
+                   if plan is not None else None),
+    )
+    manifest.warnings = _warnings(plan, layout, warnings, notes)  # last: every step above may add a note
+    if validate:
+        _validate(manifest)
+    return manifest
+
+
+# The steps of build_manifest, in order.
+
+
+def _call_times(
+    call_id: str, run_id: str, step: int, started_at: datetime | None, ended_at: datetime | None
+) -> tuple[datetime, datetime | None]:
+    """Check the call's identity; its start (now if not given) and end, in UTC."""
     if not call_id or not run_id:
         raise ValueError("call_id and run_id must not be empty")
     if not 0 <= step <= 10_000_000:
         raise ValueError("step must be in 0..10000000")
-    notes: list[str] = []
     started = _utc(started_at, "started_at") or datetime.now(UTC)
     ended = _utc(ended_at, "ended_at")
     if ended is not None and ended < started:
         raise ValueError("ended_at is before started_at")
+    return started, ended
 
-    # Budget: the window is the plan's budget unless the caller knows better.
+
+def _budget(plan: Plan | None, window: int | None, notes: list[str]) -> Budget:
+    """The window is the plan's budget unless the caller knows better; reserve and margin fit in it."""
     win = window if window is not None else (plan.budget if plan is not None else 0)
     if win <= 0:
         raise ValueError("the window must be > 0: pass a plan with a positive budget or window=")
     win = min(win, MAX_TOKENS)
-    reserve = min(clamp_tokens(plan.reserve), win) if plan is not None else 0
-    margin = min(clamp_tokens(plan.safety_margin), win - reserve) if plan is not None else 0
-    if plan is not None and (reserve, margin) != (plan.reserve, plan.safety_margin):
+    if plan is None:
+        return Budget(window=win)
+    reserve = min(clamp_tokens(plan.reserve), win)
+    margin = min(clamp_tokens(plan.safety_margin), win - reserve)
+    if (reserve, margin) != (plan.reserve, plan.safety_margin):
         notes.append(f"output reserve + safety margin ({plan.reserve + plan.safety_margin}) exceed the window {win}; "
                      "recorded clipped to it")
-    budget = Budget(window=win, output_reserve=reserve, safety_margin=margin,
-                    input_cap=min(clamp_tokens(plan.cap), win) if plan is not None else None)
+    return Budget(window=win, output_reserve=reserve, safety_margin=margin, input_cap=min(clamp_tokens(plan.cap), win))
 
-    # Items: the plan's, then layout blocks the plan does not know (a restated constraint, the
-    # question), then cleared/folded history records, then the caller's own.
+
+def _candidates(
+    plan: Plan | None, layout: Layout | None, records: Iterable[Record], extra_items: Iterable[Item],
+    untrusted_kinds: Collection[str], estimate: Estimator, notes: list[str],
+) -> list[tuple[Item, str]]:
+    """Every item with the text that reached the model: the plan's, then layout blocks the plan
+    does not know (a restated constraint, the question), then cleared/folded history records,
+    then the caller's own. Ids must differ."""
     pairs = plan_items(plan, untrusted_kinds, notes) if plan is not None else []
     by_id = {item.id: item for item, _ in pairs}
     if layout is not None:
         pairs += layout_items(layout, by_id, untrusted_kinds=untrusted_kinds)
     pairs += [(i, "") for i in record_items(records, skip=by_id, untrusted_kinds=untrusted_kinds, estimate=estimate)]
     pairs += [(sanitize_item(i), i.text or "") for i in extra_items]
-
     seen: set[str] = set()
     for item, _ in pairs:
         if item.id in seen:
             raise ValueError(f"duplicate item id {item.id!r}: segment, block, record and extra item ids must differ")
         seen.add(item.id)
+    return pairs
 
+
+def _items(
+    pairs: list[tuple[Item, str]], layout: Layout | None, include_text: bool, redact: Redact | None, notes: list[str]
+) -> list[Item]:
+    """Place the items that reach the model (zone and position from the layout, else in order),
+    keep ``used <= granted``, attach (redacted) text, and cap the list at MAX_ITEMS."""
     positions = layout.positions() if layout is not None else None
     position = 0
     items: list[Item] = []
@@ -339,9 +403,11 @@ def build_manifest(
     items, note = _cap_items(items)
     if note:
         notes.append(note)
+    return items
 
-    ids = {i.id for i in items}
-    evidence = _evidence(readback, outcome)
+
+def _evidence_of_items(evidence: list[Evidence], ids: set[str], notes: list[str]) -> list[Evidence]:
+    """Evidence whose item references all exist, at most MAX_EVIDENCE entries."""
     for ev in evidence:
         for name in ("expected_item", "found_in"):
             ref = getattr(ev, name)
@@ -351,54 +417,31 @@ def build_manifest(
     if len(evidence) > MAX_EVIDENCE:
         notes.append(f"{len(evidence) - MAX_EVIDENCE} evidence entries left out (limit {MAX_EVIDENCE})")
         evidence = evidence[:MAX_EVIDENCE]
-    events = _compactions(compactions)
-    if len(events) > MAX_COMPACTIONS:
-        notes.append(f"{len(events) - MAX_COMPACTIONS} compactions left out (limit {MAX_COMPACTIONS})")
-        events = events[-MAX_COMPACTIONS:]  # the latest matter most
-    context_edits = _edits(edits)
-    if len(context_edits) > MAX_EDITS:
-        notes.append(f"{len(context_edits) - MAX_EDITS} context edits left out (limit {MAX_EDITS})")
-        context_edits = context_edits[-MAX_EDITS:]
+    return evidence
 
-    usage_struct = _usage(usage, provider, notes)
-    if prefix is None and layout is not None and layout.segments:
-        # Segment text follows the items' rule; a redacting agent gets line hashes only.
-        prefix = layout.to_prefix(include_text=include_text and redact is None)
-    all_warnings = [*(plan.warnings if plan is not None else ()), *(layout.warnings if layout else ()),
-                    *warnings, *notes]
-    if len(all_warnings) > MAX_WARNINGS:
-        extra = len(all_warnings) - MAX_WARNINGS + 1
-        all_warnings = all_warnings[: MAX_WARNINGS - 1] + [f"{extra} more warnings left out"]
 
-    manifest = Manifest(
-        schema=SCHEMA_V1,
-        call_id=short_id(call_id),
-        run_id=short_id(run_id),
-        step=step,
-        model=clip(model, MAX_NAME),
-        started_at=started,
-        ended_at=ended,
-        budget=budget,
-        provider=clip(provider, MAX_NAME),
-        agent=clip(agent, MAX_NAME),
-        parent_call_id=opt_id(parent_call_id),
-        parent_run_id=opt_id(parent_run_id),
-        builder=builder or Builder(name=BUILDER_NAME, version=_version()),
-        prefix=prefix,
-        usage=usage_struct,
-        items=items,
-        evidence=evidence,
-        compactions=events,
-        context_edits=context_edits,
-        outcome=_outcome(outcome),
-        warnings=[clip(w, MAX_REASON) for w in all_warnings],
-    )
-    if not validate:
-        return manifest
+def _latest(events: list[Any], limit: int, what: str, notes: list[str]) -> list[Any]:
+    """At most ``limit`` events, the latest (they matter most)."""
+    if len(events) <= limit:
+        return events
+    notes.append(f"{len(events) - limit} {what} left out (limit {limit})")
+    return events[-limit:]
+
+
+def _warnings(plan: Plan | None, layout: Layout | None, warnings: Iterable[str], notes: list[str]) -> list[str]:
+    """The plan's, the layout's, the caller's and the builder's warnings, at most MAX_WARNINGS."""
+    out = [*(plan.warnings if plan is not None else ()), *(layout.warnings if layout else ()), *warnings, *notes]
+    if len(out) > MAX_WARNINGS:
+        extra = len(out) - MAX_WARNINGS + 1
+        out = out[: MAX_WARNINGS - 1] + [f"{extra} more warnings left out"]
+    return [clip(w, MAX_REASON) for w in out]
+
+
+def _validate(manifest: Manifest) -> None:
+    """The server's own check; a failure is a bug in ctxkit, raised where it happened."""
     _, errors = convert_manifest(msgspec.to_builtins(manifest))
     if errors:
         raise ValueError("ctxkit built an invalid manifest: " + "; ".join(f"{e.path}: {e.message}" for e in errors))
-    return manifest
 
 
 # --------------------------------------------------------------------------- #
@@ -578,6 +621,7 @@ class ContextBuilder:
         plan = allocate(segments, budget=self.budget, reserve=reserve, safety_margin=self.safety_margin + held_back,
                         estimate=self.estimate, naive=self.naive, aging=aging, aging_step=self.aging_step)
         if held_back:  # the plan records the caller's budget; what was held back is in a warning
+            plan.held_back = held_back  # and in the manifest's replay settings
             reduced = plan.cap
             plan.safety_margin, plan.cap = self.safety_margin, self.cap
             plan.headroom = plan.cap - plan.used

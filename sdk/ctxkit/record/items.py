@@ -109,6 +109,7 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             reason=clip(reason, MAX_REASON),
             source_ref=clip(a.source_ref, MAX_SOURCE_REF) if a.source_ref else None,
             content_hash=a.content_hash or None,
+            allocation=a.replay_settings(),
         )
         out.append((item, a.text if figures.kept_by(a.action) else ""))
     return out

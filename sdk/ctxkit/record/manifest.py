@@ -161,6 +161,33 @@ class Usage(_Struct, kw_only=True):
     reasoning_tokens: Tokens | None = None
 
 
+# --- Replay settings (optional, additive to v1): how ctxkit's allocator treated the call, so the
+# what-if replay can run it again and reproduce it exactly (docs/manifest.md, "Replay settings").
+
+Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
+POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+
+
+class ItemAllocation(_Struct, kw_only=True):
+    """How the allocator treated one candidate: its policy, the floor it applied, its priority
+    after aging, and whether lossless steps (repeated lines removed) ran before it was counted."""
+
+    policy: Policy
+    min_tokens: Tokens = 0
+    effective_priority: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
+    lossless: bool = False
+
+
+class AllocatorSettings(_Struct, kw_only=True):
+    """The allocator's mode, the token estimator it counted with (``ctxkit`` = ctxkit's default
+    estimator; ``tiktoken:<encoding>``; ``custom:<name>`` cannot be re-run elsewhere) and the tokens
+    held back from its input cap (ContextBuilder's check of the final text)."""
+
+    mode: Literal["priority", "naive"] = "priority"
+    estimator: Name = "ctxkit"
+    held_back: Tokens = 0  # kept out of the allocation for the caller's blocks, restated constraints, separators
+
+
 class Item(_Struct, kw_only=True):
     """One candidate for the context and what was done with it."""
 
@@ -183,6 +210,7 @@ class Item(_Struct, kw_only=True):
     text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
     # Memory write-back (seed 001, 5.6.3): the id of the older fact this one replaces.
     supersedes: Id | None = None
+    allocation: ItemAllocation | None = None  # replay settings (above)
 
 
 class Evidence(_Struct, kw_only=True):
@@ -269,6 +297,7 @@ class Manifest(_Struct, kw_only=True):
     # The prompt-cache TTL in force for this call (seed 001, 5.7.4): after a longer pause the
     # next call's miss is expected (the server's "ttl" cause), not a regression.
     cache_ttl_seconds: Annotated[int, msgspec.Meta(gt=0, le=30 * 86400)] | None = None
+    allocator: AllocatorSettings | None = None  # replay settings (above)
 
 
 # --------------------------------------------------------------------------- #

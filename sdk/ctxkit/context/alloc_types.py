@@ -1,0 +1,147 @@
+"""The allocator's two records: a candidate (:class:`Segment`) and what was done with it (:class:`Allocation`).
+
+Their own module so that :mod:`ctxkit.context.allocator` and the modules it delegates to
+(:mod:`ctxkit.context.alloc_apply`, :mod:`ctxkit.context.alloc_share`) all import them from
+here, and none of those imports another in a circle. ``ctxkit.context.allocator`` re-exports
+both; the allocator's docstring describes their fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctxkit.context.ops_common import OpRecord
+from ctxkit.record.manifest import ITEM_KINDS, POLICIES, Item, ItemAllocation, Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One candidate for the context.
+
+    ``priority`` is a weight (value / replaceability, seed 5.3.2), 0..1000 as in the manifest;
+    ``trust`` is separate from it on purpose (a web page can matter and still be only data).
+    ``keep_recent``: lines kept verbatim by ``summarize``; maximum turns for ``window`` (0 = as
+    many as fit). ``pinned_lines``: lines that ``extract``/``summarize``/``window`` keep first.
+    ``why``: for ``ref``, why the reference matters.
+    """
+
+    name: str
+    kind: str
+    text: str
+    priority: int = 50
+    policy: Policy = "truncate"
+    min_tokens: int = 0
+    trust: Literal["trusted", "untrusted"] = "trusted"
+    source_ref: str | None = None
+    zone: Literal["head", "middle", "tail"] | None = None
+    dedupe: bool = True
+    near_dupes: bool = False
+    keep_recent: int = 3
+    head_ratio: float = 0.55
+    pinned_lines: tuple[str, ...] = ()
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("segment name must not be empty")
+        if self.kind not in ITEM_KINDS:
+            raise ValueError(f"segment {self.name!r}: kind {self.kind!r} is not one of {ITEM_KINDS}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"segment {self.name!r}: policy {self.policy!r} is not one of {POLICIES}")
+        if not 0 <= self.priority <= 1000:
+            raise ValueError(f"segment {self.name!r}: priority must be in 0..1000")
+        if self.min_tokens < 0 or self.keep_recent < 0:
+            raise ValueError(f"segment {self.name!r}: min_tokens and keep_recent must be >= 0")
+        if not 0.0 < self.head_ratio < 1.0:
+            raise ValueError(f"segment {self.name!r}: head_ratio must be between 0 and 1")
+
+    @property
+    def pinned(self) -> bool:
+        return self.policy == "pin"
+
+
+@dataclass(slots=True)
+class Allocation:
+    """What the allocator did with one segment."""
+
+    name: str
+    kind: str
+    policy: str
+    priority: int
+    effective_priority: int
+    pinned: bool
+    trust: str
+    zone: str | None
+    source_ref: str | None
+    position: int
+    raw_tokens: int
+    requested: int
+    granted: int = 0
+    used: int = 0
+    action: str = "keep"
+    reason: str = ""
+    text: str = ""
+    content_hash: str = ""
+    operations: list[OpRecord] = field(default_factory=list)
+    merged_sources: list[str] = field(default_factory=list)
+    duplicate_of: str | None = None
+    floor: int = 0  # the floor granted first (step 4): min_tokens, for window at least its pinned lines
+    lossless: bool = False  # lossless steps (step 2) changed the text before it was counted
+
+    def replay_settings(self) -> ItemAllocation:
+        """What a replay needs to re-run this allocation (the manifest's ``Item.allocation``)."""
+        return ItemAllocation(
+            policy=self.policy,  # type: ignore[arg-type]
+            min_tokens=self.floor,
+            effective_priority=self.effective_priority if self.effective_priority != self.priority else None,
+            lossless=self.lossless,
+        )
+
+    def to_dict(self, include_text: bool = True) -> dict[str, Any]:
+        out = {
+            "name": self.name,
+            "kind": self.kind,
+            "policy": self.policy,
+            "priority": self.priority,
+            "effective_priority": self.effective_priority,
+            "pinned": self.pinned,
+            "trust": self.trust,
+            "zone": self.zone,
+            "source_ref": self.source_ref,
+            "position": self.position,
+            "raw_tokens": self.raw_tokens,
+            "requested": self.requested,
+            "granted": self.granted,
+            "used": self.used,
+            "action": self.action,
+            "reason": self.reason,
+            "content_hash": self.content_hash,
+            "operations": [op.to_dict() for op in self.operations],
+            "merged_sources": list(self.merged_sources),
+            "duplicate_of": self.duplicate_of,
+            "floor": self.floor,
+        }
+        if include_text:
+            out["text"] = self.text
+        return out
+
+    def to_item(self, include_text: bool = False) -> Item:
+        """The manifest Item for this allocation (requested_tokens = after lossless dedupe)."""
+        return Item(
+            id=self.name,
+            kind=self.kind,  # type: ignore[arg-type]
+            action=self.action,  # type: ignore[arg-type]
+            requested_tokens=self.requested,
+            granted_tokens=self.granted,
+            used_tokens=self.used,
+            priority=self.priority,
+            pinned=self.pinned,
+            trust=self.trust,  # type: ignore[arg-type]
+            zone=self.zone,  # type: ignore[arg-type]
+            position=self.position,
+            reason=self.reason[:2000],
+            source_ref=self.source_ref,
+            content_hash=self.content_hash or None,
+            text=self.text if include_text else None,
+        )
