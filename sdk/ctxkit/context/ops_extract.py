@@ -130,7 +130,9 @@ def _plan_extract(text: str, pinned: Sequence[str], estimate: Estimator, scorer:
     return LinePlan("extract", before, tuple(lines), tuple(order), costs, cjk=cjk)
 
 
-def _costs(text: str, lines: list[str], order: list[int], estimate: Estimator) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def _costs(
+    text: str, lines: list[str], order: list[int], estimate: Estimator
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """``estimate(line + "\\n")`` for the lines in ``order``; with the default estimator also every
     line's CJK count, from which all those estimates (and those of joins) follow by arithmetic."""
     if not is_default_estimator(estimate):
