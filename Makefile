@@ -18,8 +18,8 @@ $(STAMP): requirements.txt sdk/pyproject.toml
 	touch $(STAMP)
 
 # Headless Chromium for the browser tests (Debian's package; Playwright's own
-# browser download does not work offline), and plotly.js copied from the installed
-# plotly package into static/vendor/ (the dashboard never loads it from a CDN).
+# browser download does not work offline), and the vendored plotly.js checked against its pinned
+# digest (static/vendor/README.md; the dashboard never loads it from a CDN).
 browser: $(STAMP)
 	@test -x /usr/bin/chromium || \
 	  { echo "installing Debian's chromium for the browser tests"; \

@@ -53,6 +53,11 @@ if VISIBILITY_TIMEOUT_SECONDS <= MAX_COUNTDOWN_SECONDS:
 # once they are older than SWEEP_MIN_AGE, so it never races a task still in the queue.
 SWEEP_INTERVAL_SECONDS = _env_number("CTXVIEW_SWEEP_INTERVAL", 60, minimum=0.5)
 SWEEP_MIN_AGE_SECONDS = _env_number("CTXVIEW_SWEEP_MIN_AGE", 60, minimum=0)
+# One sweep run claims chunks until nothing is waiting or it reaches these bounds; a run
+# cut short enqueues the next one at once (manifests/tasks.py). The time bound stays
+# below the task's soft time limit.
+SWEEP_MAX_CALLS = int(_env_number("CTXVIEW_SWEEP_MAX_CALLS", 5000, minimum=1))
+SWEEP_MAX_SECONDS = 120.0
 
 _redis_url = os.environ.get("REDIS_URL", "")
 _transport_options: dict[str, object] = {
@@ -95,7 +100,7 @@ app.conf.update(
         "sweep-unanalysed-calls": {
             "task": "manifests.tasks.sweep_unanalysed",
             "schedule": SWEEP_INTERVAL_SECONDS,
-            "kwargs": {"older_than_seconds": SWEEP_MIN_AGE_SECONDS},
+            "kwargs": {"older_than_seconds": SWEEP_MIN_AGE_SECONDS, "max_calls": SWEEP_MAX_CALLS},
         },
         "sweep-webhook-notifications": {
             "task": "manifests.tasks.sweep_notifications",
@@ -122,7 +127,35 @@ def _close_old_connections(task: Task | None = None, **kwargs: object) -> None:
         return  # inside the caller's request and transaction: never close its connection
     from django.db import close_old_connections
 
+    discard_interrupted_transactions()
     close_old_connections()
+
+
+def discard_interrupted_transactions() -> None:
+    """Drop a connection an interrupted task left inside a transaction.
+
+    Between two tasks no transaction is open. One still is when a task was stopped in the
+    middle of one: Celery terminates a task it can no longer acknowledge (late ack, broker
+    connection lost), and psycopg can turn that SystemExit into an error half-way out of
+    the transaction, so Django's atomic block never exits and every later task of this
+    process would fail ("Cannot open a new connection in an atomic block"). The server
+    rolled the transaction back when the socket closed; here the connection is closed
+    and forgotten, and the next query opens a fresh one."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not (conn.in_atomic_block or conn.closed_in_transaction):
+            continue
+        logger.error("a task left database connection %r inside a transaction; discarding it", conn.alias)
+        try:
+            if conn.connection is not None:
+                conn.connection.close()
+        except Exception:  # noqa: BLE001 - it is broken already; we only let go of it
+            pass
+        conn.connection = None
+        # connect() resets the rest of the transaction state; these two keep it from refusing.
+        conn.in_atomic_block = False
+        conn.closed_in_transaction = False
 
 
 app.autodiscover_tasks()

@@ -87,6 +87,9 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # WhiteNoise (not runserver's own handler) serves static files under `make run` too,
+    # through the middleware below, so they are compressed there as in production.
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
@@ -98,6 +101,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "manifests.static_gzip.StaticGZipMiddleware",
     "manifests.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -228,6 +232,12 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 # Ingestion limits. Each breach is answered with a 4xx naming what was too large.
 CTXVIEW_MAX_BODY_BYTES = env_int("CTXVIEW_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 CTXVIEW_MAX_BATCH = env_int("CTXVIEW_MAX_BATCH", 500, minimum=1)
+# The longest a batch waits for a lock held by another writer (milliseconds) before its
+# transaction is retried once and, if the wait persists, answered 503 + Retry-After.
+# Two waits stay well inside a server's request timeout (gunicorn's default is 30 s).
+CTXVIEW_INGEST_LOCK_TIMEOUT_MS = env_int("CTXVIEW_INGEST_LOCK_TIMEOUT_MS", 5_000, minimum=10)
+# OTLP exports handled at once per process; more get 429 + Retry-After (the exporter retries).
+CTXVIEW_OTLP_MAX_CONCURRENT = env_int("CTXVIEW_OTLP_MAX_CONCURRENT", 4, minimum=1)
 # Django refuses request bodies above this; keep it just above our own limit so
 # that our 413 with a clear message answers first.
 DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1

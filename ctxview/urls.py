@@ -3,8 +3,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from manifests import api, views
+from manifests import api, ops, otlp_api, views
 from manifests.openapi import BrowserJsonRenderer, BrowserYamlRenderer
+from manifests.views import settings as settings_views
 
 urlpatterns = [
     # Dashboard. Run and call ids may hold slashes ("run-7/step-3"), hence <path:...> last.
@@ -20,15 +21,26 @@ urlpatterns = [
     path("p/<slug:slug>/evidence/", views.evidence, name="evidence"),
     path("p/<slug:slug>/cache/", views.cache, name="cache"),
     path("p/<slug:slug>/compactions/", views.compactions, name="compactions"),
+    path("p/<slug:slug>/settings/", settings_views.project_settings_page, name="project-settings"),
+    path("p/<slug:slug>/settings/keys", settings_views.create_key, name="settings-create-key"),
+    path("p/<slug:slug>/settings/keys/<int:key_id>/revoke", settings_views.revoke_key, name="settings-revoke-key"),
+    path("p/<slug:slug>/settings/members", settings_views.invite_member, name="settings-invite"),
+    path("p/<slug:slug>/settings/members/<int:membership_id>", settings_views.change_member,
+         name="settings-member"),
+    path("p/<slug:slug>/settings/webhook", settings_views.configure_webhook, name="settings-webhook"),
+    path("p/<slug:slug>/settings/webhook/test", settings_views.test_webhook, name="settings-webhook-test"),
     path("p/<slug:slug>/whatif.json", views.call_whatif, name="call-whatif"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("healthz", ops.healthz, name="healthz"),
     path("api/v1/manifests", api.ManifestIngestView.as_view(), name="api-ingest"),
     path("api/v1/runs", api.RunListView.as_view(), name="api-runs"),
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
+    # OTLP/HTTP's fixed path: OTEL_EXPORTER_OTLP_ENDPOINT=<ctxview> appends /v1/traces.
+    path("v1/traces", otlp_api.traces, name="otlp-traces"),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(

@@ -41,12 +41,36 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["run_id"]
 
 
+class AnalysisStateFilter(admin.SimpleListFilter):
+    """Where a call is in the pipeline; with facets on, each choice shows its count, so the
+    backlog of unanalysed calls and the quarantined ones are figures on this page."""
+
+    title = "analysis"
+    parameter_name = "analysis"
+
+    def lookups(self, request, model_admin):
+        return [("unanalysed", "Not analysed yet"), ("quarantined", "Quarantined (analysis failed)"),
+                ("analysed", "Analysed")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "unanalysed":
+            return queryset.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
+        if self.value() == "quarantined":
+            return queryset.filter(quarantined_at__isnull=False)
+        if self.value() == "analysed":
+            return queryset.filter(analyzed_at__isnull=False, quarantined_at__isnull=True)
+        return queryset
+
+
 @admin.register(Call)
 class CallAdmin(admin.ModelAdmin):
-    list_display = ["call_id", "project", "agent", "model", "step", "started_at", "input_tokens", "analyzed_at"]
-    list_filter = ["project", "agent", "model"]
+    list_display = ["call_id", "project", "agent", "model", "step", "started_at", "input_tokens", "analyzed_at",
+                    "quarantined_at", "analysis_error"]
+    list_filter = [AnalysisStateFilter, "project", "agent", "model"]
+    show_facets = admin.ShowFacets.ALWAYS
     search_fields = ["call_id"]
     raw_id_fields = ["run"]
+    readonly_fields = ["analyzed_at", "quarantined_at", "analysis_error"]
 
 
 # --------------------------------------------------------------------------- #

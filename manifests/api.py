@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import HttpResponse
+from django.http import HttpResponse, UnreadablePostError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
@@ -25,7 +25,7 @@ from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
-from manifests import ingest
+from manifests import ingest, ops
 from manifests.auth import HasIngestScope, HasReadScope
 from manifests.models import Attribution, Call, Compaction, Run
 from manifests.pagination import BoundedPagination
@@ -49,6 +49,15 @@ class PayloadTooLarge(exceptions.APIException):
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, with every error in one shape: {"error": ..., "errors": [{path, message}]}."""
+    if isinstance(exc, UnreadablePostError):
+        return _client_disconnected(exc, context)
+    if isinstance(exc, ingest.Busy):
+        message = "the database is busy with concurrent writes; retry after the Retry-After delay"
+        return Response(
+            {"error": message, "errors": [{"path": "$", "message": message}]},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
     if isinstance(exc, ingest.BadRequest):
         return Response(
             {"error": exc.message, "errors": [{"path": exc.path, "message": exc.message}]}, status=exc.status
@@ -67,6 +76,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def error_body(message: str, path: str = "$") -> dict[str, Any]:
     """The one shape of every API error (docs/api.md)."""
     return {"error": message, "errors": [{"path": path, "message": message}]}
+
+
+def _client_disconnected(exc: Exception, context: dict[str, Any]) -> Response:
+    """The client hung up mid-body: logged at info and counted (manifests/ops.py), answered
+    400 for the record (nobody reads it), and kept out of Django's request log."""
+    ops.client_disconnected(context.get("request"), exc)
+    message = "the connection closed before the whole body was received"
+    response = Response(error_body(message), status=400)
+    response._has_been_logged = True  # Django's "Bad Request" warning would repeat the info line
+    return response
 
 
 class ManifestBodyParser(BaseParser):

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -21,7 +23,7 @@ from typing import Any
 
 import msgspec
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
@@ -33,6 +35,13 @@ logger = logging.getLogger(__name__)
 ACCEPTED = "accepted"
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
+
+
+class Busy(Exception):
+    """The database stayed contended (deadlock, serialization failure, lock timeout) after
+    the bounded retries: answered 503 with Retry-After, which ctxkit's client retries."""
+
+    retry_after_seconds = 1
 
 
 class BadRequest(Exception):
@@ -266,22 +275,124 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
         valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
 
-    stored: list[int] = []
-    if valid:
-        for attempt in range(3):
-            try:
-                stored = _store(project, valid, results)
-                break
-            except IntegrityError:
-                # A concurrent request stored one of these call_ids first; the next
-                # attempt sees it and answers duplicate or conflict.
-                if attempt == 2:
-                    raise
-                for index, *_ in valid:
-                    results[index].status = ACCEPTED
-                    results[index].errors = []
+    return _store_valid(project, valid, results)
+
+
+def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestReport:
+    """Store manifests that are already decoded (OTLP spans mapped by manifests/otlp.py): the
+    same checks, de-duplication and storage as a JSON body, without the JSON round trip."""
+    results: list[ManifestResult] = []
+    valid: list[tuple[int, Manifest, bytes, str]] = []
+    for index, built in enumerate(manifests):
+        # Through the same door as a JSON body: a Struct made in Python skips msgspec's range
+        # and length checks, and the NUL rule applies to the bytes.
+        manifest, errors, call_id, canonical = decode(msgspec.json.encode(built))
+        if manifest is None:
+            results.append(ManifestResult(index, call_id or built.call_id, REJECTED, errors))
+            continue
+        valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
+        results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
+    return _store_valid(project, valid, results)
+
+
+def _store_valid(
+    project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]
+) -> IngestReport:
+    stored = _store_with_retries(project, valid, results) if valid else []
     results.sort(key=lambda r: r.index)
     return IngestReport(results=results, stored_call_ids=stored)
+
+
+# Bounded retries of a batch's transaction; the waits grow and carry full jitter so
+# that requests which collided do not collide again in step.
+STORE_ATTEMPTS = 4
+RETRY_BASE_SECONDS = 0.05
+
+# PostgreSQL's transient conflicts: serialization failure, deadlock; and a lock wait
+# longer than the lock timeout (55P03), which SQLite reports as "database is locked".
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+_LOCK_TIMEOUT_SQLSTATE = "55P03"
+
+
+def _transient_kind(exc: OperationalError) -> str | None:
+    """"conflict", "lock timeout", or None when the error is not transient."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate in _CONFLICT_SQLSTATES:
+        return "conflict"
+    if sqlstate == _LOCK_TIMEOUT_SQLSTATE or (sqlstate is None and "locked" in str(exc)):
+        return "lock timeout"
+    return None
+
+
+def _store_with_retries(
+    project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]
+) -> list[int]:
+    """Store the valid manifests; every race ends as ``duplicate`` or ``conflict``.
+
+    On PostgreSQL a batch first takes a transaction-level advisory lock per call_id (in
+    one global order), so two requests holding the same call_id never insert it both:
+    the second waits, then its lookup sees the first one's row. Should a unique-key error
+    still happen (whichever API raised it: the ORM or psycopg's COPY, both wrapped into
+    Django's IntegrityError here), the next attempt finds the stored row and answers
+    duplicate or conflict. Deadlocks and serialization failures cannot arise from ingest's
+    own statements (locks are taken in a fixed order) but are retried all the same; if
+    every attempt fails the request is answered 503 + Retry-After, never 500. A lock wait
+    that outlasted CTXVIEW_INGEST_LOCK_TIMEOUT_MS is retried once only, so a request stays
+    well inside a server's timeout.
+    """
+    timeout_ms = settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS
+    if connection.vendor == "sqlite":
+        # Before BEGIN IMMEDIATE, which is where SQLite waits for another writer.
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+    lock_timeouts = 0
+    attempt = 0
+    for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
+        try:
+            with connection.wrap_database_errors:
+                return _store(project, valid, results)
+        except IntegrityError:
+            what = "a unique-key race"
+        except OperationalError as exc:
+            what = _transient_kind(exc)
+            if what is None:
+                raise
+            lock_timeouts += what == "lock timeout"
+            if lock_timeouts > 1:
+                break
+        for index, *_ in valid:
+            results[index].status = ACCEPTED
+            results[index].errors = []
+        if attempt + 1 < STORE_ATTEMPTS:
+            delay = random.uniform(0, RETRY_BASE_SECONDS * 2**attempt)
+            logger.info("ingest hit %s; retrying in %.0f ms (attempt %d)", what, delay * 1000, attempt + 2)
+            time.sleep(delay)
+    logger.warning("ingest gave up after %d attempts of a contended batch (%s); answering 503", attempt + 1, what)
+    raise Busy()
+
+
+def _call_locks(project: Project, call_ids: list[str]) -> None:
+    """Serialise the requests that store the same call_id (PostgreSQL; SQLite's writers
+    are serialised already by its IMMEDIATE transactions). Locks are taken in ascending
+    key order in one statement, so no two requests can wait on each other in a cycle.
+    No lock wait of the batch's transaction lasts longer than the lock timeout."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
+    if not call_ids:
+        return
+    keys = sorted(
+        {
+            int.from_bytes(hashlib.blake2b(f"{project.pk}\x1f{c}".encode(), digest_size=8).digest(), "big", signed=True)
+            for c in call_ids
+        }
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS s",
+            [keys],
+        )
 
 
 def _conflict(call_id: str) -> FieldError:
@@ -294,6 +405,7 @@ def _conflict(call_id: str) -> FieldError:
 
 @transaction.atomic
 def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]) -> list[int]:
+    _call_locks(project, [_clean(m.call_id) for _, m, _, _ in valid])
     existing = dict(
         Call.objects.filter(project=project, call_id__in=[m.call_id for _, m, _, _ in valid]).values_list(
             "call_id", "content_hash"
@@ -315,9 +427,11 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     if not to_store:
         return []
 
+    # Rows in call_id order: any two writers meet their rows in the same order.
+    to_store.sort(key=lambda row: row[0].call_id)
     runs = _upsert_runs(project, [m for m, _, _ in to_store])
     now = timezone.now()
-    calls = [_call_row(project, runs[m.run_id], m, canonical, digest, now) for m, canonical, digest in to_store]
+    calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
     _insert(Call, calls)
     call_pks = [c.pk for c in calls]
     _store_children(project, [m for m, _, _ in to_store], call_pks)
@@ -325,37 +439,47 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     return call_pks
 
 
-def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, Run]:
+def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
+    """Create the batch's missing runs and widen the others' time span, in one statement.
+
+    ``INSERT ... ON CONFLICT DO UPDATE`` with LEAST/GREATEST (MIN/MAX on SQLite): the
+    database widens ``first_seen``/``last_seen`` against the row's current values, under
+    its row lock, so two concurrent batches can never overwrite each other's times (a
+    read-then-write would), and rows are written in run_id order, so two batches
+    sharing runs lock them in the same order and cannot deadlock. A run's agent, model
+    and parent are those of the first batch that created it. Returns {run_id: pk}.
+    """
     bounds: dict[str, tuple[datetime, datetime, Manifest]] = {}
     for m in manifests:
-        first, last, sample = bounds.get(m.run_id, (m.started_at, m.started_at, m))
-        bounds[m.run_id] = (min(first, m.started_at), max(last, m.started_at), sample)
-    runs = {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=list(bounds))}
-    missing = [
-        Run(
-            project=project,
-            run_id=_clean(run_id),
-            agent=_clean(sample.agent),
-            model=_clean(sample.model),
-            parent_run_id=_clean(sample.parent_run_id),
-            first_seen=first,
-            last_seen=last,
-        )
-        for run_id, (first, last, sample) in bounds.items()
-        if run_id not in runs
-    ]
-    if missing:
-        Run.objects.bulk_create(missing)
-        runs.update({r.run_id: r for r in missing})
-    changed = []
-    for run_id, (first, last, _) in bounds.items():
-        run = runs[run_id]
-        if first < run.first_seen or last > run.last_seen:
-            run.first_seen, run.last_seen = min(first, run.first_seen), max(last, run.last_seen)
-            changed.append(run)
-    if changed:
-        Run.objects.bulk_update(changed, ["first_seen", "last_seen"])
-    return runs
+        run_id = _clean(m.run_id)
+        first, last, sample = bounds.get(run_id, (m.started_at, m.started_at, m))
+        bounds[run_id] = (min(first, m.started_at), max(last, m.started_at), sample)
+    table = Run._meta.db_table
+    least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("MIN", "MAX")
+    when = connection.ops.adapt_datetimefield_value
+    rows = sorted(bounds.items())
+    placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    params: list[Any] = []
+    for run_id, (first, last, sample) in rows:
+        params += [
+            project.pk,
+            run_id,
+            _clean(sample.agent),
+            _clean(sample.model),
+            _clean(sample.parent_run_id),
+            when(first),
+            when(last),
+        ]
+    sql = (
+        f"INSERT INTO {table} (project_id, run_id, agent, model, parent_run_id, first_seen, last_seen) "
+        f"VALUES {placeholders} ON CONFLICT (project_id, run_id) DO UPDATE SET "
+        f"first_seen = {least}({table}.first_seen, excluded.first_seen), "
+        f"last_seen = {greatest}({table}.last_seen, excluded.last_seen) "
+        "RETURNING run_id, id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
 
 
 def _clean(value: str | None) -> str | None:
@@ -365,13 +489,13 @@ def _clean(value: str | None) -> str | None:
     return value
 
 
-def _call_row(project: Project, run: Run, m: Manifest, canonical: bytes, digest: str, now: datetime) -> Call:
+def _call_row(project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime) -> Call:
     usage = m.usage
     outcome = m.outcome
     prefix = m.prefix
     return Call(
         project=project,
-        run=run,
+        run_id=run_pk,
         call_id=_clean(m.call_id),
         step=m.step,
         parent_call_id=_clean(m.parent_call_id),

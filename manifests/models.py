@@ -50,9 +50,12 @@ class Project(models.Model):
 
 
 class Membership(models.Model):
+    # owner: everything, including the settings (keys, members, webhook); member: the
+    # dashboard and a read-only view of the settings; viewer: the dashboard only.
     OWNER = "owner"
     MEMBER = "member"
-    ROLES = [(OWNER, "Owner"), (MEMBER, "Member")]
+    VIEWER = "viewer"
+    ROLES = [(OWNER, "Owner"), (MEMBER, "Member"), (VIEWER, "Viewer")]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
@@ -155,6 +158,11 @@ class Call(models.Model):
     raw = models.TextField(help_text="The validated manifest, canonical JSON")
     received_at = models.DateTimeField(default=timezone.now)
     analyzed_at = models.DateTimeField(null=True, blank=True)
+    # Poison isolation (docs/analysis.md): a call whose analysis raised is set aside with its
+    # error, so it never blocks its siblings or the sweep; `manage.py reanalyse_calls
+    # --quarantined` tries it again after a fix.
+    quarantined_at = models.DateTimeField(null=True, blank=True)
+    analysis_error = models.TextField(blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "call_id"], name="call_unique_per_project")]
@@ -523,3 +531,15 @@ class Rollup(models.Model):
     @property
     def cost_per_verified_success(self) -> float | None:
         return self.cost / self.verified_successes if self.verified_successes else None
+
+
+class OpsCounter(models.Model):
+    """Operational counters shared by every server process (e.g. client disconnects while
+    a body was read), incremented with one upsert and shown on /healthz."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    value = models.BigIntegerField(default=0)
+    updated = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"

@@ -62,6 +62,7 @@ INGEST_ERRORS = {
     "411": "A chunked body on a server that cannot read one; send Content-Length",
     "413": "The body (compressed or not) is over CTXVIEW_MAX_BODY_BYTES, or the batch over CTXVIEW_MAX_BATCH",
     "415": "Not JSON, or a Content-Encoding other than gzip",
+    "503": "The database stayed contended after bounded retries; wait `Retry-After` seconds and resend",
 }
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 

@@ -15,7 +15,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
-from ctxview.celery import MAX_COUNTDOWN_SECONDS
+from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
 from manifests import analysis, retention
 from manifests.analysis import notify
 
@@ -62,13 +62,24 @@ def analyze_calls(self, call_ids: list[int]) -> int:
 
 
 @shared_task(**ANALYSIS_TASK, max_retries=3)
-def sweep_unanalysed(self, older_than_seconds: float = 60, limit: int = 500) -> int:
-    """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse them."""
+def sweep_unanalysed(
+    self,
+    older_than_seconds: float = 60,
+    max_calls: int = SWEEP_MAX_CALLS,
+    max_seconds: float = SWEEP_MAX_SECONDS,
+) -> int:
+    """Find calls stored but never analysed (broker down at ingest, a lost task) and analyse
+    them. A run cut short by its bound enqueues the next one at once, so a backlog drains
+    without waiting for the beat, on whichever workers are free."""
+    options = {"older_than_seconds": older_than_seconds, "max_calls": max_calls, "max_seconds": max_seconds}
     try:
-        return analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, limit=limit,
-                                         notify=enqueue_notifications)
+        result = analysis.sweep_unanalysed(**options, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         return 0
+    if result.cut_short and not self.request.is_eager:
+        logger.info("sweep run reached its bound with %d calls waiting; continuing at once", result.remaining)
+        sweep_unanalysed.apply_async(kwargs=options)
+    return result.analysed
 
 
 @shared_task(

@@ -78,6 +78,9 @@ def test_it_schedules_the_sweeps_with_beat():
     assert scheduled == {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
                          "manifests.tasks.enforce_retention"}
     assert scheduled <= set(app.tasks)
+    # A sweep run is bounded, and its bound comes from the environment (CTXVIEW_SWEEP_MAX_CALLS).
+    sweep = app.conf.beat_schedule["sweep-unanalysed-calls"]["kwargs"]
+    assert sweep["max_calls"] == 5000 and sweep["older_than_seconds"] == 60
 
 
 @pytest.mark.parametrize(
@@ -95,11 +98,11 @@ def test_it_fails_loudly_on_a_bad_celery_setting(env, message):
 def test_it_sweeps_only_calls_left_unanalysed_long_enough(project):
     old, recent = store(project, [make_manifest("old"), make_manifest("recent", step=1)])
     Call.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(minutes=5))
-    assert analysis.sweep_unanalysed(older_than_seconds=60) == 1
+    assert analysis.sweep_unanalysed(older_than_seconds=60).analysed == 1
     assert Call.objects.get(pk=old.pk).analyzed_at is not None
     assert Call.objects.get(pk=recent.pk).analyzed_at is None
-    assert analysis.sweep_unanalysed(older_than_seconds=0) == 1
-    assert analysis.sweep_unanalysed(older_than_seconds=0) == 0
+    assert analysis.sweep_unanalysed(older_than_seconds=0).analysed == 1
+    assert analysis.sweep_unanalysed(older_than_seconds=0).analysed == 0
 
 
 @pytest.mark.django_db
@@ -107,3 +110,22 @@ def test_it_runs_the_task_function_as_a_plain_call(project):
     calls = store(project, [make_manifest("a"), make_manifest("b", step=1)])
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 2
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 0  # idempotent: a second run changes nothing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(project):
+    from django.db import connection, transaction
+
+    from ctxview.celery import _close_old_connections
+
+    # What a task terminated half-way out of a transaction leaves behind: an atomic block
+    # that never exited, on a connection that no longer works.
+    block = transaction.atomic()
+    block.__enter__()
+    Call.objects.count()
+    connection.connection.close()
+    _close_old_connections(task=tasks.sweep_unanalysed)
+    assert not connection.in_atomic_block
+    assert Call.objects.count() == 0  # the next task's queries work on a fresh connection
+    store(project, [make_manifest("after")])
+    assert Call.objects.filter(call_id="after").exists()

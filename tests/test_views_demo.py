@@ -66,3 +66,35 @@ def test_it_loads_through_seed_demo_and_stores_nothing_twice(capsys):
     assert calls > 250
     call_command("seed_demo")
     assert Call.objects.filter(project=project).count() == calls
+
+
+def test_it_gives_each_agent_its_own_system_prompt_and_tools(demo_world):
+    prompts: dict[str, set[str]] = {}
+    for agent, kind, content_hash in Item.objects.filter(
+            call__project=demo_world.project, kind__in=["system", "tools"], call__step=0,
+    ).exclude(call__run__run_id="research-vendor-page").values_list("call__agent", "kind", "content_hash"):
+        prompts.setdefault(f"{agent}:{kind}", set()).add(content_hash)
+    agents = {key.split(":")[0] for key in prompts}
+    assert agents == {"researcher", "coder", "refund-analyst", "ops-monitor"}
+    for kind in ("system", "tools"):
+        hashes = [prompts[f"{a}:{kind}"] for a in sorted(agents)]
+        # No two agents share a system prompt or a tool set.
+        assert all(a.isdisjoint(b) for i, a in enumerate(hashes) for b in hashes[i + 1:]), kind
+
+
+def test_it_writes_history_the_way_an_agent_does(demo_world):
+    history = Item.objects.get(call__project=demo_world.project, call__call_id="research-001/step-5",
+                               item_id="history")
+    assert "noted; next step" not in (history.text or "")
+    assert "duplicate_charge" in (history.text or "")
+
+
+def test_it_has_a_long_run_with_context_edits(demo_world):
+    calls = Call.objects.filter(project=demo_world.project, run__run_id="ops-refunds-watch")
+    assert calls.count() == demo.OPS_STEPS >= 1000
+    edited = calls.filter(context_edits__isnull=False).distinct()
+    assert edited.count() == (demo.OPS_STEPS - 1) // demo.OPS_CLEAR_EVERY
+    edit = edited.order_by("step").first().context_edits.get()
+    assert edit.type == "clear_tool_uses_20250919" and edit.cleared_count > 0 and edit.cleared_tokens > 0
+    # The prefix (system + tools + task) is large enough to be cached, and it is, poll after poll.
+    assert calls.filter(cache_read_tokens__gt=0).count() > 0.9 * demo.OPS_STEPS

@@ -31,7 +31,7 @@ def card(body: str, key: str) -> str:
 def test_it_shows_headline_figures_and_links_to_the_three_questions(demo_world):
     body = body_of(demo_world, "")
     calls = Call.objects.filter(project=demo_world.project).count()
-    assert re.search(rf'class="value">{calls}<', card(body, "calls"))
+    assert re.search(rf'class="value">{calls:,}<', card(body, "calls"))  # 1,274: thousands separated
     assert re.search(r'class="value">\d+\.\d%<', card(body, "hit_rate"))
     assert "vs" in card(body, "calls")  # against the previous period
     # Question 1: a missing evidence links to its call.

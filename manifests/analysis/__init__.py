@@ -10,22 +10,33 @@ them: a caller that wants webhooks sent passes ``notify``, which runs after each
   analysed is skipped, so a redelivered task changes nothing; a worker killed
   mid-chunk leaves nothing half-written (the transaction rolls back).
 - :func:`sweep_unanalysed` finds calls stored but never analysed (Redis down at
-  ingest, a task lost) and analyses them.
+  ingest, a task lost) and analyses them, chunk after chunk, until none older than
+  the minimum age remains or the run's bound is reached.
+
+Poison isolation: a chunk whose analysis raises (anything but a transient database
+or time-limit error) is rolled back and retried call by call; a call that fails on its
+own is quarantined (``quarantined_at``, ``analysis_error``) and skipped by tasks and the
+sweep until ``manage.py reanalyse_calls --quarantined`` tries it again after a fix.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import time
+import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
-from django.db import transaction
-from django.db.models import Q
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import DatabaseError, DataError, OperationalError, transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from ctxview.celery import SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
 from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
 from manifests.analysis.data import load
 from manifests.analysis.prices import PriceBook
@@ -36,13 +47,27 @@ logger = logging.getLogger(__name__)
 __all__ = ["analyze_calls", "sweep_unanalysed"]
 
 DEFAULT_CHUNK = 100
+# The sweep claims bigger chunks: each chunk recomputes every rollup bucket it touches, and a
+# backlog's chunks touch the same buckets again and again (docs/performance.md, storm: a
+# 9,500-call backlog drained in 104 s with chunks of 500, 257 s with chunks of 100).
+DEFAULT_SWEEP_CHUNK = 500
 
 
-def _chunk_size() -> int:
+
+def _is_poison(exc: Exception) -> bool:
+    """A failure of the data, not of the database or the worker. Database errors other than
+    DataError (a value the column cannot hold) and time limits propagate instead: the task
+    retries with backoff, or the sweep tries later, and nothing is quarantined."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return False
+    return not isinstance(exc, DatabaseError) or isinstance(exc, DataError)
+
+
+def _chunk_size(name: str = "CTXVIEW_ANALYSIS_CHUNK", default: int = DEFAULT_CHUNK) -> int:
     try:
-        return max(1, int(os.environ.get("CTXVIEW_ANALYSIS_CHUNK", DEFAULT_CHUNK)))
+        return max(1, int(os.environ.get(name, default)))
     except ValueError:
-        return DEFAULT_CHUNK
+        return default
 
 
 def _test_pause(chunk_index: int) -> None:
@@ -82,83 +107,185 @@ def _later_with_missing(calls: list[Call]) -> list[Call]:
     )
 
 
-def _analyze_chunk(ids: Sequence[int], *, force: bool, chunk_index: int, notify: Notify | None) -> int:
-    with transaction.atomic():
-        query = Call.objects.select_for_update(skip_locked=True).filter(pk__in=list(ids))
-        if not force:
-            query = query.filter(analyzed_at__isnull=True)
-        # Locked in primary-key order: two workers never wait on each other in a cycle.
-        calls = list(query.order_by("pk"))
-        if not calls:
-            return 0
-        newly = [c for c in calls if c.analyzed_at is None]
-        pks = [c.pk for c in calls]
-        prices = PriceBook.load()
-        data = load(calls)
+def _claim_ids(ids: Sequence[int], *, force: bool) -> QuerySet[Call]:
+    query = Call.objects.filter(pk__in=list(ids))
+    if not force:
+        query = query.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
+    # Locked in primary-key order; calls another worker holds are skipped (left to it).
+    return query.select_for_update(skip_locked=True, no_key=True).order_by("pk")
 
-        new_figures: list[CallFigures] = []
-        new_attributions: list[Attribution] = []
-        new_reviews: list[CompactionFigures] = []
-        # Calls of the same runs at later steps, already analysed and lacking evidence: the
-        # trace of their causes runs through these calls, so theirs are derived again.
-        later = load(_later_with_missing(calls))
-        history = attribution.RunHistory(data + later)
-        for d in data:
-            positions = figures.relative_positions(d.manifest)
-            new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
-            new_attributions.extend(attribution.attribute(d, positions, history))
-            new_reviews.extend(compaction_review.review(d))
-        for d in later:
-            new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history))
-        # Replace, never add to: what was derived before from these calls goes first.
-        CallFigures.objects.filter(call_id__in=pks).delete()
-        Attribution.objects.filter(call_id__in=pks + [d.call.pk for d in later]).delete()
-        CompactionFigures.objects.filter(call_id__in=pks).delete()
-        CallFigures.objects.bulk_create(new_figures, batch_size=500)
-        Attribution.objects.bulk_create(new_attributions, batch_size=500)
-        CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
 
-        now = timezone.now()
-        Call.objects.filter(pk__in=pks).update(analyzed_at=now)
-        successors = cache.update_cache_events(pks, prices)
-        cache.update_prefix_registry(newly)
-        projects = Project.objects.in_bulk({c.project_id for c in calls})
-        found = regressions.detect(calls, projects)
-        touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
-        touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
-        rollups.recompute(rollups.keys_for(touched))
-        _test_pause(chunk_index)
-        webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
-        if webhooks and notify is not None:  # else the notification sweep sends them
-            transaction.on_commit(partial(notify, webhooks))
-    return len(calls)
+# PostgreSQL's serialization failure and deadlock: the chunk is simply run again.
+_RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+CHUNK_ATTEMPTS = 4
+
+
+def _analyze_chunk(
+    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
+) -> tuple[int, int]:
+    """:func:`_analyze_once`, run again after a deadlock or serialization failure (a few
+    times, after a short jittered pause), so a collision between workers costs a chunk,
+    not the task."""
+    for attempt in range(CHUNK_ATTEMPTS):
+        try:
+            return _analyze_once(claim, force=force, chunk_index=chunk_index, notify=notify)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES or attempt + 1 == CHUNK_ATTEMPTS:
+                raise
+            logger.info("analysis chunk hit %s; running it again", exc.__cause__.__class__.__name__)
+            time.sleep(random.uniform(0, 0.1 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _analyze_once(
+    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
+) -> tuple[int, int]:
+    """Analyse the calls ``claim`` locks, in one transaction. Returns (analysed, claimed).
+
+    If the analysis raises, the transaction rolls back and the claimed calls are analysed
+    one by one: the good ones pass, the one that fails alone is quarantined.
+
+    Calls are locked FOR NO KEY UPDATE: the foreign-key checks another worker's rows make
+    at commit (a cache event pointing at its previous call, in this chunk) do not wait on
+    it, so two chunks holding calls of the same run cannot deadlock on each other."""
+    claimed: list[int] = []
+    try:
+        with transaction.atomic():
+            calls = list(claim.all())  # a fresh query (and lock) on every attempt
+            claimed = [c.pk for c in calls]
+            if not calls:
+                return 0, 0
+            _analyze_locked(calls, chunk_index=chunk_index, notify=notify)
+        return len(calls), len(calls)
+    except Exception as exc:
+        if not claimed or not _is_poison(exc):
+            raise
+        if len(claimed) == 1:
+            _quarantine(claimed[0], exc)
+            return 0, 1
+        logger.warning(
+            "analysis of a chunk of %d calls failed (%s: %s); retrying them one by one",
+            len(claimed), exc.__class__.__name__, exc,
+        )
+        done = 0
+        for pk in claimed:
+            done += _analyze_chunk(
+                _claim_ids([pk], force=force), force=force, chunk_index=chunk_index, notify=notify
+            )[0]
+        return done, len(claimed)
+
+
+def _quarantine(pk: int, exc: Exception) -> None:
+    """Set a call aside with its error (class, message, where it was raised)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    error = f"{exc.__class__.__name__}: {exc}{where}"[:2000]
+    Call.objects.filter(pk=pk).update(quarantined_at=timezone.now(), analysis_error=error)
+    logger.error("call %s quarantined: its analysis fails on its own (%s)", pk, error)
+
+
+def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | None) -> None:
+    newly = [c for c in calls if c.analyzed_at is None]
+    pks = [c.pk for c in calls]
+    prices = PriceBook.load()
+    data = load(calls)
+
+    new_figures: list[CallFigures] = []
+    new_attributions: list[Attribution] = []
+    new_reviews: list[CompactionFigures] = []
+    # Calls of the same runs at later steps, already analysed and lacking evidence: the
+    # trace of their causes runs through these calls, so theirs are derived again.
+    later = load(_later_with_missing(calls))
+    history = attribution.RunHistory(data + later)
+    for d in data:
+        positions = figures.relative_positions(d.manifest)
+        new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
+        new_attributions.extend(attribution.attribute(d, positions, history))
+        new_reviews.extend(compaction_review.review(d))
+    for d in later:
+        new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history))
+    # Replace, never add to: what was derived before from these calls goes first.
+    CallFigures.objects.filter(call_id__in=pks).delete()
+    Attribution.objects.filter(call_id__in=pks + [d.call.pk for d in later]).delete()
+    CompactionFigures.objects.filter(call_id__in=pks).delete()
+    CallFigures.objects.bulk_create(new_figures, batch_size=500)
+    Attribution.objects.bulk_create(new_attributions, batch_size=500)
+    CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
+
+    now = timezone.now()
+    Call.objects.filter(pk__in=pks).update(analyzed_at=now, quarantined_at=None, analysis_error="")
+    successors = cache.update_cache_events(pks, prices)
+    cache.update_prefix_registry(newly)
+    projects = Project.objects.in_bulk({c.project_id for c in calls})
+    found = regressions.detect(calls, projects)
+    touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
+    touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
+    rollups.recompute(rollups.keys_for(touched))
+    _test_pause(chunk_index)
+    webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
+    if webhooks and notify is not None:  # else the notification sweep sends them
+        transaction.on_commit(partial(notify, webhooks))
 
 
 def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notify | None = None) -> int:
     """Analyse the given calls; returns how many were analysed now.
 
-    Calls already analysed are skipped unless ``force`` (re-analysis after a rule
-    change), and calls locked by another worker are left to it. ``notify(regression_ids)``
-    runs after each chunk commits with the new regressions whose project has a webhook.
+    Calls already analysed or quarantined are skipped unless ``force`` (re-analysis
+    after a rule change or a fix), and calls locked by another worker are left to it.
+    ``notify(regression_ids)`` runs after each chunk commits with the new regressions whose
+    project has a webhook.
     """
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
     for index, start in enumerate(range(0, len(ids), size)):
-        done += _analyze_chunk(ids[start : start + size], force=force, chunk_index=index, notify=notify)
+        claim = _claim_ids(ids[start : start + size], force=force)
+        done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
     return done
 
 
-def sweep_unanalysed(*, older_than_seconds: float = 60, limit: int = 500, notify: Notify | None = None) -> int:
-    """Analyse calls stored at least ``older_than_seconds`` ago and never analysed."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    ids = list(
-        Call.objects.filter(analyzed_at__isnull=True, received_at__lte=cutoff)
-        .order_by("received_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    if not ids:
-        return 0
-    done = analyze_calls(ids, notify=notify)
-    logger.info("sweep analysed %d of %d unanalysed calls", done, len(ids))
-    return done
+def _waiting(cutoff: object) -> QuerySet[Call]:
+    return Call.objects.filter(analyzed_at__isnull=True, quarantined_at__isnull=True, received_at__lte=cutoff)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    analysed: int
+    quarantined: int
+    remaining: int  # unanalysed calls older than the minimum age when the run ended
+    cut_short: bool  # the run stopped at its bound, not because nothing was left
+
+
+def sweep_unanalysed(
+    *, older_than_seconds: float = 60, max_calls: int = SWEEP_MAX_CALLS, max_seconds: float = SWEEP_MAX_SECONDS,
+    notify: Notify | None = None,
+) -> SweepResult:
+    """Analyse calls stored at least ``older_than_seconds`` ago and never analysed.
+
+    Claims chunk after chunk (oldest first, ``SKIP LOCKED``: sweeps running at once on
+    several workers take different chunks) until none is left or the run has claimed
+    ``max_calls`` or spent ``max_seconds``; the task enqueues a continuation when a run
+    was cut short with calls still waiting.
+    """
+    started = time.monotonic()
+    size = _chunk_size("CTXVIEW_SWEEP_CHUNK", DEFAULT_SWEEP_CHUNK)
+    analysed = claimed = chunks = 0
+    cut_short = True
+    while claimed < max_calls and time.monotonic() - started < max_seconds:
+        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+        claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
+        done, taken = _analyze_chunk(
+            claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
+        )
+        if not taken:
+            cut_short = False
+            break
+        analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
+    remaining = _waiting(timezone.now() - timedelta(seconds=older_than_seconds)).count()
+    if claimed or remaining:
+        logger.info(
+            "sweep analysed %d calls (%d quarantined) in %d chunks in %.1f s; %d unanalysed calls "
+            "older than %gs remain",
+            analysed, claimed - analysed, chunks, time.monotonic() - started, remaining, older_than_seconds,
+        )
+    return SweepResult(analysed, claimed - analysed, remaining, cut_short and remaining > 0)

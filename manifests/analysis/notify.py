@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import F, Q
 from django.utils import timezone
 
-from manifests.models import Regression
+from manifests.models import Project, Regression
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,45 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirect)
 
 
+def _post(url: str, secret: str, event: str, body: bytes) -> int:
+    """POST a signed body; the receiver's HTTP status (network errors raise)."""
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "ctxview-webhook/1",
+            EVENT_HEADER: event,
+            SIGNATURE_HEADER: sign(secret, body),
+        },
+    )
+    try:
+        with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def send_test(project: Project) -> tuple[bool, str]:
+    """The settings page's "send a test": one signed ``test`` event, now, no retry.
+    Returns whether the receiver accepted it (2xx) and what happened, for the owner to read."""
+    if not project.webhook_url:
+        return False, "no webhook URL is set"
+    body = json.dumps(
+        {"event": "test", "project": project.slug, "sent_at": timezone.now().isoformat(),
+         "threshold_points": project.regression_threshold_points, "window_calls": project.regression_window_calls},
+        sort_keys=True, separators=(",", ":"),
+    ).encode()
+    try:
+        status = _post(project.webhook_url, project.webhook_secret, "test", body)
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"network error: {exc}"
+    if 200 <= status < 300:
+        return True, f"the receiver answered HTTP {status}"
+    return False, f"the receiver answered HTTP {status}"
+
+
 def _record(regression_id: int, **fields: Any) -> None:
     Regression.objects.filter(pk=regression_id).update(**fields)
 
@@ -104,22 +143,8 @@ def send(regression_id: int) -> str:
         notify_attempts=F("notify_attempts") + 1, last_notify_attempt=timezone.now()
     )
     body = json.dumps(payload(regression), sort_keys=True, separators=(",", ":")).encode()
-    request = urllib.request.Request(
-        project.webhook_url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "ctxview-webhook/1",
-            EVENT_HEADER: "cache_regression",
-            SIGNATURE_HEADER: sign(project.webhook_secret, body),
-        },
-    )
     try:
-        with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status = exc.code
+        status = _post(project.webhook_url, project.webhook_secret, "cache_regression", body)
     except (urllib.error.URLError, OSError) as exc:  # refused, DNS, timeout
         _record(regression_id, notify_error=f"network error: {exc}"[:2000])
         raise TransientNotifyError(str(exc)) from exc

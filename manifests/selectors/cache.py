@@ -70,6 +70,9 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
             "after": r.prefix_after,
             "segments": segments,
             "changed": changed,
+            # Raw segments, for the prefix line diff partial (selectors/prefix_lines.py).
+            "before_segments": r.segments_before,
+            "after_segments": r.segments_after,
         })
     return out
 

@@ -10,6 +10,7 @@ from django.db.models import Prefetch
 from django.http import Http404
 
 from ctxkit import figures
+from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Call, Compaction, Invariant, Item, Project
 
@@ -36,6 +37,30 @@ def call_with_children(project: Project, call_id: str) -> Call:
     return call
 
 
+# How the allocation bar colours an item: by what the context builder did to it. Where
+# it sits (in the context, or among the candidates not sent) is shown apart from this.
+ACTION_GROUPS = {
+    "whole": "kept whole",
+    "cut": "compressed or cut",
+    "summarized": "summarized",
+    "dropped": "dropped",
+}
+
+
+def action_group(item: Item) -> str:
+    """``whole`` (kept with all its tokens), ``cut`` (compressed, extracted, truncated,
+    replaced by a reference, or kept with fewer tokens than it asked for),
+    ``summarized`` (itself, or folded into a summary item), or ``dropped``."""
+    inside = figures.in_context(item)
+    if item.action in ABSENT_ACTIONS or (item.action == "keep" and not inside):
+        return "dropped"
+    if item.action == "summarize":
+        return "summarized"
+    if item.action != "keep" or figures.context_tokens(item) < item.requested_tokens:
+        return "cut"
+    return "whole"
+
+
 def context_order(items: list[Item]) -> list[Item]:
     """Items in the order of the final context (ctxkit.figures.context_order), then the
     absent ones in manifest order; each marked with ``in_context`` for the template."""
@@ -58,6 +83,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
                 "zone": (item.zone or "middle") if inside else "not sent",
                 "position": item.position,
                 "action": item.action,
+                "group": action_group(item),
                 "requested": item.requested_tokens,
                 "granted": item.granted_tokens if item.granted_tokens is not None else tokens,
                 "used": tokens,
@@ -82,6 +108,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
         "input_tokens": call.input_tokens,
         "headroom": call.input_cap - used,
         "zones": zones,
+        "groups": ACTION_GROUPS,
         "items": rows,
     }
 

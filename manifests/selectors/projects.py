@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, QuerySet
 from django.http import Http404
 
-from manifests.models import Project, Run
+from manifests.models import ApiKey, Membership, Project, Run
 
 
 def projects_for(user) -> QuerySet[Project]:
@@ -15,10 +15,22 @@ def projects_for(user) -> QuerySet[Project]:
 def project_for(user, slug: str) -> Project:
     """The project if ``user`` is a member; a 404 otherwise, so a guessed slug does not
     reveal that the project exists."""
-    project = Project.objects.filter(slug=slug, members=user).first()
-    if project is None:
+    membership = Membership.objects.select_related("project").filter(project__slug=slug, user=user).first()
+    if membership is None:
         raise Http404("no such project")
+    project = membership.project
+    project.role = membership.role  # what the pages may offer this user (the settings link)
     return project
+
+
+def project_settings(project: Project) -> dict:
+    """What the settings page lists: keys (newest first, revoked last), members, webhook."""
+    return {
+        "keys": list(ApiKey.objects.filter(project=project).order_by(F("revoked_at").asc(nulls_first=True),
+                                                                      "-created")),
+        "members": list(Membership.objects.filter(project=project).select_related("user")
+                        .order_by("user__username")),
+    }
 
 
 def filter_options(project: Project) -> dict[str, list[str]]:

@@ -51,6 +51,8 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         "margin": call.safety_margin,
         "min_budget": call.safety_margin + 1,
         "max_budget": max(call.window * 3, 2000),
+        # About 250 stops along the slider; the number box beside it takes any token count.
+        "step": max(1, max(call.window * 3, 2000) // 250),
     }
     return page(request, "manifests/call.html", project, filters, "runs", {
         "call": call,

@@ -3,65 +3,172 @@
   "use strict";
   var cv = window.ctxview, esc = cv.esc;
   var alloc = cv.data("allocation-data");
-  var ZONE = { head: "#3b6fd8", middle: "#e0a100", tail: "#2e9d6a" };
-  var ZONE_ALT = { head: "#7d9ee6", middle: "#f0c14d", tail: "#6cc39b" };
-  var CUT = { keep: false, compress: true, extract: true, summarize: true, truncate: true, ref: true, hard_cut: true };
+  // One colour per action group (selectors/calls.py ACTION_GROUPS), with a label colour
+  // that reads on it (4.5:1 or better); the legend below the bar is built from this map.
+  var GROUP = {
+    whole: { color: "#2f5fc4", text: "#ffffff" },
+    cut: { color: "#e0a100", text: "#1d2330" },
+    summarized: { color: "#6f47bd", text: "#ffffff" },
+    dropped: { color: "#b3261e", text: "#ffffff" }
+  };
+  var IN = "in context", OUT = "not sent";
+
+  function fmtN(n) { return Number(n).toLocaleString("en-US"); }
+  function textWidth(s, size) { return s.length * (size || 11) * 0.62 + 6; }
+
+  /* Place labels on one or more rows so that none overlaps another or leaves the plot:
+     each wants a centre (px); it goes on the first row where it fits. */
+  function placeLabels(labels, plotW) {
+    var ends = [];
+    labels.forEach(function (l) {
+      var left = Math.min(Math.max(0, l.centre - l.width / 2), Math.max(0, plotW - l.width));
+      var row = 0;
+      while (ends[row] !== undefined && ends[row] + 8 > left) { row++; }
+      ends[row] = left + l.width;
+      l.left = left; l.row = row;
+    });
+    return ends.length;
+  }
+
+  function spaceColors() {
+    var t = cv.theme();
+    return {
+      headroom: { color: getComputedStyle(document.documentElement).getPropertyValue("--neutral-bg").trim() || "#eceff4",
+                  text: t.fg, what: "unused input space under the cap" },
+      margin: { color: "#c3c9d4", text: "#1d2330", what: "safety margin" },
+      reserve: { color: "#8d96a6", text: "#1d2330", what: "kept free for the answer" }
+    };
+  }
+
+  function legend() {
+    var box = document.getElementById("allocation-legend");
+    if (!box) { return; }
+    box.textContent = "";
+    var spaces = spaceColors();
+    var entries = Object.keys(GROUP).map(function (g) { return [alloc.groups[g], GROUP[g].color]; })
+      .concat([["not sent (hatched)", "#8d96a6", true], ["headroom", spaces.headroom.color],
+               ["safety margin", spaces.margin.color], ["output reserve", spaces.reserve.color]]);
+    entries.forEach(function (e) {
+      var span = document.createElement("span");
+      span.textContent = e[0];
+      span.style.setProperty("--c", e[1]);
+      if (e[2]) { span.className = "hatched"; }
+      box.appendChild(span);
+    });
+  }
 
   function windowBar() {
+    var el = document.getElementById("allocation-window");
     var inside = alloc.items.filter(function (r) { return r.in_context && r.used > 0; });
-    var x = [], base = [], colors = [], text = [], hover = [], at = 0, zones = {};
-    inside.forEach(function (r, i) {
-      x.push(r.used); base.push(at);
-      colors.push((i % 2 ? ZONE_ALT : ZONE)[r.zone] || "#9aa3b2");
-      text.push(r.used / alloc.window > 0.07 ? esc(r.id) + " " + r.used : r.used / alloc.window > 0.035 ? esc(r.id) : "");
-      hover.push("<b>" + esc(r.id) + "</b> (" + esc(r.kind) + ", " + esc(r.zone) + ")<br>" + r.used + " tokens, " +
-                 esc(r.action) + (r.trust === "untrusted" ? "<br>⚠ untrusted" : ""));
+    var outside = alloc.items.filter(function (r) { return !r.in_context; });
+    var outTotal = outside.reduce(function (a, r) { return a + Math.max(1, r.requested); }, 0);
+    var xmax = Math.max(alloc.window, outTotal, 1);
+    var margin = { l: 78, r: 16 };
+    var plotW = Math.max(120, (el.clientWidth || 800) - margin.l - margin.r);
+    function px(tokens) { return tokens / xmax * plotW; }
+    function label(full, short, tokens) {
+      if (textWidth(full) < px(tokens)) { return full; }
+      if (short && textWidth(short) < px(tokens)) { return short; }
+      return "";
+    }
+
+    var seg = { x: [], base: [], y: [], color: [], text: [], textColor: [], hover: [], pattern: [] };
+    var table = { head: ["segment", "row", "from token", "tokens", "what"], rows: [] };
+    function push(y, from, tokens, color, text, textColor, hover, hatched) {
+      var parts = cv.plain(hover).split("; ");
+      table.rows.push([parts[0], y, String(from), String(tokens), parts.slice(1).join("; ")]);
+      seg.y.push(y); seg.base.push(from); seg.x.push(tokens); seg.color.push(color);
+      seg.text.push(text); seg.textColor.push(textColor); seg.hover.push(hover); seg.pattern.push(hatched ? "/" : "");
+    }
+    var at = 0, zones = {};
+    inside.forEach(function (r) {
+      var g = GROUP[r.group] || GROUP.whole;
+      var tokens = r.used < r.requested ? r.used + " of " + r.requested : String(r.used);
+      push(IN, at, r.used, g.color, label(esc(r.id) + " " + r.used, esc(r.id), r.used), g.text,
+           "<b>" + esc(r.id) + "</b> (" + esc(r.kind) + ", " + esc(r.zone) + " zone)<br>" + tokens + " tokens · " +
+           esc(r.action) + " · " + esc(alloc.groups[r.group]) + (r.trust === "untrusted" ? "<br>⚠ untrusted" : ""));
       var z = zones[r.zone] || (zones[r.zone] = { from: at, to: at, tokens: 0 });
       z.to = at + r.used; z.tokens += r.used;
       at += r.used;
     });
-    var rest = [];
-    if (alloc.headroom > 0) { rest.push(["headroom", alloc.headroom, "#edf0f5", "unused input space under the cap"]); }
-    if (alloc.margin > 0) { rest.push(["margin", alloc.margin, "#d5dae3", "safety margin"]); }
-    if (alloc.reserve > 0) { rest.push(["output reserve", alloc.reserve, "#9aa3b2", "kept free for the answer"]); }
-    var pos = Math.max(at, alloc.input_cap);
-    if (alloc.headroom > 0) { pos = at; }
-    rest.forEach(function (r) {
-      x.push(r[1]); base.push(pos); colors.push(r[2]);
-      text.push(r[1] / alloc.window > 0.06 ? r[0] + " " + r[1] : "");
-      hover.push("<b>" + r[0] + "</b><br>" + r[1] + " tokens: " + r[3]);
+    var spaces = spaceColors();
+    var pos = alloc.headroom > 0 ? at : Math.max(at, alloc.input_cap);
+    [["headroom", alloc.headroom, spaces.headroom], ["margin", alloc.margin, spaces.margin],
+     ["output reserve", alloc.reserve, spaces.reserve]].forEach(function (r) {
+      if (r[1] <= 0) { return; }
+      push(IN, pos, r[1], r[2].color, label(r[0] + " " + r[1], r[0], r[1]), r[2].text,
+           "<b>" + r[0] + "</b><br>" + r[1] + " tokens: " + r[2].what, false);
       pos += r[1];
     });
-    var shapes = [], annotations = [];
-    ["head", "middle", "tail"].forEach(function (name) {
-      var z = zones[name];
-      if (!z) { return; }
-      shapes.push({ type: "line", xref: "x", yref: "paper", x0: z.from, x1: z.to, y0: 0.93, y1: 0.93,
-                    line: { color: ZONE[name], width: 4 } });
-      annotations.push({ x: (z.from + z.to) / 2, y: 1.0, xref: "x", yref: "paper", showarrow: false,
-                         text: "<b>" + name.toUpperCase() + "</b> " + z.tokens, font: { color: ZONE[name], size: 12 },
-                         yanchor: "bottom" });
+    var off = 0;
+    outside.forEach(function (r) {
+      var tokens = Math.max(1, r.requested);
+      var g = GROUP[r.group] || GROUP.dropped;
+      push(OUT, off, tokens, g.color, label(esc(r.id) + " " + r.requested, esc(r.id), tokens), g.text,
+           "<b>" + esc(r.id) + "</b> (" + esc(r.kind) + "), not sent<br>asked for " + r.requested + " tokens · " +
+           esc(r.action) + " · " + esc(alloc.groups[r.group]) + "<br>" + esc(r.reason).slice(0, 160), true);
+      off += tokens;
     });
-    function vline(at, label, color) {
-      shapes.push({ type: "line", x0: at, x1: at, y0: 0, y1: 0.9, yref: "paper", line: { color: color, width: 2, dash: "dot" } });
-      annotations.push({ x: at, y: 0.03, yref: "paper", yanchor: "bottom", xanchor: "left", text: label, showarrow: false,
-                         font: { size: 11, color: color }, bgcolor: "rgba(255,255,255,0.85)", borderpad: 1 });
-    }
-    vline(alloc.input_cap, "input cap " + alloc.input_cap, "#1d2330");
+
+    // Zones as brackets above the bar, their labels placed so none overlaps or is clipped.
+    var t = cv.theme(), shapes = [], annotations = [], inset = xmax * 0.003;
+    var zoneLabels = ["head", "middle", "tail"].filter(function (n) { return zones[n]; }).map(function (n) {
+      var z = zones[n], full = n.toUpperCase() + " " + fmtN(z.tokens);
+      var text = textWidth(full, 12) <= px(z.to - z.from) ? full : n.toUpperCase();
+      return { zone: n, z: z, text: text, width: textWidth(text, 12), centre: px((z.from + z.to) / 2) };
+    });
+    var zoneRows = placeLabels(zoneLabels, plotW);
+    var rows = outside.length ? [IN, OUT] : [IN];
+    var barsPx = rows.length * 44;
+    var caps = [["input cap " + fmtN(alloc.input_cap), alloc.input_cap, "dot"]];
     if (alloc.effective_limit && alloc.effective_limit < alloc.window) {
-      vline(alloc.effective_limit, "effective limit " + alloc.effective_limit, "#8e6bd1");
+      caps.push(["effective limit " + fmtN(alloc.effective_limit), alloc.effective_limit, "dash"]);
     }
-    cv.plot("allocation-window", [{
-      type: "bar", orientation: "h", y: x.map(function () { return "window"; }), x: x, base: base,
-      marker: { color: colors, line: { color: "#fff", width: 1 } }, text: text, textposition: "inside",
-      insidetextanchor: "middle", textangle: 0, textfont: { color: "#fff", size: 11 },
-      hovertext: hover, hoverinfo: "text", showlegend: false, width: 0.8
-    }], {
-      height: 150, barmode: "overlay", margin: { l: 10, r: 20, t: 26, b: 30 },
-      xaxis: { range: [0, alloc.window], title: { text: "tokens (window " + alloc.window + ")", standoff: 4 }, fixedrange: true },
-      yaxis: { visible: false, fixedrange: true }, shapes: shapes, annotations: annotations,
-      uniformtext: { mode: "hide", minsize: 9 }
+    var capLabels = caps.map(function (c) { return { text: c[0], width: textWidth(c[0]), centre: px(c[1]), at: c[1], dash: c[2] }; });
+    var capRows = placeLabels(capLabels, plotW);
+    var bandPx = capRows * 16 + 6;
+    var top = 14 + zoneRows * 18, bottom = 34;
+    var height = top + barsPx + bandPx + bottom;
+    var barTop = 1, barBottom = bandPx / (barsPx + bandPx);
+    zoneLabels.forEach(function (l) {
+      var x0 = l.z.from + inset, x1 = l.z.to - inset;
+      [[x0, x1, 1.0 + 10 / (barsPx + bandPx), 1.0 + 10 / (barsPx + bandPx)], [x0, x0, 1.0 + 2 / (barsPx + bandPx), 1.0 + 10 / (barsPx + bandPx)],
+       [x1, x1, 1.0 + 2 / (barsPx + bandPx), 1.0 + 10 / (barsPx + bandPx)]].forEach(function (s) {
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: s[0], x1: s[1], y0: s[2], y1: s[3], line: { color: t.fg, width: 1.5 } });
+      });
+      annotations.push({ x: l.left / plotW * xmax, xanchor: "left", y: barTop, yref: "paper", yanchor: "bottom",
+                         yshift: 12 + l.row * 18, showarrow: false, text: "<b>" + l.text + "</b>", font: { color: t.fg, size: 12 } });
     });
+    // The cap lines run in the gaps around the bars, never across a segment's label.
+    var n = rows.length, half = 0.35;
+    function paperY(y) { return barBottom + (1 - barBottom) * (1 - (y + 0.5) / n); }
+    var gaps = [[paperY(-half), 1]];
+    for (var k = 0; k < n; k++) { gaps.push([k + 1 < n ? paperY(k + 1 - half) : barBottom, paperY(k + half)]); }
+    capLabels.forEach(function (c) {
+      gaps.forEach(function (g) {
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: c.at, x1: c.at, y0: Math.min(g[0], g[1]), y1: Math.max(g[0], g[1]),
+                      line: { color: t.fg, width: 2, dash: c.dash } });
+      });
+      annotations.push({ x: c.left / plotW * xmax, xanchor: "left", y: barBottom, yref: "paper", yanchor: "top",
+                         yshift: -2 - c.row * 16, showarrow: false, text: c.text, font: { color: t.fg, size: 11 } });
+    });
+
+    cv.plot("allocation-window", [{
+      type: "bar", orientation: "h", y: seg.y, x: seg.x, base: seg.base,
+      marker: { color: seg.color, line: { color: t.surface, width: 1 },
+                pattern: { shape: seg.pattern, fillmode: "overlay", fgcolor: "rgba(255,255,255,0.35)", size: 8, solidity: 0.12 } },
+      text: seg.text, textposition: "inside", insidetextanchor: "middle", textangle: 0,
+      textfont: { color: seg.textColor, size: 11 }, constraintext: "none", cliponaxis: true,
+      hovertext: seg.hover, hoverinfo: "text", showlegend: false, width: 0.7, name: "tokens"
+    }], {
+      height: height, barmode: "overlay", margin: { l: margin.l, r: margin.r, t: top, b: bottom },
+      xaxis: { range: [0, xmax], fixedrange: true, anchor: "free", position: 0,
+               title: { text: "tokens (window " + fmtN(alloc.window) + ")", standoff: 2 } },
+      yaxis: { type: "category", categoryorder: "array", categoryarray: rows, autorange: "reversed",
+               domain: [barBottom, 1], fixedrange: true, ticks: "" },
+      shapes: shapes, annotations: annotations, uniformtext: { mode: "hide", minsize: 10 }
+    }, { table: table });
+    legend();
   }
 
   function itemBars() {
@@ -75,25 +182,23 @@
     var y = [rows.map(function (r) { return r.zone; }),
              rows.map(function (r) { return esc(r.id) + (r.trust === "untrusted" ? " ⚠" : "") + (r.pinned ? " (pinned)" : ""); })];
     var hover = rows.map(function (r) {
-      return "<b>" + esc(r.id) + "</b> · " + esc(r.kind) + " · " + esc(r.action) + "<br>requested " + r.requested +
-             ", granted " + r.granted + ", used " + r.used + "<br>" + esc(r.reason).slice(0, 160);
+      return "<b>" + esc(r.id) + "</b> · " + esc(r.kind) + " · " + esc(r.action) + " (" + esc(alloc.groups[r.group]) + ")<br>requested " +
+             r.requested + ", granted " + r.granted + ", used " + r.used + "<br>" + esc(r.reason).slice(0, 160);
     });
-    var usedColor = rows.map(function (r) {
-      if (!r.in_context || r.used === 0) { return "#c62828"; }
-      return CUT[r.action] || r.used < r.requested ? "#e0a100" : "#3b6fd8";
-    });
+    var usedColor = rows.map(function (r) { return (GROUP[r.group] || GROUP.whole).color; });
+    var t = cv.theme();
     var common = { type: "bar", orientation: "h", y: y, hovertext: hover, hoverinfo: "text" };
     cv.plot("allocation-items", [
       Object.assign({ name: "requested", x: rows.map(function (r) { return r.requested; }), width: 0.8,
-                      marker: { color: "rgba(154,163,178,0.35)", line: { color: "#9aa3b2", width: 1 } } }, common),
+                      marker: { color: "rgba(141,150,166,0.30)", line: { color: "#8d96a6", width: 1 } } }, common),
       Object.assign({ name: "granted", x: rows.map(function (r) { return r.granted; }), width: 0.55,
-                      marker: { color: "#c8d3ea" } }, common),
+                      marker: { color: "rgba(47,95,196,0.25)" } }, common),
       Object.assign({ name: "used", x: rows.map(function (r) { return r.used; }), width: 0.3,
                       marker: { color: usedColor },
                       text: rows.map(function (r) { return r.in_context ? "" : esc(r.action); }),
-                      textposition: "outside", textfont: { color: "#c62828", size: 10 } }, common)
+                      textposition: "outside", textfont: { color: t.fg, size: 10 } }, common)
     ], {
-      title: { text: "Per item: requested, granted, used" + note, font: { size: 13 }, x: 0.01 },
+      title: { text: "Per item: requested (outline), granted (shaded), used (coloured by action)" + note, font: { size: 13 }, x: 0.01 },
       barmode: "overlay", height: Math.min(1600, 90 + 22 * rows.length), showlegend: false,
       margin: { l: 230, r: 40, t: 34, b: 36 },
       xaxis: { title: { text: "tokens", standoff: 4 }, rangemode: "tozero" },
@@ -106,8 +211,11 @@
 
   /* What-if replay ------------------------------------------------------- */
   var cfg = cv.data("whatif-config");
-  var budget = document.getElementById("whatif-budget");
-  var reserve = document.getElementById("whatif-reserve");
+  // The number boxes hold the values sent; each slider beside its box moves in steps.
+  var budget = document.getElementById("whatif-budget-num");
+  var reserve = document.getElementById("whatif-reserve-num");
+  var budgetSlider = document.getElementById("whatif-budget");
+  var reserveSlider = document.getElementById("whatif-reserve");
   var status = document.getElementById("whatif-status");
   var timer = null, seq = 0;
 
@@ -190,14 +298,16 @@
     status.textContent = d.warnings.length ? d.warnings.join("; ") : "";
   }
   function clampReserve() {
-    var max = Math.max(0, parseInt(budget.value, 10) - cfg.margin);
-    reserve.max = String(max);
-    if (parseInt(reserve.value, 10) > max) { reserve.value = String(max); }
+    var b = Math.min(Math.max(parseInt(budget.value, 10) || cfg.budget, cfg.min_budget), cfg.max_budget);
+    budget.value = String(b);
+    var max = Math.max(0, b - cfg.margin);
+    reserve.max = reserveSlider.max = String(max);
+    var r = Math.min(Math.max(parseInt(reserve.value, 10) || 0, 0), max);
+    reserve.value = String(r);
+    budgetSlider.value = budget.value; reserveSlider.value = reserve.value;
   }
   function run() {
     clampReserve();
-    document.getElementById("whatif-budget-out").textContent = budget.value;
-    document.getElementById("whatif-reserve-out").textContent = reserve.value;
     var mine = ++seq;
     status.textContent = "computing…";
     var url = cfg.url + "?call=" + encodeURIComponent(cfg.call_id) + "&budget=" + encodeURIComponent(budget.value) +
@@ -214,8 +324,11 @@
       .catch(function (err) { if (mine === seq) { status.textContent = "error: " + err; } });
   }
   function schedule() { clearTimeout(timer); timer = setTimeout(run, 150); }
-  budget.addEventListener("input", schedule);
-  reserve.addEventListener("input", schedule);
+  budgetSlider.addEventListener("input", function () { budget.value = budgetSlider.value; schedule(); });
+  reserveSlider.addEventListener("input", function () { reserve.value = reserveSlider.value; schedule(); });
+  // A typed number is sent when the box is left or Enter pressed, not at every keystroke.
+  budget.addEventListener("change", schedule);
+  reserve.addEventListener("change", schedule);
   document.getElementById("whatif-reset").addEventListener("click", function () {
     budget.value = String(cfg.budget); reserve.value = String(cfg.reserve); run();
   });

@@ -12,15 +12,23 @@
 
   var t = cv.data("timeline-data");
   if (!t) { return; }
-  var text = t.z.map(function (row, r) {
+  // A cell is coloured by whether its answer is good for the evidence, not by yes/no:
+  // "truncated? no" is good, "present? no" is bad. The cell also says yes or no, so the
+  // colour is never the only signal.
+  var goodWhenYes = { candidate: true, granted: true, truncated: false, summarized: false, present: true, used: true };
+  var good = t.z.map(function (row, r) {
+    return row.map(function (v) { return v === null ? null : (goodWhenYes[t.stages[r]] === false ? 1 - v : v); });
+  });
+  var label = t.z.map(function (row) { return row.map(function (v) { return v === null ? "?" : v ? "yes" : "no"; }); });
+  var custom = t.z.map(function (row, r) {
     return row.map(function (v, i) {
-      return t.stages[r] + ": " + (v === null ? "unknown" : v ? "yes" : "no") + (t.causes[i] ? "<br>cause " + esc(t.causes[i]) : "");
+      return [t.urls[i], t.stages[r] + ": " + label[r][i] + (t.causes[i] ? "<br>cause " + esc(t.causes[i]) : "")];
     });
   });
-  var custom = t.z.map(function (row) { return row.map(function (_, i) { return t.urls[i]; }); });
   cv.plot("chart-timeline", [{
-    type: "heatmap", x: t.steps.map(function (s) { return "step " + s; }), y: t.stages, z: t.z, text: text, customdata: custom,
+    type: "heatmap", x: t.steps.map(function (s) { return "step " + s; }), y: t.stages, z: good, text: label, customdata: custom,
     zmin: 0, zmax: 1, colorscale: [[0, "#f3c6c6"], [1, "#bfe3c6"]], showscale: false, xgap: 3, ygap: 3,
-    hovertemplate: "%{x}<br>%{text}<extra></extra>"
+    texttemplate: "%{text}", textfont: { color: "#1d2330", size: 11 },
+    hovertemplate: "%{x}<br>%{customdata[1]}<extra></extra>"
   }], { height: 240, margin: { l: 90, r: 10, t: 10, b: 30 }, yaxis: { autorange: "reversed" } });
 })();

@@ -14,7 +14,7 @@
     return { type: "scatter", mode: "lines", name: name, x: x, y: y, line: { color: color, width: 2, dash: dash, shape: "hvh" },
              hovertemplate: name + " %{y}<extra></extra>" };
   }
-  traces.push(line("window", d.window, "#1d2330", "solid"));
+  traces.push(line("window", d.window, cv.theme().ink, "solid"));
   traces.push(line("input cap", d.input_cap, "#5b6475", "dash"));
   if (d.effective_limit.some(function (v) { return v; })) { traces.push(line("effective limit", d.effective_limit, "#8e6bd1", "dot")); }
   var top = Math.max.apply(null, d.window.concat([1]));

@@ -50,6 +50,12 @@ def browser() -> Iterator[Browser]:
         connections.close_all()
 
 
+def _through_middleware(media_handler):
+    # Unwrap the test server's media handler too: with MEDIA_URL unset it would answer
+    # any path that names a file under the working directory, static files included.
+    return media_handler.application
+
+
 @pytest.fixture(scope="session")
 def server(django_db_setup, django_db_blocker):
     """A live server thread on a free port. Not pytest-django's ``live_server``: that one
@@ -65,7 +71,12 @@ def server(django_db_setup, django_db_blocker):
     # The server thread reads the database whenever the browser asks for a page: database
     # access stays allowed for the whole session (the blocker is process-wide).
     with django_db_blocker.unblock():
-        live = LiveServer("127.0.0.1:0")
+        live = LiveServer("127.0.0.1:0", start=False)
+        # Static files go through the whole middleware stack (WhiteNoise and the static
+        # gzip), as under `make run` and in production, not through the test server's
+        # own uncompressed static handler: the JavaScript transfer test measures them.
+        live.thread.static_handler = _through_middleware
+        live.start()
         live._live_server_modified_settings.enable()
         yield live
         live._live_server_modified_settings.disable()
@@ -122,10 +133,18 @@ def site(server, demo_world, browser) -> Site:
     return s
 
 
-@pytest.fixture
-def watched(browser, site) -> Iterator[Watched]:
-    context = browser.new_context(viewport=VIEWPORT, storage_state=site.state)
+@pytest.fixture(scope="module")
+def owner_state(site, browser) -> dict:
+    """A logged-in session of the project's owner (``site`` logs in its member)."""
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
+    login(page, site.url, site.world.owner.username, site.world.password)
+    state = context.storage_state()
+    context.close()
+    return state
+
+
+def watch(page: Page) -> Watched:
     w = Watched(page=page)
     page.on("console", lambda m: w.errors.append(f"console: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: w.errors.append(f"page error: {e}"))
@@ -135,5 +154,11 @@ def watched(browser, site) -> Iterator[Watched]:
         dialog.dismiss()
 
     page.on("dialog", on_dialog)
-    yield w
+    return w
+
+
+@pytest.fixture
+def watched(browser, site) -> Iterator[Watched]:
+    context = browser.new_context(viewport=VIEWPORT, storage_state=site.state)
+    yield watch(context.new_page())
     context.close()

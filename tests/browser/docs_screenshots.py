@@ -98,8 +98,10 @@ def main() -> None:
         page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
         shot(page, out, "q1-call-allocation", "h2 >> text=Allocation", offset=20)
         shot(page, out, "q1-call-evidence", "h2 >> text=Required evidence", offset=20)
-        page.locator("#whatif-budget").fill("1200")
-        page.locator("#whatif-reserve").fill("240")
+        page.locator("#whatif-budget-num").fill("1200")
+        page.locator("#whatif-budget-num").press("Enter")
+        page.locator("#whatif-reserve-num").fill("240")
+        page.locator("#whatif-reserve-num").press("Enter")
         page.wait_for_selector('#whatif[data-budget="1200"]')
         shot(page, out, "q1-whatif-1200", "h2 >> text=What if?", offset=20)
 
@@ -128,6 +130,26 @@ def main() -> None:
         shot(page, out, "run")
         if args.part == "all":
             explore(page, base, out)
+
+        # The allocation bar of a call whose folded turns were not sent.
+        page.goto(f"{base}/p/demo/calls/coder-list-endpoint/step-7/")
+        page.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+        shot(page, out, "call-allocation-not-sent", "h2 >> text=Allocation", offset=20)
+
+        # The settings page (the demo user owns the demo project).
+        page.goto(f"{base}/p/demo/settings/")
+        shot(page, out, "settings")
+
+        # The call view on a phone and in dark mode.
+        state = page.context.storage_state()
+        for name, options in (("call-390px", {"viewport": {"width": 390, "height": 844}, "is_mobile": True}),
+                              ("call-dark", {"viewport": VIEWPORT, "color_scheme": "dark"})):
+            context = browser.new_context(storage_state=state, **options)
+            other = context.new_page()
+            other.goto(f"{base}/p/demo/calls/refunds-budget-800/step-6/")
+            other.locator("#allocation-window .main-svg").first.wait_for(state="attached")
+            shot(other, out, name)
+            context.close()
         browser.close()
 
 

@@ -39,8 +39,12 @@ def long_run(demo_world, django_db_blocker):
 
 def click_point(page: Page, selector: str, index: int = 0) -> None:
     """Click a Plotly point or bar where a person would: on its middle, after hovering it."""
-    point = page.locator(selector).nth(index)
-    point.wait_for(state="attached", timeout=15_000)
+    points = page.locator(selector)
+    points.first.wait_for(state="attached", timeout=15_000)
+    # A bar of a bucket where the value is 0 is drawn with no area: take the index-th that has one.
+    drawn = [n for n in range(points.count()) if (b := points.nth(n).bounding_box()) and b["height"] > 1]
+    assert len(drawn) > index, f"{selector}: {len(drawn)} drawn points"
+    point = points.nth(drawn[index])
     point.scroll_into_view_if_needed()
     box = point.bounding_box()
     assert box, selector

@@ -8,7 +8,7 @@ import os
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from manifests import demo, services
+from manifests import demo, demo_otlp, services
 from manifests.models import Membership, Project
 
 DEMO_USER = "demo"
@@ -32,8 +32,10 @@ class Command(BaseCommand):
         services.add_member(project=project, user=user, role=Membership.OWNER)
         _, raw_key = services.create_api_key(project=project, name="demo", can_ingest=True, can_read=True)
         report = demo.load(project=project)
+        traced = demo_otlp.load(project=project)  # the run that came in through OTLP
         self.stdout.write(
             f"demo data: {report['accepted']} calls stored and analysed, {report['duplicates']} already there\n"
+            f"OTLP run:  {traced['accepted']} calls from {traced['spans']} spans ({traced['ignored']} not inference)\n"
             f"\n  open     http://{os.environ.get('CTXVIEW_DEMO_HOST', '127.0.0.1:8000')}/\n"
             f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
             f"  api key  {raw_key}   (ingest + read, project 'demo')\n"

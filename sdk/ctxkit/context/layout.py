@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from ctxkit.record.manifest import MAX_SEGMENTS, Prefix, PrefixSegment
+from ctxkit.record.manifest import MAX_SEGMENTS, Prefix
 
 Zone = Literal["head", "middle", "tail"]
 ZONES: tuple[Zone, ...] = ("head", "middle", "tail")
@@ -132,6 +132,7 @@ class Segment:
     hash: str
     tokens: int
     block_ids: list[str]
+    text: str = ""  # what the model reads of the segment, line by line (for the prefix line diff)
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,15 @@ class Layout:
     def text(self, separator: str = "\n\n") -> str:
         return separator.join(p.block.text for p in self.placed if p.block.text)
 
-    def to_prefix(self) -> Prefix:
-        segments = [PrefixSegment(name=s.name, hash=s.hash, tokens=s.tokens) for s in self.segments]
+    def to_prefix(self, *, include_text: bool = True) -> Prefix:
+        """The manifest's prefix: per segment its hash, tokens and line hashes, and its text
+        when ``include_text`` (the server then shows the changed line itself, not only its number)."""
+        from ctxkit.record.prefix_lines import prefix_segment
+
+        segments = [
+            prefix_segment(name=s.name, hash=s.hash, tokens=s.tokens, text=s.text, include_text=include_text)
+            for s in self.segments
+        ]
         return Prefix(hash=self.prefix_hash, tokens=self.prefix_tokens, segments=segments[:MAX_SEGMENTS])
 
 
@@ -243,9 +251,16 @@ def _segments(head: Sequence[Placed]) -> list[Segment]:
             hash=sha256_hex(canonical_json([p.block.payload() for p in members])),
             tokens=sum(p.tokens for p in members),
             block_ids=[p.id for p in members],
+            text="\n".join(_block_text(p.block) for p in members),
         )
         for name, members in groups
     ]
+
+
+def _block_text(block: Block) -> str:
+    if block.data is None:
+        return block.text
+    return f"{block.text}\n{canonical_json(block.data)}" if block.text else canonical_json(block.data)
 
 
 def _warnings(placed: Sequence[Placed]) -> list[str]:

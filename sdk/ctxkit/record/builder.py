@@ -283,7 +283,8 @@ def build_manifest(
     )
     evidence = _evidence_of_items(_evidence(readback, outcome), {i.id for i in items}, notes)
     if prefix is None and layout is not None and layout.segments:
-        prefix = layout.to_prefix()
+        # Segment text follows the items' rule; a redacting agent gets line hashes only.
+        prefix = layout.to_prefix(include_text=include_text and redact is None)
     manifest = Manifest(
         schema=SCHEMA_V1,
         call_id=short_id(call_id),

@@ -7,8 +7,9 @@ checks (types, ranges, lengths, enums) at C speed; :func:`semantic_errors` adds 
 few rules that span fields (used <= granted, unique item ids, ...).
 
 Unknown fields are rejected rather than ignored: a typo such as ``input_token``
-would otherwise silently lose data. Optional fields may be added to v1 (old manifests stay
-valid; a server that knows the field stores it); a changed or removed field needs a new version.
+would otherwise silently lose data. Optional fields may be added to v1 (old
+manifests stay valid; ``prefix.segments[].lines`` / ``.text`` came that way); a
+changed meaning or a new required field comes with a new schema version.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ MAX_EVIDENCE = 500
 MAX_COMPACTIONS = 50
 MAX_EDITS = 100
 MAX_SEGMENTS = 64
+MAX_LINES = 2000  # line hashes per prefix segment; the last one covers any lines beyond
 MAX_ID = 200
 MAX_NAME = 200
 MAX_REASON = 2000
@@ -136,6 +138,10 @@ class PrefixSegment(_Struct, kw_only=True):
     name: Name
     hash: Hash
     tokens: Tokens = 0
+    # Optional (additive to v1): one short hash per line of the segment's text, so a cache
+    # miss can be pinned to the line that changed; ``text`` only when the agent allows text.
+    lines: Annotated[list[Hash], msgspec.Meta(max_length=MAX_LINES)] | None = None
+    text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
 
 
 class Prefix(_Struct, kw_only=True):

@@ -50,6 +50,7 @@ _OTEL_READ = (
 _OTEL_WRITE = (
     "gen_ai.usage.cache_creation.input_tokens",
     "gen_ai.usage.cache_creation_input_tokens",
+    "gen_ai.usage.cache_write.input_tokens",  # the anthropic SDK's own spans
     "llm.token_count.prompt_details.cache_write",
 )
 _OTEL_REASONING = ("gen_ai.usage.reasoning.output_tokens", "llm.token_count.completion_details.reasoning")

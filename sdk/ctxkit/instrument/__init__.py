@@ -1,0 +1,143 @@
+"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
+
+    import anthropic, ctxkit
+    client = ctxkit.instrument(anthropic.Anthropic())      # CTXVIEW_API_KEY / CTXVIEW_HOST from the env
+    with ctxkit.instrument.run(run_id="ticket-4711", agent="refund-analyst", evidence={"rate": "0.0321"}):
+        client.messages.create(...)                          # recorded; returns what the SDK returns
+
+Wraps, on that client instance: Anthropic ``messages.create`` and ``beta.messages.create``;
+OpenAI ``chat.completions.create`` and ``responses.create``; sync and async clients, with
+``stream=True`` too. Per call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ...,
+"window": ...}`` is taken out of the keyword arguments before the SDK sees them.
+
+Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
+raises into the agent and never imports the provider SDKs itself (it inspects the client it is
+given). See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import types
+from typing import Any
+
+from ctxkit.instrument._recorder import Recorder, Scope, run
+
+logger = logging.getLogger("ctxkit")
+__all__ = ["instrument", "run", "flush", "Scope"]
+
+DEFAULT_HOST = "http://127.0.0.1:8000"
+_recorders: dict[tuple[str, str], Recorder] = {}
+_last: list[Recorder] = []
+_exit_hook = False
+
+
+def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
+              include_text: bool, window: int | None) -> Recorder:
+    if ctxkit_client is not None:
+        recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
+    else:
+        cached = _recorders.get((api_key, host))
+        if cached is not None and (cached.agent, cached.include_text, cached.window) == (agent, include_text, window) \
+                and (run_id is None or cached.default_run == run_id):
+            return cached
+        from ctxkit.record.client import Client
+
+        shared = cached.client if cached is not None else Client(api_key, host)
+        recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
+        _recorders.setdefault((api_key, host), recorder)
+    _last.append(recorder)
+    global _exit_hook
+    if not _exit_hook:
+        # Registered after ctxkit.record.client's own hook, so it runs first (atexit is LIFO):
+        # what is still being built reaches the Client before the Client shuts down.
+        atexit.register(flush, 2.0)
+        _exit_hook = True
+    return recorder
+
+
+def _resources(client: Any) -> list[tuple[Any, str, Any]]:
+    """(resource, method name, adapter) to wrap, told apart by the client's module."""
+    module = type(client).__module__.split(".")[0]
+    if module == "anthropic":
+        from ctxkit.instrument import anthropic as adapter
+
+        out = [(client.messages, "create", adapter.manifest)]
+        beta = getattr(getattr(client, "beta", None), "messages", None)
+        if beta is not None:
+            out.append((beta, "create", adapter.manifest))
+        return out
+    if module == "openai":
+        from ctxkit.instrument import openai as adapter
+
+        return [(client.chat.completions, "create", adapter.chat_manifest),
+                (client.responses, "create", adapter.responses_manifest)]
+    raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
+
+
+def instrument(
+    client: Any,
+    *,
+    api_key: str | None = None,
+    host: str | None = None,
+    agent: str = "default",
+    run_id: str | None = None,
+    include_text: bool = True,
+    window: int | None = None,
+    ctxkit_client: Any = None,
+) -> Any:
+    """Record every call of ``client``; returns the same client object.
+
+    ``agent`` / ``run_id``: defaults for calls outside ``instrument.run(...)`` (the default
+    run is one per process). ``include_text=False`` records tokens and hashes, never text.
+    ``window``: the model's context window when ctxkit's table does not know it.
+    ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
+    the one made from ``api_key`` / ``host``.
+    """
+    try:
+        if getattr(client, "__ctxkit_instrumented__", False):
+            return client
+        key = api_key or os.environ.get("CTXVIEW_API_KEY", "")
+        if not key and ctxkit_client is None:
+            logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
+            return client
+        resources = _resources(client)
+        recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
+                             agent, run_id, include_text, window)
+        from ctxkit.instrument._wrap import wrap
+
+        for resource, name, adapter in resources:
+            wrap(resource, name, recorder, adapter)
+        try:
+            client.__ctxkit_instrumented__ = True
+        except Exception:
+            pass
+    except Exception:
+        logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)
+    return client
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until the calls recorded so far are built and sent (e.g. before a script exits)."""
+    ok = True
+    for recorder in {id(r): r for r in _last}.values():
+        ok = recorder.flush(timeout) and ok
+    return ok
+
+
+instrument.run = run  # type: ignore[attr-defined]
+instrument.flush = flush  # type: ignore[attr-defined]
+
+
+class _CallableModule(types.ModuleType):
+    """``import ctxkit.instrument`` binds this package where ``ctxkit.instrument`` the function is
+    expected; calling the package calls the function, so both spellings work."""
+
+    def __call__(self, client: Any, **kwargs: Any) -> Any:
+        return instrument(client, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

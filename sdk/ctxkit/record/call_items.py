@@ -1,0 +1,231 @@
+"""A manifest from a model call that ctxkit did not build: the request as sent and the usage.
+
+Shared by ``ctxkit.instrument`` (the Anthropic and OpenAI clients) and the server's OTLP
+ingest (manifests/otlp.py), so both infer items, kinds, tokens and prefix segments the same
+way. Each adapter turns its request into :class:`Part` s (one per system block, tool
+definition, message content block) and names the prefix segments (text per segment, in the
+provider's cache order); :func:`call_manifest` does the rest.
+
+Kinds: system -> ``system``; a tool definition -> ``tools``; the first user text -> ``task``;
+a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
+its result share a ``group`` (the tool call id), the result is ``tool_result`` (untrusted); a
+compaction block -> ``summary``. Every item was sent (action ``keep``), with tokens from
+ctxkit's estimator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxkit.context.layout import canonical_json
+from ctxkit.context.tokens import estimate_tokens
+from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
+from ctxkit.record.manifest import (
+    MAX_EVIDENCE,
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_SEGMENTS,
+    MAX_TEXT,
+    Budget,
+    Builder,
+    ContextEdit,
+    Evidence,
+    Item,
+    Manifest,
+    Outcome,
+    Prefix,
+    Usage,
+)
+from ctxkit.record.prefix_lines import prefix_segment
+
+__all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "DEFAULT_WINDOW"]
+
+DEFAULT_WINDOW = 128_000
+# Context windows by model family, longest prefix first wins; a caller's window= overrides.
+_WINDOWS: tuple[tuple[str, int], ...] = (
+    ("claude-sonnet-4-5", 200_000),
+    ("claude", 200_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("gpt-4o", 128_000),
+    ("o1", 200_000),
+    ("o3", 200_000),
+    ("o4", 200_000),
+    ("gemini", 1_048_576),
+)
+
+
+def window_for(model: str) -> tuple[int, bool]:
+    """(window, known) for a model name."""
+    name = (model or "").lower().split("/")[-1]
+    for prefix, window in _WINDOWS:
+        if name.startswith(prefix):
+            return window, True
+    return DEFAULT_WINDOW, False
+
+
+@dataclass
+class Part:
+    """One candidate of a plain call: a system block, a tool definition or a message block."""
+
+    role: str  # system, tools, user, assistant, tool
+    text: str
+    kind: str = ""  # inferred by infer_kinds() when empty
+    group: str | None = None  # tool call id: a call and its result share it
+    segment: str | None = None  # the prefix segment it belongs to, if any
+    source: str = ""  # e.g. "messages[3].content[1]", kept as the item's source_ref
+
+
+def text_of(value: Any) -> str:
+    """Readable text of a content value: strings as they are, text blocks joined, anything
+    else as canonical JSON (so tool schemas and arguments hash and count stably)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("text"), str) for v in value):
+        return "\n".join(v["text"] for v in value)
+    return canonical_json(value)
+
+
+def infer_kinds(parts: list[Part]) -> None:
+    """Fill in the kind of parts that have none (see the module notes)."""
+    user_texts = [i for i, p in enumerate(parts) if not p.kind and p.role == "user"]
+    first, last = (user_texts[0], user_texts[-1]) if user_texts else (-1, -1)
+    for index, p in enumerate(parts):
+        if p.kind:
+            continue
+        if p.role == "system":
+            p.kind = "system"
+        elif p.role == "tools":
+            p.kind = "tools"
+        elif p.role == "tool":
+            p.kind = "tool_result"
+        elif index == first:
+            p.kind = "task"  # a lone user text is the task, even when tool turns follow it
+        elif index == last:
+            p.kind = "user"
+        else:
+            p.kind = "history"
+
+
+_SOURCE_PREFIXES = ("gen_ai.input.", "gen_ai.", "llm.input_", "llm.")
+
+
+def _item_id(part: Part, position: int) -> str:
+    """The item's id: where it sits in the request (``messages[3].content[1]``), so the same
+    message keeps its id from call to call and the call view's diff matches it up."""
+    source = part.source
+    for prefix in _SOURCE_PREFIXES:
+        if source.startswith(prefix):
+            source = source[len(prefix):]
+            break
+    return short_id(source or f"{part.kind}-{position}")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _evidence(keys: Sequence[str] | dict[str, str], items: list[Item], texts: list[str]) -> list[Evidence]:
+    """Required evidence: each literal looked up in what was sent (``{key: literal}`` or keys
+    that are their own literal)."""
+    pairs = list(keys.items()) if isinstance(keys, dict) else [(k, k) for k in keys]
+    out = []
+    for key, literal in pairs[:MAX_EVIDENCE]:
+        found = next((item.id for item, text in zip(items, texts) if literal and literal in text), None)
+        out.append(Evidence(key=short_id(str(key)), literal=clip(str(literal), 2000) or None,
+                            present=found is not None, found_in=found))
+    return out
+
+
+def call_manifest(
+    *,
+    call_id: str,
+    run_id: str,
+    step: int,
+    model: str,
+    provider: str,
+    agent: str,
+    started_at: datetime,
+    ended_at: datetime | None,
+    parts: list[Part],
+    segments: Sequence[tuple[str, str]] = (),
+    usage: Usage | None = None,
+    window: int | None = None,
+    output_reserve: int = 0,
+    outcome: Outcome | None = None,
+    context_edits: Iterable[ContextEdit] = (),
+    evidence_keys: Sequence[str] | dict[str, str] = (),
+    include_text: bool = True,
+    warnings: Iterable[str] = (),
+    builder: Builder | None = None,
+    parent_call_id: str | None = None,
+) -> Manifest:
+    """The manifest of one plain call. ``segments``: (name, text) of the cacheable prefix in
+    cache order (empty: no prefix recorded)."""
+    notes = list(warnings)
+    infer_kinds(parts)
+    if len(parts) > MAX_ITEMS:
+        notes.append(f"{len(parts) - MAX_ITEMS} oldest items left out (limit {MAX_ITEMS})")
+        parts = parts[:1] + parts[len(parts) - MAX_ITEMS + 1:]
+    items: list[Item] = []
+    texts: list[str] = []
+    last = len(parts) - 1
+    for position, p in enumerate(parts):
+        tokens = clamp_tokens(estimate_tokens(p.text))
+        item_id = _item_id(p, position)
+        zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
+        items.append(Item(
+            id=item_id, kind=p.kind, action="keep", requested_tokens=tokens, granted_tokens=tokens,
+            used_tokens=tokens, position=position, zone=zone,
+            trust="untrusted" if p.kind in UNTRUSTED_KINDS else "trusted",
+            group=short_id(p.group) if p.group else None,
+            source_ref=clip(p.source, 1000) if p.source else None,
+            content_hash=_sha(p.text)[:32],
+            text=clip(p.text, MAX_TEXT) if include_text and p.text else None,
+        ))
+        texts.append(p.text)
+
+    prefix = None
+    if segments:
+        segs = [
+            prefix_segment(name=clip(name, MAX_NAME), hash=_sha(text), tokens=clamp_tokens(estimate_tokens(text)),
+                           text=text, include_text=include_text)
+            for name, text in list(segments)[:MAX_SEGMENTS]
+        ]
+        prefix = Prefix(hash=_sha("".join(s.hash for s in segs)), tokens=clamp_tokens(sum(s.tokens for s in segs)),
+                        segments=segs)
+
+    known = window is not None
+    if window is None:
+        window, known = window_for(model)
+    if not known:
+        notes.append(f"context window of {model or 'this model'} unknown; {window} assumed (pass window=)")
+    window = max(1, clamp_tokens(window))
+    reserve = min(clamp_tokens(output_reserve), window)
+    return Manifest(
+        schema="ctxview.manifest/v1",
+        call_id=short_id(call_id),
+        run_id=short_id(run_id),
+        step=min(max(step, 0), 10_000_000),
+        model=clip(model or "unknown", MAX_NAME),
+        provider=clip(provider, MAX_NAME),
+        agent=clip(agent or "default", MAX_NAME),
+        parent_call_id=short_id(parent_call_id) if parent_call_id else None,
+        started_at=started_at.astimezone(UTC),
+        ended_at=max(ended_at, started_at).astimezone(UTC) if ended_at else None,
+        budget=Budget(window=window, output_reserve=reserve),
+        builder=builder,
+        prefix=prefix,
+        usage=usage or Usage(),
+        items=items,
+        evidence=_evidence(evidence_keys, items, texts),
+        context_edits=list(context_edits)[:100],
+        outcome=outcome,
+        warnings=[clip(w, 2000) for w in notes][:100],
+    )

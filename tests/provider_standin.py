@@ -1,0 +1,168 @@
+"""A small local HTTP server that answers like the Anthropic and OpenAI APIs, for the real
+``anthropic`` / ``openai`` clients (base_url pointed here) in tests and bench/instrument.py.
+
+Answers JSON or server-sent events (``"stream": true``) with usage that carries cache fields;
+model ``rate-limited`` gets a 429 and model ``broken`` a 500, in each provider's error shape.
+Sets TCP_NODELAY, so Nagle's delay does not hide per-call costs.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ANTHROPIC_USAGE = {"input_tokens": 50, "cache_read_input_tokens": 1800, "cache_creation_input_tokens": 100,
+                   "output_tokens": 12}
+CHAT_USAGE = {"prompt_tokens": 2000, "completion_tokens": 12, "total_tokens": 2012,
+              "prompt_tokens_details": {"cached_tokens": 1024}, "completion_tokens_details": {"reasoning_tokens": 0}}
+RESPONSES_USAGE = {"input_tokens": 1500, "input_tokens_details": {"cached_tokens": 1024}, "output_tokens": 12,
+                   "output_tokens_details": {"reasoning_tokens": 4}, "total_tokens": 1512}
+TEXT = "The refund rate is 0.0321."
+
+
+def anthropic_message(body: dict[str, Any]) -> dict[str, Any]:
+    message = {"id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
+               "content": [{"type": "text", "text": TEXT}], "stop_reason": "end_turn", "stop_sequence": None,
+               "usage": dict(ANTHROPIC_USAGE)}
+    if body.get("context_management"):
+        message["context_management"] = {"applied_edits": [
+            {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 3, "cleared_input_tokens": 4200}]}
+        message["usage"]["iterations"] = [{"type": "compaction", "input_tokens": 90000, "output_tokens": 2100},
+                                          {"type": "message", "input_tokens": 1950, "output_tokens": 12}]
+    return message
+
+
+def anthropic_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    start = anthropic_message(body)
+    start.update(content=[], stop_reason=None, usage={**ANTHROPIC_USAGE, "output_tokens": 1})
+    return [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": TEXT}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": dict(ANTHROPIC_USAGE)}),  # cumulative, as Anthropic sends it
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def chat_completion(body: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "chatcmpl-standin", "object": "chat.completion", "created": 1764410400, "model": body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop",
+                         "logprobs": None}], "usage": CHAT_USAGE}
+
+
+def chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": 1764410400,
+            "model": body.get("model")}
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": TEXT},
+                                    "finish_reason": None}]},
+              {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": CHAT_USAGE})
+    return chunks
+
+
+def response(body: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    return {"id": "resp_standin", "object": "response", "created_at": 1764410400, "model": body.get("model"),
+            "status": status, "output": [] if status != "completed" else [
+                {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                 "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": RESPONSES_USAGE if status == "completed" else None}
+
+
+def response_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("response.created", {"type": "response.created", "sequence_number": 0,
+                              "response": response(body, "in_progress")}),
+        ("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": 1,
+                                        "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": TEXT,
+                                        "logprobs": []}),
+        ("response.completed", {"type": "response.completed", "sequence_number": 2, "response": response(body)}),
+    ]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: StandIn
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, events: list[tuple[str | None, Any]], done: bool = False) -> None:
+        chunks = []
+        for name, data in events:
+            chunks.append((f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n")
+        if done:
+            chunks.append("data: [DONE]\n\n")
+        data = "".join(chunks).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        path = self.path.split("?")[0]
+        self.server.requests.append((path, body))
+        anthropic = path.endswith("/messages")
+        model = body.get("model")
+        if model == "rate-limited":
+            error = ({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}} if anthropic
+                     else {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": None}})
+            return self._send(429, error, {"retry-after": "0"})
+        if model == "broken":
+            error = ({"type": "error", "error": {"type": "api_error", "message": "internal"}} if anthropic
+                     else {"error": {"message": "internal", "type": "server_error", "code": None}})
+            return self._send(500, error)
+        stream = bool(body.get("stream"))
+        if anthropic:
+            return self._sse(anthropic_events(body)) if stream else self._send(200, anthropic_message(body))
+        if path.endswith("/chat/completions"):
+            return self._sse([(None, c) for c in chat_chunks(body)], done=True) if stream else self._send(
+                200, chat_completion(body))
+        if path.endswith("/responses"):
+            return self._sse(response_events(body)) if stream else self._send(200, response(body))
+        return self._send(404, {"error": {"message": f"no route {path}"}})
+
+
+class StandIn(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> StandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+        self.server_close()
