@@ -10,7 +10,6 @@ from django.db.models import Prefetch
 from django.http import Http404
 
 from ctxkit import figures
-from ctxkit.record.manifest import ABSENT_ACTIONS
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Call, Compaction, Invariant, Item, Project
 
@@ -52,7 +51,7 @@ def action_group(item: Item) -> str:
     replaced by a reference, or kept with fewer tokens than it asked for),
     ``summarized`` (itself, or folded into a summary item), or ``dropped``."""
     inside = figures.in_context(item)
-    if item.action in ABSENT_ACTIONS or (item.action == "keep" and not inside):
+    if not figures.kept_by(item.action) or (item.action == "keep" and not inside):
         return "dropped"
     if item.action == "summarize":
         return "summarized"

@@ -36,6 +36,11 @@ PAGES = [
     "compactions/",
     "compactions/?failed=user_constraints",
     "settings/",
+    "calls/",
+    "calls/?cause=dropped_by_budget",
+    "search/?q=refunds",
+    "compare/?b=coder-list-endpoint/step-7",
+    "runs/ops-refunds-watch/",
 ]
 
 
