@@ -91,7 +91,9 @@ def test_ctxview_https_turns_on_hsts_ssl_redirect_and_secure_cookies():
 
 
 def test_check_deploy_is_clean_with_the_documented_production_environment():
-    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    # DJANGO_ALLOW_ASYNC_UNSAFE: the browser tests set it in this process (Playwright's sync API
+    # beside Django's ORM); a production environment never has it.
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env.update(DEBUG="0", CTXVIEW_HTTPS="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="ctxview.example.com")
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                             cwd=ROOT, env=env, capture_output=True, text=True)

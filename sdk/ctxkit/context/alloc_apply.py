@@ -67,13 +67,28 @@ def apply_policy(seg: Segment, a: Allocation, text: str, budget: int, estimate: 
     a.reason = reason
 
 
+def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
+    """The record ``cut_lines`` makes when no line of a one-line ``text`` fits (kept none)."""
+    total = estimate(text)
+    if policy == "extract":
+        detail = "kept 0/1 lines by score (numbers, negations, units, refs, failures)"
+    else:
+        detail = "kept 0 failure-evidence lines and the last 0 turns"
+    return OpRecord(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
+
+
 def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer) -> tuple[str, OpRecord]:
     ref = seg.source_ref
     if seg.policy in ("extract", "summarize"):
         # Ranking lines and costing them does not depend on the grant: with the default estimator
         # (whose costs are then part of the plan) it is kept across calls and only the cut is redone.
-        key = (seg.policy, text, tuple(seg.pinned_lines), seg.keep_recent)  # a list would not hash
         default = is_default_estimator(estimate)
+        if default and ref is None and "\n" not in text:
+            # One line that does not fit and no ref for a marker alone: cut_lines gives nothing
+            # (the line costs estimate(line + "\n") >= the whole text's, over the grant), so the
+            # plan is not worth making: most such turns are dropped ones on a tight budget.
+            return "", _nothing_fits(seg.policy, text, estimate)
+        key = (seg.policy, text, tuple(seg.pinned_lines), seg.keep_recent)  # a list would not hash
         plan: LinePlan | None = alloc_cache.plan(key) if default else None  # type: ignore[assignment]
         if plan is None:
             if seg.policy == "extract":

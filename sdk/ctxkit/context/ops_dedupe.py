@@ -44,15 +44,32 @@ def _fold(text: str) -> str:
     return text.casefold()
 
 
-def _collapse(text: str) -> str:
+# ASCII whitespace other than the space and the line feed (str.split's, as str.isspace() says).
+_OTHER_ASCII_SPACE = b"\t\x0b\x0c\r\x1c\x1d\x1e\x1f"
+
+
+def _spaces_only(text: str) -> bool:
+    """Whether every whitespace character of ``text`` is a space or a line feed (when False,
+    it may still be so: the callers then take their slow, exact path).
+
+    ASCII text: one C-speed byte deletion (``isprintable`` looks each character up in the
+    Unicode database, several times slower); other text: ``isprintable()``, false for every
+    whitespace character but the ASCII space (line feeds made spaces first).
+    """
+    if text.isascii():
+        return len(text.encode("ascii").translate(None, _OTHER_ASCII_SPACE)) == len(text)
+    return text.replace("\n", " ").isprintable()
+
+
+def _collapse(text: str, spaces_only: bool | None = None) -> str:
     """``" ".join(text.split())``, without splitting when there is nothing to collapse.
 
-    ``isprintable()`` is false for every character ``str.split`` treats as whitespace except
-    the ASCII space, so printable text (once line feeds are spaces) without a double space
+    Text whose only whitespace is spaces and line feeds (``spaces_only``: :func:`_spaces_only`
+    of it, when the caller has it), without a double space once line feeds are spaces,
     collapses to itself minus an edge space at either end.
     """
     flat = text.replace("\n", " ") if "\n" in text else text
-    if "  " not in flat and flat.isprintable():
+    if "  " not in flat and (_spaces_only(text) if spaces_only is None else spaces_only):
         return flat.strip(" ")
     return " ".join(text.split())
 
@@ -62,7 +79,7 @@ def normalize(text: str) -> str:
     return _collapse(_fold(text))
 
 
-def _line_forms(folded: str, lines: list[str]) -> list[str]:
+def _line_forms(folded: str, lines: list[str], spaces_only: bool | None = None) -> list[str]:
     """``[normalize(line) for line in lines]``, given ``lines = text.split("\\n")`` and ``folded = _fold(text)``.
 
     NFKC never composes across a line feed (a starter that combines with nothing) and never
@@ -72,7 +89,7 @@ def _line_forms(folded: str, lines: list[str]) -> list[str]:
     parts = folded.split("\n")
     if len(parts) != len(lines):  # cannot happen (see above); stay correct if it ever did
         parts = [_fold(line) for line in lines]
-    elif "  " not in folded and folded.replace("\n", "").isprintable():  # only single spaces (see _collapse)
+    elif "  " not in folded and (_spaces_only(folded) if spaces_only is None else spaces_only):  # see _collapse
         if folded[:1] != " " and folded[-1:] != " " and " \n" not in folded and "\n " not in folded:
             return parts  # and none at a line's edge: every line is its own normal form
         return [line.strip(" ") for line in parts]
@@ -87,17 +104,19 @@ def content_key(text: str) -> str:
     return _digest(normalize(text))
 
 
-def line_repeats(text: str, *, min_chars: int = 16, folded: str | None = None) -> tuple[str, list[list[int]]]:
+def line_repeats(
+    text: str, *, min_chars: int = 16, folded: str | None = None, spaces_only: bool | None = None
+) -> tuple[str, list[list[int]]]:
     """The text work of :func:`dedupe_lines`: ``(text without repeated lines, [[line, first line], ...])``.
 
-    Lines shorter than ``min_chars`` once normalized always stay. ``folded`` is
-    ``_fold(text)`` when the caller already has it. No token counting, so the result depends
-    on the text alone (the allocator keeps it across calls).
+    Lines shorter than ``min_chars`` once normalized always stay. ``folded`` is ``_fold(text)``
+    when the caller already has it, ``spaces_only`` :func:`_spaces_only` of that. No token
+    counting, so the result depends on the text alone (the allocator keeps it across calls).
     """
     if "\n" not in text:  # one line cannot repeat
         return text, []
     lines = text.split("\n")
-    norms = _line_forms(_fold(text) if folded is None else folded, lines)
+    norms = _line_forms(_fold(text) if folded is None else folded, lines, spaces_only)
     if len(set(norms)) == len(norms):  # every line distinct: nothing to remove (the common case)
         return text, []
     seen: dict[str, int] = {}
@@ -116,7 +135,9 @@ def line_repeats(text: str, *, min_chars: int = 16, folded: str | None = None) -
 def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[list[int]]]:
     """``content_key(text)`` and ``line_repeats(text)`` with one NFKC/casefold pass over the text."""
     folded = _fold(text)
-    return _digest(_collapse(folded)), *line_repeats(text, min_chars=min_chars, folded=folded)
+    plain = _spaces_only(folded)  # one scan for both: the key's whitespace and the lines'
+    return _digest(_collapse(folded, plain)), *line_repeats(text, min_chars=min_chars, folded=folded,
+                                                            spaces_only=plain)
 
 
 def dedupe_record(text: str, out: str, removed: list[list[int]], estimate: Estimator = estimate_tokens) -> OpRecord:

@@ -17,6 +17,7 @@ from ctxkit.context.tokens import (
     Estimator,
     clip,
     count_cjk,
+    count_cjk_lines,
     estimate_tokens,
     is_default_estimator,
     remember,
@@ -125,16 +126,18 @@ def _plan_extract(text: str, pinned: Sequence[str], estimate: Estimator, scorer:
     else:  # a stable sort by score alone keeps text order among equals
         order = sorted(range(len(lines)), key=scores.__getitem__)
     order = [n for n in order if lines[n].strip()]
-    costs, cjk = _costs(lines, order, estimate)
+    costs, cjk = _costs(text, lines, order, estimate)
     return LinePlan("extract", before, tuple(lines), tuple(order), costs, cjk=cjk)
 
 
-def _costs(lines: list[str], order: list[int], estimate: Estimator) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def _costs(
+    text: str, lines: list[str], order: list[int], estimate: Estimator
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """``estimate(line + "\\n")`` for the lines in ``order``; with the default estimator also every
     line's CJK count, from which all those estimates (and those of joins) follow by arithmetic."""
     if not is_default_estimator(estimate):
         return tuple(estimate(lines[n] + "\n") for n in order), None
-    cjk = tuple(count_cjk(line) for line in lines)
+    cjk = count_cjk_lines(text, lines)
     return tuple(tokens_from_cjk(len(lines[n]) + 1, cjk[n]) for n in order), cjk
 
 
@@ -171,7 +174,7 @@ def _plan_summary(
         return (3, -scorer(lines[n]), n)
 
     order = sorted(live, key=rank) if len(live) > 1 else live
-    costs, cjk = _costs(lines, order, estimate)
+    costs, cjk = _costs(text, lines, order, estimate)
     return LinePlan("summarize", before, tuple(lines), tuple(order), costs, len(live) - len(recent), recent_set,
                     failure, cjk)
 

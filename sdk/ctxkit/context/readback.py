@@ -19,6 +19,7 @@ API notes
 
 from __future__ import annotations
 
+import functools
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ class ReadBack:
     found_in: str | None
 
 
+@functools.lru_cache(maxsize=1024)  # the same key fields at every call: normalize and compile once
 def _pattern(literal: str) -> re.Pattern[str]:
     norm = normalize(literal)
     head = r"(?<![0-9a-z])" if norm[:1].isascii() and norm[:1].isalnum() else ""
@@ -86,8 +88,14 @@ def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[Re
         if not f.literal.strip():
             raise ValueError(f"key field {f.label!r} has an empty literal")
         carriers: dict[str, None] = {}
-        for match in _pattern(f.literal).finditer(joined):
-            carriers[items[bisect_right(starts, match.start()) - 1]] = None
+        search = _pattern(f.literal).search
+        match = search(joined)
+        while match is not None:  # one hit per output is enough: go on from the next one
+            k = bisect_right(starts, match.start()) - 1
+            carriers[items[k]] = None
+            if k + 1 >= len(starts):
+                break
+            match = search(joined, starts[k + 1])
         found = f.source if f.source in carriers else next(iter(carriers), None)
         results.append(ReadBack(field=f, present=found is not None, found_in=found))
     return results

@@ -12,6 +12,7 @@ API notes
   usage fields, never with this.
 - ``clip(text, max_tokens, estimate=estimate_tokens) -> str``: the longest prefix of ``text``
   whose estimate is <= ``max_tokens`` (a plain hard cut, no marker).
+- ``count_cjk_lines(text, lines)``: ``count_cjk`` of each of ``text.split("\\n")``, in one scan.
 - ``count_cjk(text) -> int`` and ``tokens_from_cjk(length, cjk) -> int``: the two halves of the
   default estimate (CJK counts add up over concatenation, so joins can be counted from parts).
 - ``remember(estimate, text, tokens)``: seed a memo estimator with a count worked out otherwise.
@@ -81,6 +82,24 @@ def count_cjk(text: str) -> int:
             return len(_CJK.findall(text))
         n += blocks.count(2)
     return n
+
+
+def count_cjk_lines(text: str, lines: list[str]) -> tuple[int, ...]:
+    """``tuple(count_cjk(line) for line in lines)`` for ``lines = text.split("\\n")``, from one
+    encode of the whole text: one scan instead of one per line (a line feed is not CJK)."""
+    if text.isascii():
+        return (0,) * len(lines)
+    blocks = text.encode("utf-16-le", "surrogatepass")[1::2].translate(_BLOCK_CLASS)
+    if 3 in blocks or (2 in blocks and _SPECIALS.search(text)):  # astral, mixed blocks: per line
+        return tuple(count_cjk(line) for line in lines)
+    counts = []
+    start = 0  # no surrogate above, so code units and characters line up
+    count = blocks.count
+    for line in lines:
+        end = start + len(line)
+        counts.append(count(1, start, end) + count(2, start, end) if end > start else 0)
+        start = end + 1
+    return tuple(counts)
 
 
 def estimate_tokens(text: str) -> int:

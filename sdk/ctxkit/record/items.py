@@ -84,34 +84,43 @@ def sanitize_item(item: Item) -> Item:
     return out
 
 
+def _in_range(value: int) -> bool:
+    return type(value) is int and 0 <= value <= MAX_TOKENS
+
+
 def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]) -> list[tuple[Item, str]]:
     """One item per allocation (in the plan's input order) and the text that reached the model."""
     out: list[tuple[Item, str]] = []
+    absent = figures.ABSENT_ACTIONS
     for a in plan.allocations:
-        used, granted = clamp_tokens(a.used), clamp_tokens(a.granted)
+        # The allocator's counts are ints in range: clamp only the odd one (this runs per item per call).
+        used, granted, requested = a.used, a.granted, a.requested
+        if not (_in_range(used) and _in_range(granted) and _in_range(requested)):
+            used, granted, requested = clamp_tokens(used), clamp_tokens(granted), clamp_tokens(requested)
         if used > granted:  # never expected from the allocator; the server would refuse it
             warnings.append(f"item {a.name!r}: used {used} tokens > granted {granted}; recorded as granted")
             used = granted
         reason = a.reason
         if a.merged_sources:
             reason += f"; provenance merged from {', '.join(a.merged_sources)}"
+        name, source_ref, priority = a.name, a.source_ref, a.priority
         item = Item(
-            id=short_id(a.name),
+            id=name if 0 < len(name) <= MAX_ID else short_id(name),
             kind=a.kind,  # type: ignore[arg-type]
             action=a.action,  # type: ignore[arg-type]
-            requested_tokens=clamp_tokens(a.requested),
+            requested_tokens=requested,
             granted_tokens=granted,
             used_tokens=used,
-            priority=min(max(a.priority, 0), 1000),
+            priority=priority if 0 <= priority <= 1000 else min(max(priority, 0), 1000),
             pinned=a.pinned,
-            trust=trust_for(a.kind, a.trust, untrusted_kinds),  # type: ignore[arg-type]
+            trust="untrusted" if a.trust == "untrusted" or a.kind in untrusted_kinds else "trusted",  # trust_for
             zone=a.zone,  # type: ignore[arg-type]
-            reason=clip(reason, MAX_REASON),
-            source_ref=clip(a.source_ref, MAX_SOURCE_REF) if a.source_ref else None,
+            reason=reason if len(reason) <= MAX_REASON else clip(reason, MAX_REASON),
+            source_ref=clip(source_ref, MAX_SOURCE_REF) if source_ref else None,
             content_hash=a.content_hash or None,
             allocation=a.replay_settings(),
         )
-        out.append((item, a.text if figures.kept_by(a.action) else ""))
+        out.append((item, "" if a.action in absent else a.text))  # figures.kept_by
     return out
 
 
