@@ -51,8 +51,11 @@ def _delete_where(cursor: Any, model: type[models.Model], where: str, params: li
             )
         elif rel.on_delete is models.CASCADE:
             _delete_where(cursor, child, f"{column} IN ({selected})", params)
-        else:  # PROTECT, DO_NOTHING, ...: nothing in this app uses them; refuse rather than guess
-            raise NotImplementedError(f"{child.__name__}.{rel.field.name}: on_delete={rel.on_delete.__name__}")
+        else:
+            # Every relation here is CASCADE or SET_NULL (tests/test_retention.py checks it). A
+            # PROTECT or DO_NOTHING added later must decide its own rule: refuse rather than guess.
+            raise ValueError(f"{child.__name__}.{rel.field.name}: on_delete={rel.on_delete.__name__} "
+                             "has no set-based delete rule in manifests/retention.py")
     cursor.execute(f"DELETE FROM {table} WHERE {where}", params)
     return cursor.rowcount
 

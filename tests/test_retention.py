@@ -146,3 +146,12 @@ def test_the_commands_expire_and_delete(aged, capsys, settings):
 
     call_command("delete_project", aged.slug, yes=True)
     assert not Project.objects.filter(pk=aged.pk).exists()
+
+
+def test_every_relation_it_deletes_through_has_a_rule():
+    """The set-based delete handles CASCADE and SET_NULL; any other rule is refused at run time."""
+    for model in apps.get_app_config("manifests").get_models():
+        for rel in model._meta.get_fields(include_hidden=True):
+            if rel.auto_created and not rel.concrete and rel.is_relation and rel.related_model is not None:
+                if rel.related_model._meta.app_label == "manifests":
+                    assert rel.on_delete in (models.CASCADE, models.SET_NULL), (model.__name__, rel.name)

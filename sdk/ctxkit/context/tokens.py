@@ -162,31 +162,20 @@ def memo_estimator(estimate: Estimator = estimate_tokens, *, known: dict[str, in
     memo: dict[str, int] = known if known is not None else {}
     stored = 0  # characters the memo took in
 
-    if estimate is estimate_tokens:
+    # ctxkit's own estimator on text with no CJK is the length / 4: nothing worth remembering.
+    ascii_is_length = estimate is estimate_tokens
 
-        def cached(text: str) -> int:
-            nonlocal stored
-            if text.isascii():  # no CJK: the estimate is the length / 4, no need to remember it
-                return -(-len(text) // CHARS_PER_TOKEN_LATIN)
-            n = memo.get(text)
-            if n is None:
-                n = estimate_tokens(text)
-                if stored < MEMO_MAX_CHARS:
-                    memo[text] = n
-                    stored += len(text)
-            return n
-
-    else:
-
-        def cached(text: str) -> int:
-            nonlocal stored
-            n = memo.get(text)
-            if n is None:
-                n = estimate(text)
-                if stored < MEMO_MAX_CHARS:
-                    memo[text] = n
-                    stored += len(text)
-            return n
+    def cached(text: str) -> int:
+        nonlocal stored
+        if ascii_is_length and text.isascii():
+            return -(-len(text) // CHARS_PER_TOKEN_LATIN)
+        n = memo.get(text)
+        if n is None:
+            n = estimate(text)
+            if stored < MEMO_MAX_CHARS:
+                memo[text] = n
+                stored += len(text)
+        return n
 
     cached.__wrapped__ = estimate  # type: ignore[attr-defined]  # functools' convention; see is_default_estimator
     cached.known = memo  # type: ignore[attr-defined]  # see remember
