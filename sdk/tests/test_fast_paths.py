@@ -11,7 +11,7 @@ from ctxkit.context import alloc_cache, ops_dedupe
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.readback import KeyField, read_back
-from ctxkit.context.tokens import count_cjk, count_cjk_lines, memo_estimator
+from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many, memo_estimator
 
 # Every character str.split() treats as whitespace, plus CJK, fullwidth, control and astral ones.
 _SPACES = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
@@ -77,3 +77,37 @@ def test_it_finds_a_key_field_in_every_output_that_carries_it_once_per_output() 
     assert (missing.present, missing.found_in) == (False, None)
     (other,) = read_back([KeyField("rate limit", "429")], outputs)
     assert other.found_in == "b"  # the first output carrying it, in the outputs' order
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(_ALPHABET + "ΣσςİK\u212a\uff0c\u3000"), max_size=30), max_size=8,
+                unique=True))  # a text given twice gets its line dedupe if either asks: checked below
+def test_it_works_out_many_texts_facts_as_it_does_one_by_one(texts: list[str]) -> None:
+    # The batch path (one fold, one CJK scan over all the new texts) against the per-text one.
+    wants = [k % 2 == 0 for k in range(len(texts))]
+    assert count_cjk_many(texts) == [count_cjk(text) for text in texts]
+    assert ops_dedupe.keys_and_repeats(texts, wants) == [
+        (key, (out, removed) if want else None)
+        for text, want in zip(texts, wants, strict=True)
+        for key, out, removed in [ops_dedupe.key_and_repeats(text)]
+    ]
+    alloc_cache.clear()
+    many = alloc_cache.facts_many(texts, wants)
+    alloc_cache.clear()
+    assert many == [alloc_cache.facts(text, want) for text, want in zip(texts, wants, strict=True)]
+    assert alloc_cache.facts_many(texts, wants) == many  # and from the cache
+
+
+def test_it_works_out_a_text_given_twice_once_with_its_line_dedupe() -> None:
+    alloc_cache.clear()
+    text = "same line, long enough\nsame line, long enough"
+    first, second = alloc_cache.facts_many([text, text], [False, True])
+    assert first is second and first == alloc_cache.facts(text, True)
+    assert first.repeats == ("same line, long enough", [[2, 1]])
+
+
+def test_it_counts_texts_with_u_fffx_characters_one_by_one() -> None:
+    # U+FFF0-FFFF share the fullwidth block's high byte but are not CJK; U+FF0C is.
+    texts = ["\uff0c\ufff9ab", "退款\uff0c", "\ufffd", "x\uff0c"]
+    assert count_cjk_many(texts) == [1, 3, 0, 1]
+    assert count_cjk_many(texts[1:2] + texts[3:]) == [3, 1]

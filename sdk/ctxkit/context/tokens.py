@@ -12,7 +12,8 @@ API notes
   usage fields, never with this.
 - ``clip(text, max_tokens, estimate=estimate_tokens) -> str``: the longest prefix of ``text``
   whose estimate is <= ``max_tokens`` (a plain hard cut, no marker).
-- ``count_cjk_lines(text, lines)``: ``count_cjk`` of each of ``text.split("\\n")``, in one scan.
+- ``count_cjk_lines(text, lines)``: ``count_cjk`` of each of ``text.split("\\n")``, in one scan;
+  ``count_cjk_many(texts)``: ``count_cjk`` of each text, in one scan.
 - ``count_cjk(text) -> int`` and ``tokens_from_cjk(length, cjk) -> int``: the two halves of the
   default estimate (CJK counts add up over concatenation, so joins can be counted from parts).
 - ``remember(estimate, text, tokens)``: seed a memo estimator with a count worked out otherwise.
@@ -38,7 +39,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 Estimator = Callable[[str], int]
@@ -100,6 +101,42 @@ def count_cjk_lines(text: str, lines: list[str]) -> tuple[int, ...]:
         counts.append(count(1, start, end) + count(2, start, end) if end > start else 0)
         start = end + 1
     return tuple(counts)
+
+
+# For _has_specials: 1 where the high byte is U+FFxx's (class 2), 1 where the low byte is >= F0.
+_IS_FF_BLOCK = bytes(1 if b == 2 else 0 for b in range(256))
+_LOW_F0 = bytes(1 if b >= 0xF0 else 0 for b in range(256))
+
+
+def _has_specials(units: bytes, blocks: bytes) -> bool:
+    """Whether UTF-16-LE ``units`` (no surrogates; ``blocks`` their block classes) hold a U+FFF0-FFFF
+    character: ``_SPECIALS.search`` in a few C-speed bytes operations instead of a scan by regex."""
+    high = int.from_bytes(blocks.translate(_IS_FF_BLOCK), "little")
+    return high & int.from_bytes(units[0::2].translate(_LOW_F0), "little") != 0
+
+
+def count_cjk_many(texts: Sequence[str]) -> list[int]:
+    """``[count_cjk(text) for text in texts]`` from one encode of the non-ASCII texts joined: a
+    first call of an agent counts a couple of hundred new texts, and a scan each is mostly call
+    overhead. Texts with astral, mixed-block or U+FFFx characters are counted one by one."""
+    counts = [0] * len(texts)
+    wide = [i for i, text in enumerate(texts) if not text.isascii()]
+    if not wide:
+        return counts
+    joined = "".join([texts[i] for i in wide])
+    units = joined.encode("utf-16-le", "surrogatepass")
+    blocks = units[1::2].translate(_BLOCK_CLASS)
+    if 3 in blocks or (2 in blocks and _has_specials(units, blocks)):  # code units and characters differ
+        for i in wide:
+            counts[i] = count_cjk(texts[i])
+        return counts
+    count = blocks.count
+    start = 0
+    for i in wide:
+        end = start + len(texts[i])
+        counts[i] = count(1, start, end) + count(2, start, end)
+        start = end
+    return counts
 
 
 def estimate_tokens(text: str) -> int:
