@@ -7,7 +7,7 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_cache, ops_dedupe
+from ctxkit.context import alloc_cache, ops_dedupe, readback
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.readback import KeyField, read_back
@@ -111,3 +111,19 @@ def test_it_counts_texts_with_u_fffx_characters_one_by_one() -> None:
     texts = ["\uff0c\ufff9ab", "退款\uff0c", "\ufffd", "x\uff0c"]
     assert count_cjk_many(texts) == [1, 3, 0, 1]
     assert count_cjk_many(texts[1:2] + texts[3:]) == [3, 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("a1 4290\x00退款"), max_size=40), st.sampled_from(["429", "a", "退款", "0 4"]),
+       st.integers(min_value=0, max_value=40))
+def test_it_finds_a_key_field_where_the_regex_search_would(text: str, literal: str, start: int) -> None:
+    norm, pattern = readback._pattern(literal)
+    match = pattern.search(text, start)
+    assert readback._search(norm, pattern, text, start) == (match.start() if match else -1)
+
+
+def test_it_sees_u_fffx_characters_in_long_and_short_texts() -> None:
+    for size in (10, 5000):
+        text = "退款，" * size
+        assert count_cjk(text + "\ufff9") == count_cjk(text) == 3 * size
+        assert count_cjk_lines(text + "\ufffd", [text + "\ufffd"]) == (3 * size,)
