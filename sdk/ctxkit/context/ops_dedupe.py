@@ -156,8 +156,9 @@ def keys_and_repeats(
     text would lose its fast casefold.
     """
     out: list[tuple[str, tuple[str, list[list[int]]] | None]] = [("", None)] * len(texts)
+    ascii_texts = [text.isascii() for text in texts]
     for ascii_group in (True, False):
-        group = [i for i, text in enumerate(texts) if text.isascii() is ascii_group]
+        group = [i for i, is_ascii in enumerate(ascii_texts) if is_ascii is ascii_group]
         if not group:
             continue
         joined = _SEP.join([texts[i] for i in group])
@@ -171,11 +172,21 @@ def keys_and_repeats(
         for i, fold in zip(group, folded, strict=True):
             text = texts[i]
             plain = all_plain or _spaces_only(fold)
-            flat = fold.replace("\n", " ") if "\n" in fold else fold  # _collapse(fold, plain), inline
-            normal = flat.strip(" ") if plain and "  " not in flat else " ".join(fold.split())
+            lines = "\n" in fold
+            flat = fold.replace("\n", " ") if lines else fold  # _collapse(fold, plain), inline
+            simple = plain and "  " not in flat
+            normal = flat.strip(" ") if simple else " ".join(fold.split())
             key = hashlib.sha256(normal.encode("utf-8")).hexdigest()[:16]
-            rep = line_repeats(text, min_chars=min_chars, folded=fold, spaces_only=plain) if repeats[i] else None
-            out[i] = (key, rep)
+            if not repeats[i]:
+                out[i] = (key, None)
+            elif not lines:  # one line cannot repeat
+                out[i] = (key, (text, []))
+            elif simple and fold[:1] != " " and fold[-1:] != " " and len(norms := fold.split("\n")) == len(
+                set(norms)
+            ) == text.count("\n") + 1:  # every folded line is its own normal form and they all differ
+                out[i] = (key, (text, []))
+            else:
+                out[i] = (key, line_repeats(text, min_chars=min_chars, folded=fold, spaces_only=plain))
     return out
 
 
