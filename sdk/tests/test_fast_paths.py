@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from ctxkit.context import alloc_cache, ops_dedupe, readback
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.ops_truncate import truncate_head_tail
 from ctxkit.context.readback import KeyField, read_back
-from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many, memo_estimator
+from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many, estimate_tokens, memo_estimator
 
 # Every character str.split() treats as whitespace, plus CJK, fullwidth, control and astral ones.
 _SPACES = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
@@ -127,3 +128,19 @@ def test_it_sees_u_fffx_characters_in_long_and_short_texts() -> None:
         text = "退款，" * size
         assert count_cjk(text + "\ufff9") == count_cjk(text) == 3 * size
         assert count_cjk_lines(text + "\ufffd", [text + "\ufffd"]) == (3 * size,)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab =\n429"), min_size=1, max_size=300), st.integers(min_value=1, max_value=90),
+       st.sampled_from([None, "log#3"]), st.booleans())
+def test_it_truncates_ascii_text_by_arithmetic_as_the_counting_path_does(
+    text: str, budget: int, ref: str | None, marked: bool
+) -> None:
+    def counted(piece: str) -> int:  # the same counts, not recognised as the default estimator
+        return estimate_tokens(piece)
+
+    if marked:  # a text cut before: its marker is summed, not repeated
+        text, _ = truncate_head_tail(text * 3, max(1, budget * 2), ref=ref)
+    fast_text, fast = truncate_head_tail(text, budget, ref=ref, estimate=memo_estimator())
+    slow_text, slow = truncate_head_tail(text, budget, ref=ref, estimate=counted)
+    assert (fast_text, fast.to_dict()) == (slow_text, slow.to_dict())
