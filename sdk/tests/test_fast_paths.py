@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from ctxkit.context import alloc_cache, ops_dedupe, readback
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.ops_schema import RISK, is_risky
 from ctxkit.context.ops_truncate import truncate_head_tail
 from ctxkit.context.readback import KeyField, read_back
 from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many, estimate_tokens, memo_estimator
@@ -144,3 +145,15 @@ def test_it_truncates_ascii_text_by_arithmetic_as_the_counting_path_does(
     fast_text, fast = truncate_head_tail(text, budget, ref=ref, estimate=memo_estimator())
     slow_text, slow = truncate_head_tail(text, budget, ref=ref, estimate=counted)
     assert (fast_text, fast.to_dict()) == (slow_text, slow.to_dict())
+
+
+_RISK_PIECES = ["Delete", "DROP", "pays", "Pii", "prod", "Production", "cannot be undone", "can't BE undone",
+                "sends an EMail", "send e-mails", "costly", "Wipes", "transfer funds", "Irreversibly", "x", "a",
+                "_", "9", " ", ".", "-", "'", "ſecrets", "prıvate", "\u212aey", "删除", "Ｄelete"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_RISK_PIECES), max_size=8))
+def test_it_finds_risk_wording_as_the_case_insensitive_pattern_does(pieces: list[str]) -> None:
+    sentence = "".join(pieces)
+    assert is_risky(sentence) == (RISK.search(sentence) is not None)
