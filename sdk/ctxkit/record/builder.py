@@ -639,10 +639,11 @@ class ContextBuilder:
 
             # The plan has already counted every text it kept: reuse those counts in the layout.
             counted = {a.text: a.used for a in plan.allocations if a.text}
+            known, count = counted.get, self.estimate
 
             def estimate(text: str) -> int:
-                tokens = counted.get(text)
-                return self.estimate(text) if tokens is None else tokens
+                tokens = known(text)
+                return count(text) if tokens is None else tokens
 
             layout = arrange([*blocks_from_plan(plan), *blocks], estimate=estimate, restate_constraints=restate)
         built = BuiltContext(plan=plan, layout=layout, readback=[], estimate=self.estimate, blocks=list(blocks))
