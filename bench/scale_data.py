@@ -39,6 +39,7 @@ definitions (``pg_get_indexdef`` / ``pg_get_constraintdef``), whatever they are.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -322,6 +323,7 @@ class Report:
     runs: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # pg_total_relation_size per table
+    stopped_early: str = ""
 
     @property
     def total_seconds(self) -> float:
@@ -376,11 +378,25 @@ def generate(
     end: datetime | None = None,
     text_share: float = 0.05,
     chunk_items: int = 5_000_000,
+    unlogged: str = "no",
+    min_free_bytes: int = 25 * 2**30,
+    disk_path: str = "/",
     log: Callable[[str], None] = print,
 ) -> Report:
     """Write about ``items`` item rows (and everything around them) for ``project_ids``
     (the first gets 60% of the runs, the others share the rest) with a PostgreSQL cursor
-    in autocommit mode. The tables should be empty of generated rows: ids are not reused."""
+    in autocommit mode. The tables should be empty of generated rows: ids are not reused.
+
+    ``unlogged``: "no" (every row WAL-logged, as ingest writes them), "then-logged" (the big
+    tables are loaded UNLOGGED, then ``SET LOGGED``, which rewrites them through the WAL),
+    or "keep" (they stay UNLOGGED: reads are the same, but a crash empties them; for
+    measuring reads only, and the report must say so).
+
+    Disk guard: after each chunk of items, the free space of ``disk_path`` (where PostgreSQL
+    keeps its data) is projected to the end of the run (the rest of the items at the bytes
+    per row seen so far, plus their indexes); when it would fall below ``min_free_bytes``,
+    no more items are loaded, the calls left without items are removed, and the report
+    says how many items were written (``report.stopped_early``)."""
     end = end or datetime.now(UTC)
     start = end - timedelta(days=days)
     calls = max(1, items // per_call)
@@ -457,6 +473,9 @@ def generate(
 
     with _step(report, "drop indexes", log):
         restore = defer_indexes(cursor, DEFERRED_TABLES)
+        if unlogged != "no":  # empty now: switching costs nothing
+            for table in DEFERRED_TABLES:
+                cursor.execute(f"ALTER TABLE {table} SET UNLOGGED")
 
     try:
         text_test = f"{h(_IH, 24, 10000)} < {int(text_share * 10000)}"
@@ -464,15 +483,21 @@ def generate(
             cols, exprs = _cols(ITEM_COLUMNS)
             exprs = exprs.replace("{text_share_test}", text_test)
             ids_per_chunk = max(1, chunk_items // per_call)
+            free_at_start = shutil.disk_usage(disk_path).free
             for first in range(low, high + 1, ids_per_chunk):
+                if first > low and _out_of_disk(cursor, report, first, low, high, free_at_start, min_free_bytes,
+                                                disk_path, log):
+                    break
                 cursor.execute(
                     f"""
                     INSERT INTO manifests_item ({cols})
                     SELECT {exprs}
                     FROM scale_calls c
                     CROSS JOIN LATERAL generate_series(0, c.item_count - 1) i
-                    CROSS JOIN LATERAL (SELECT {ITEM_KIND} AS kind, {ITEM_ACTION} AS action, {REQUESTED} AS requested) x0
-                    CROSS JOIN LATERAL (SELECT x0.kind, x0.action, x0.requested, {GRANTED.replace('x.', 'x0.')} AS granted) x
+                    CROSS JOIN LATERAL (SELECT {ITEM_KIND} AS kind, {ITEM_ACTION} AS action,
+                                               {REQUESTED} AS requested) x0
+                    CROSS JOIN LATERAL (SELECT x0.kind, x0.action, x0.requested,
+                                               {GRANTED.replace('x.', 'x0.')} AS granted) x
                     WHERE c.id >= %(first)s AND c.id < %(last)s
                     """,
                     {"first": first, "last": first + ids_per_chunk},
@@ -564,6 +589,10 @@ def generate(
         with _step(report, "rollups", log):
             rollups(cursor, project_ids=projects)
     finally:  # even after a failure: never leave the tables without their indexes and keys
+        if unlogged == "then-logged":
+            with _step(report, "set logged", log):
+                for table in DEFERRED_TABLES:
+                    cursor.execute(f"ALTER TABLE {table} SET LOGGED")
         with _step(report, "indexes and keys", log):
             for sql in restore:
                 cursor.execute(sql)
@@ -574,6 +603,29 @@ def generate(
     cursor.execute("DROP TABLE IF EXISTS scale_runs, scale_calls, scale_item_sums")
     report.sizes = sizes(cursor)
     return report
+
+
+def _out_of_disk(cursor: Any, report: Report, first: int, low: int, high: int, free_at_start: int,
+                 min_free: int, disk_path: str, log: Callable[[str], None]) -> bool:
+    """Would loading the items of calls [first, high] leave less than ``min_free`` bytes?
+    If so, remove those calls and say so."""
+    free = shutil.disk_usage(disk_path).free
+    used = max(1, free_at_start - free)  # heap and WAL of the items so far
+    done, left = first - low, high + 1 - first
+    # The rest of the heap, then the indexes built afterwards (about 0.3 of the heap here).
+    needed = used * left / done + 0.3 * used * (done + left) / done
+    if free - needed >= min_free:
+        return False
+    cursor.execute("DELETE FROM manifests_call WHERE id >= %s AND id IN (SELECT id FROM scale_calls)", [first])
+    cursor.execute("DELETE FROM scale_calls WHERE id >= %s", [first])
+    cursor.execute("SELECT count(*), coalesce(sum(item_count), 0) FROM scale_calls")
+    report.calls, report.items = cursor.fetchone()
+    report.stopped_early = (
+        f"stopped at {report.items:,} items: {free / 2**30:.1f} GiB free, the rest would need about "
+        f"{needed / 2**30:.1f} GiB and leave less than {min_free / 2**30:.0f} GiB"
+    )
+    log("  " + report.stopped_early)
+    return True
 
 
 def _item_sums(cursor: Any, project_ids: Sequence[int]) -> None:
@@ -725,7 +777,8 @@ def describe(report: Report) -> str:
     """The generation report as lines for the benchmarks' output."""
     total = sum(report.sizes.values())
     item_bytes = report.sizes.get("manifests_item", 0)
-    lines = [
+    lines = [report.stopped_early] if report.stopped_early else []
+    lines += [
         f"generated {report.items:,} items, {report.calls:,} calls, {report.runs:,} runs "
         f"in {report.total_seconds:.0f} s ({report.items / max(report.total_seconds, 1e-9):,.0f} items/s)",
         "  " + ", ".join(f"{k} {v:.0f} s" for k, v in report.seconds.items()),
