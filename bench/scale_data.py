@@ -54,8 +54,14 @@ EVIDENCE_KEYS = ("user_constraint", "ticket_id", "refund_policy", "error_log")
 CACHE_TTL = 300
 # The big tables whose secondary indexes and foreign keys are built after the load.
 DEFERRED_TABLES = (
-    "manifests_item", "manifests_evidence", "manifests_callfigures", "manifests_attribution",
-    "manifests_cacheevent", "manifests_compaction", "manifests_invariant", "manifests_compactionfigures",
+    "manifests_item",
+    "manifests_evidence",
+    "manifests_callfigures",
+    "manifests_attribution",
+    "manifests_cacheevent",
+    "manifests_compaction",
+    "manifests_invariant",
+    "manifests_compactionfigures",
 )
 # Every table the generator writes, for the size report.
 TABLES = ("manifests_run", "manifests_call", *DEFERRED_TABLES, "manifests_prefixentry", "manifests_rollup")
@@ -154,11 +160,22 @@ ITEM_KIND = (
     "'tool_result','tool_result','tool_result','retrieval','retrieval','retrieval','retrieval','memory','memory',"
     f"'summary','example'])[{h(_IH, 11, 20)} + 1] END"
 )
-_ACTIONS = (["keep"] * 60 + ["compress"] * 8 + ["summarize"] * 6 + ["truncate"] * 6 + ["extract"] * 4
-            + ["drop"] * 8 + ["dedupe"] * 4 + ["ref"] * 4)  # percent of the items after the first three
+_ACTIONS = (
+    ["keep"] * 60
+    + ["compress"] * 8
+    + ["summarize"] * 6
+    + ["truncate"] * 6
+    + ["extract"] * 4
+    + ["drop"] * 8
+    + ["dedupe"] * 4
+    + ["ref"] * 4
+)  # percent of the items after the first three
 ITEM_ACTION = (
-    "CASE WHEN i < 3 THEN 'keep' ELSE (ARRAY[" + ",".join(f"'{a}'" for a in _ACTIONS) + "])["
-    + h(_IH, 12, 100) + " + 1] END"
+    "CASE WHEN i < 3 THEN 'keep' ELSE (ARRAY["
+    + ",".join(f"'{a}'" for a in _ACTIONS)
+    + "])["
+    + h(_IH, 12, 100)
+    + " + 1] END"
 )
 # Heavy-tailed: most items are a few hundred tokens, a few are several thousand.
 REQUESTED = (
@@ -179,24 +196,24 @@ ITEM_COLUMNS: dict[str, str] = {
     "kind": "x.kind",
     "action": "x.action",
     "trust": f"CASE WHEN x.kind IN ('tool_result', 'retrieval') AND {h(_IH, 17, 10)} < 3 "
-             "THEN 'untrusted' ELSE 'trusted' END",
+    "THEN 'untrusted' ELSE 'trusted' END",
     "priority": f"CASE WHEN i < 3 THEN 100 ELSE {h(_IH, 18, 100)} END",
     "pinned": "i < 3",
     "zone": "CASE WHEN x.granted = 0 THEN NULL WHEN i < 3 THEN 'head' "
-            "WHEN i >= c.item_count - 5 THEN 'tail' ELSE 'middle' END",
+    "WHEN i >= c.item_count - 5 THEN 'tail' ELSE 'middle' END",
     "position": "CASE WHEN x.granted = 0 THEN NULL ELSE i END",
     "requested_tokens": "x.requested",
     "granted_tokens": "x.granted",
     "used_tokens": "x.granted",
     "reason": "x.action || ': ' || x.granted || ' of ' || x.requested || ' tokens granted at priority weight '"
-              f" || {h(_IH, 19, 100)} || ' (' || x.kind || ' policy, floor ' || {h(_IH, 20, 64)} || ')'",
+    f" || {h(_IH, 19, 100)} || ' (' || x.kind || ' policy, floor ' || {h(_IH, 20, 64)} || ')'",
     "source_ref": f"CASE WHEN x.kind = 'retrieval' THEN 'kb://docs/' || {h(_IH, 21, 100000)} ELSE NULL END",
     "source_version": "NULL",
     "content_hash": "md5(c.run_id || ':' || i || ':' || "
-                    f"CASE WHEN {h(_IH, 22, 20)} = 0 THEN c.step ELSE 0 END) || md5(i || ':' || c.run_id)",
+    f"CASE WHEN {h(_IH, 22, 20)} = 0 THEN c.step ELSE 0 END) || md5(i || ':' || c.run_id)",
     "group": "NULL",
     "text": "CASE WHEN {text_share_test} THEN repeat(md5(c.g || ':' || i) || ' ', "
-            f"6 + {h(_IH, 23, 50)}) ELSE NULL END",
+    f"6 + {h(_IH, 23, 50)}) ELSE NULL END",
 }
 
 EVIDENCE_COLUMNS: dict[str, str] = {
@@ -206,10 +223,12 @@ EVIDENCE_COLUMNS: dict[str, str] = {
     "label": "'required: ' || (ARRAY[" + ",".join(repr(k) for k in EVIDENCE_KEYS) + "])[k + 1]",
     "literal": "NULL",
     "expected_item": "CASE WHEN k = 3 THEN NULL ELSE 'item-' || (3 + "
-                     + h("c.g * 8 + k", 30, "greatest(1, c.item_count - 3)") + ") END",
+    + h("c.g * 8 + k", 30, "greatest(1, c.item_count - 3)")
+    + ") END",
     "present": _evidence_present("c.g", "k"),
     "found_in": f"CASE WHEN {_evidence_present('c.g', 'k')} AND k < 3 THEN 'item-' || (3 + "
-                + h("c.g * 8 + k", 30, "greatest(1, c.item_count - 3)") + ") ELSE NULL END",
+    + h("c.g * 8 + k", 30, "greatest(1, c.item_count - 3)")
+    + ") ELSE NULL END",
     "used": f"CASE WHEN {_evidence_present('c.g', 'k')} THEN {h('c.g * 8 + k', 31, 10)} < 8 ELSE NULL END",
 }
 
@@ -235,8 +254,8 @@ FIGURES_COLUMNS: dict[str, str] = {
     "tool_share": "CASE WHEN s.tokens > 0 THEN s.tool_tokens::float8 / s.tokens ELSE 0 END",
     "untrusted_tokens": "s.untrusted_tokens",
     "cost": f"({_UNCACHED} * {COST_WEIGHTS['input']} + c.cache_read_tokens * {COST_WEIGHTS['cache_read']}"
-            f" + c.cache_write_tokens * {COST_WEIGHTS['cache_write']} + c.output_tokens * {COST_WEIGHTS['output']})"
-            " / 1000.0",
+    f" + c.cache_write_tokens * {COST_WEIGHTS['cache_write']} + c.output_tokens * {COST_WEIGHTS['output']})"
+    " / 1000.0",
     "evidence_positions": "'{}'::jsonb",
 }
 
@@ -246,10 +265,10 @@ ATTRIBUTION_COLUMNS: dict[str, str] = {
     "evidence_id": "e.id",
     "evidence_key": "e.key",
     "cause": f"CASE WHEN e.present THEN '{NOT_USED}' WHEN e.expected_item IS NULL THEN '{NEVER_CANDIDATE}' "
-             f"WHEN {h('e.id', 40, 10)} < 6 THEN '{BUDGET}' WHEN {h('e.id', 40, 10)} < 9 THEN '{TRUNCATED}' "
-             f"ELSE '{COMPACTION}' END",
+    f"WHEN {h('e.id', 40, 10)} < 6 THEN '{BUDGET}' WHEN {h('e.id', 40, 10)} < 9 THEN '{TRUNCATED}' "
+    f"ELSE '{COMPACTION}' END",
     "fix": "CASE WHEN e.present THEN 'Place it nearer the end of the context or mark it required' "
-           "ELSE 'Pin the item or raise its priority above the budget cut' END",
+    "ELSE 'Pin the item or raise its priority above the budget cut' END",
     "item_id": "coalesce(e.expected_item, '')",
     "action": "CASE WHEN e.present THEN 'keep' ELSE 'drop' END",
     "reason": "CASE WHEN e.present THEN 'kept whole' ELSE 'drop: 0 tokens granted under budget pressure' END",
@@ -269,9 +288,10 @@ CACHE_EVENT_COLUMNS: dict[str, str] = {
     "previous_hit_ratio": "CASE WHEN p.input_tokens > 0 THEN p.cache_read_tokens::float8 / p.input_tokens END",
     "prefix_hash": "c.prefix_hash",
     "previous_prefix_hash": "coalesce(p.prefix_hash, '')",
-    "detail": "CASE x.cause WHEN 'hit' THEN 'Same prefix within the TTL' WHEN 'cold_start' THEN 'First call of the run' "
-              "WHEN 'ttl_expired' THEN 'More than the cache TTL since the previous call' "
-              "ELSE 'The system segment of the prefix changed' END",
+    "detail": "CASE x.cause WHEN 'hit' THEN 'Same prefix within the TTL' "
+    "WHEN 'cold_start' THEN 'First call of the run' "
+    "WHEN 'ttl_expired' THEN 'More than the cache TTL since the previous call' "
+    "ELSE 'The system segment of the prefix changed' END",
     "started_at": "c.started_at",
 }
 
@@ -294,7 +314,7 @@ INVARIANT_COLUMNS: dict[str, str] = {
     "ok": "NOT (k = 0 AND m.failed_invariants > 0)",
     "detail": "''",
     "lost": "CASE WHEN k = 0 AND m.failed_invariants > 0 THEN '[\"only the test environment\"]'::jsonb "
-            "ELSE '[]'::jsonb END",
+    "ELSE '[]'::jsonb END",
 }
 
 COMPACTION_FIGURES_COLUMNS: dict[str, str] = {
@@ -307,7 +327,7 @@ COMPACTION_FIGURES_COLUMNS: dict[str, str] = {
     "checked": "2",
     "failed": "m.failed_invariants > 0",
     "lost_fields": "CASE WHEN m.failed_invariants > 0 THEN '[\"only the test environment\"]'::jsonb "
-                   "ELSE '[]'::jsonb END",
+    "ELSE '[]'::jsonb END",
     "failed_names": "CASE WHEN m.failed_invariants > 0 THEN '[\"user_constraints\"]'::jsonb ELSE '[]'::jsonb END",
 }
 
@@ -426,9 +446,9 @@ def generate(
                    CASE WHEN mod(a, 2) = 0 THEN 200000 ELSE 128000 END AS "window",
                    1800 + 600 * a AS prefix_tokens,
                    %(start)s::timestamptz + make_interval(secs => r::float8 * %(span)s / %(runs)s) AS t0,
-                   CASE WHEN {h('r', 62, 10)} = 0 THEN 360 + {h('r', 63, 240)} ELSE 20 + {h('r', 64, 100)} END AS gap,
+                   CASE WHEN {h("r", 62, 10)} = 0 THEN 360 + {h("r", 63, 240)} ELSE 20 + {h("r", 64, 100)} END AS gap,
                    sum(steps) OVER (ORDER BY r) - steps AS first_g
-            FROM (SELECT r, {project_pick} AS project_id, 5 + {h('r', 65, 31)} AS steps, {h('r', 66, 4)} AS a
+            FROM (SELECT r, {project_pick} AS project_id, 5 + {h("r", 65, 31)} AS steps, {h("r", 66, 4)} AS a
                   FROM generate_series(0, %(runs)s - 1) r) q
             """,
             {"start": start, "span": (days * 86400) - 4 * 3600, "runs": runs},
@@ -485,8 +505,9 @@ def generate(
             ids_per_chunk = max(1, chunk_items // per_call)
             free_at_start = shutil.disk_usage(disk_path).free
             for first in range(low, high + 1, ids_per_chunk):
-                if first > low and _out_of_disk(cursor, report, first, low, high, free_at_start, min_free_bytes,
-                                                disk_path, log):
+                if first > low and _out_of_disk(
+                    cursor, report, first, low, high, free_at_start, min_free_bytes, disk_path, log
+                ):
                     break
                 cursor.execute(
                     f"""
@@ -497,7 +518,7 @@ def generate(
                     CROSS JOIN LATERAL (SELECT {ITEM_KIND} AS kind, {ITEM_ACTION} AS action,
                                                {REQUESTED} AS requested) x0
                     CROSS JOIN LATERAL (SELECT x0.kind, x0.action, x0.requested,
-                                               {GRANTED.replace('x.', 'x0.')} AS granted) x
+                                               {GRANTED.replace("x.", "x0.")} AS granted) x
                     WHERE c.id >= %(first)s AND c.id < %(last)s
                     """,
                     {"first": first, "last": first + ids_per_chunk},
@@ -577,7 +598,8 @@ def generate(
         with _step(report, "prefix registry", log):
             cursor.execute(
                 """
-                INSERT INTO manifests_prefixentry (project_id, prefix_hash, first_seen, last_seen, calls, tokens, segments)
+                INSERT INTO manifests_prefixentry (project_id, prefix_hash, first_seen, last_seen, calls, tokens,
+                                                   segments)
                 SELECT project_id, prefix_hash, min(started_at), max(started_at), count(*), max(prefix_tokens),
                        (array_agg(prefix_segments))[1]
                 FROM manifests_call c WHERE c.id IN (SELECT id FROM scale_calls)
@@ -605,8 +627,17 @@ def generate(
     return report
 
 
-def _out_of_disk(cursor: Any, report: Report, first: int, low: int, high: int, free_at_start: int,
-                 min_free: int, disk_path: str, log: Callable[[str], None]) -> bool:
+def _out_of_disk(
+    cursor: Any,
+    report: Report,
+    first: int,
+    low: int,
+    high: int,
+    free_at_start: int,
+    min_free: int,
+    disk_path: str,
+    log: Callable[[str], None],
+) -> bool:
     """Would loading the items of calls [first, high] leave less than ``min_free`` bytes?
     If so, remove those calls and say so."""
     free = shutil.disk_usage(disk_path).free
@@ -663,8 +694,8 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
     cursor.execute(
         f"""
         WITH calls AS (
-            SELECT c.id, c.project_id AS p, date_trunc('hour', c.started_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hr,
-                   c.agent, c.model
+            SELECT c.id, c.project_id AS p, c.agent, c.model,
+                   date_trunc('hour', c.started_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hr
             FROM manifests_call c WHERE c.project_id = ANY(%(ids)s) AND c.analyzed_at IS NOT NULL
         ),
         kinds AS (
@@ -760,8 +791,10 @@ def verify_rollups(project_id: int, sample: int = 12) -> list[str]:
         want = compute(project_id, row.start, row.agent, row.model)
         for f in (*ROLLUP_SUM_FIELDS, *ROLLUP_MAP_FIELDS):
             if want[f] != getattr(row, f):
-                problems.append(f"{row.bucket} {row.start:%Y-%m-%d %H}h {row.agent}/{row.model} {f}: "
-                                f"generated {getattr(row, f)!r}, rollups.py {want[f]!r}")
+                problems.append(
+                    f"{row.bucket} {row.start:%Y-%m-%d %H}h {row.agent}/{row.model} {f}: "
+                    f"generated {getattr(row, f)!r}, rollups.py {want[f]!r}"
+                )
     return problems
 
 
