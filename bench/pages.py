@@ -168,6 +168,9 @@ def main() -> None:
     parser.add_argument("--items-mean", type=int, default=100, help="mean items per call with --items")
     parser.add_argument("--unlogged", choices=("no", "then-logged", "keep"), default="no",
                         help="with --items: load the big tables UNLOGGED (see scale_data.generate)")
+    parser.add_argument("--workers", type=int, default=2, help="with --items: item chunks inserted at once")
+    parser.add_argument("--load-minutes", type=float, default=None,
+                        help="with --items: stop loading items after this long (the report says where)")
     args = parser.parse_args()
 
     where = scratch_database(args.keep)
@@ -204,7 +207,8 @@ def main() -> None:
         print(f"generating {args.items:,} items by SQL (bench/scale_data.py) ...", flush=True)
         with connection.cursor() as cursor:
             report = scale_data.generate(cursor, project_ids=[project.pk, *others], items=args.items,
-                                         per_call=args.items_mean, unlogged=args.unlogged,
+                                         per_call=args.items_mean, unlogged=args.unlogged, workers=args.workers,
+                                         max_load_seconds=args.load_minutes * 60 if args.load_minutes else None,
                                          log=lambda line: print(line, flush=True))
         print(scale_data.describe(report))
         problems = scale_data.verify_rollups(project.pk)

@@ -80,7 +80,8 @@ def h(expr: str, salt: int, modulo: int) -> str:
 CALL_TIME = "(sr.t0 + make_interval(secs => s * sr.gap))"
 PREV_TIME = "(sr.t0 + make_interval(secs => (s - 1) * sr.gap))"
 PREFIX_VERSION = "floor(extract(epoch FROM {t}) / 172800)::int8"
-ITEM_COUNT = "({quarter} + " + h("g", 1, "{span}") + ")"
+# A run's calls carry about the same items, one more at each step (a new turn of history).
+ITEM_COUNT = "greatest(4, {quarter} + " + h("sr.r", 1, "{span}") + " + s - sr.steps / 2)"
 
 
 def _prefix_hash(t: str) -> str:
@@ -153,7 +154,10 @@ CALL_COLUMNS: dict[str, str] = {
 }
 
 # Items: calls c (with g = c.g from scale_calls) x generate_series(0, c.item_count - 1) i.
-_IH = "c.g * 4096 + i"  # one hash input per item
+# An item keeps its kind, size, priority and text through the steps of its run (hashed on
+# the run and the ordinal); one in ten gets another action at each step (hashed on the call).
+_IH = "c.run_id * 4096 + i"
+_IH_CALL = "c.g * 4096 + i"
 ITEM_KIND = (
     "CASE WHEN i = 0 THEN 'system' WHEN i = 1 THEN 'tools' WHEN i = 2 THEN 'task' ELSE "
     "(ARRAY['history','history','history','history','history','history','history','tool_result','tool_result',"
@@ -174,7 +178,7 @@ ITEM_ACTION = (
     "CASE WHEN i < 3 THEN 'keep' ELSE (ARRAY["
     + ",".join(f"'{a}'" for a in _ACTIONS)
     + "])["
-    + h(_IH, 12, 100)
+    + f"CASE WHEN {h(_IH_CALL, 25, 10)} = 0 THEN {h(_IH_CALL, 12, 100)} ELSE {h(_IH, 12, 100)} END"
     + " + 1] END"
 )
 # Heavy-tailed: most items are a few hundred tokens, a few are several thousand.
@@ -401,6 +405,8 @@ def generate(
     unlogged: str = "no",
     min_free_bytes: int = 25 * 2**30,
     disk_path: str = "/",
+    workers: int = 1,
+    max_load_seconds: float | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
     """Write about ``items`` item rows (and everything around them) for ``project_ids``
@@ -416,7 +422,9 @@ def generate(
     keeps its data) is projected to the end of the run (the rest of the items at the bytes
     per row seen so far, plus their indexes); when it would fall below ``min_free_bytes``,
     no more items are loaded, the calls left without items are removed, and the report
-    says how many items were written (``report.stopped_early``)."""
+    says how many items were written (``report.stopped_early``). ``max_load_seconds`` stops
+    the item load the same way after that long (a time budget on a shared machine).
+    ``workers`` item chunks are inserted at once, each on its own connection."""
     end = end or datetime.now(UTC)
     start = end - timedelta(days=days)
     calls = max(1, items // per_call)
@@ -502,28 +510,19 @@ def generate(
         with _step(report, "items", log):
             cols, exprs = _cols(ITEM_COLUMNS)
             exprs = exprs.replace("{text_share_test}", text_test)
-            ids_per_chunk = max(1, chunk_items // per_call)
-            free_at_start = shutil.disk_usage(disk_path).free
-            for first in range(low, high + 1, ids_per_chunk):
-                if first > low and _out_of_disk(
-                    cursor, report, first, low, high, free_at_start, min_free_bytes, disk_path, log
-                ):
-                    break
-                cursor.execute(
-                    f"""
-                    INSERT INTO manifests_item ({cols})
-                    SELECT {exprs}
-                    FROM scale_calls c
-                    CROSS JOIN LATERAL generate_series(0, c.item_count - 1) i
-                    CROSS JOIN LATERAL (SELECT {ITEM_KIND} AS kind, {ITEM_ACTION} AS action,
-                                               {REQUESTED} AS requested) x0
-                    CROSS JOIN LATERAL (SELECT x0.kind, x0.action, x0.requested,
-                                               {GRANTED.replace("x.", "x0.")} AS granted) x
-                    WHERE c.id >= %(first)s AND c.id < %(last)s
-                    """,
-                    {"first": first, "last": first + ids_per_chunk},
-                )
-                log(f"    items of calls {first - low + min(ids_per_chunk, high + 1 - first):,}/{report.calls:,}")
+            sql = f"""
+                INSERT INTO manifests_item ({cols})
+                SELECT {exprs}
+                FROM scale_calls c
+                CROSS JOIN LATERAL generate_series(0, c.item_count - 1) i
+                CROSS JOIN LATERAL (SELECT {ITEM_KIND} AS kind, {ITEM_ACTION} AS action,
+                                           {REQUESTED} AS requested) x0
+                CROSS JOIN LATERAL (SELECT x0.kind, x0.action, x0.requested,
+                                           {GRANTED.replace("x.", "x0.")} AS granted) x
+                WHERE c.id >= %(first)s AND c.id < %(last)s
+            """
+            _load_items(cursor, report, sql, low, high, max(1, chunk_items // per_call), workers=workers,
+                        min_free=min_free_bytes, disk_path=disk_path, max_seconds=max_load_seconds, log=log)
 
         with _step(report, "evidence", log):
             cols, exprs = _cols(EVIDENCE_COLUMNS)
@@ -616,8 +615,11 @@ def generate(
                 for table in DEFERRED_TABLES:
                     cursor.execute(f"ALTER TABLE {table} SET LOGGED")
         with _step(report, "indexes and keys", log):
+            # Indexes first, ``workers`` at once (CREATE INDEX locks allow it), then the keys.
+            _parallel([q for q in restore if q.startswith("CREATE")], workers)
             for sql in restore:
-                cursor.execute(sql)
+                if not sql.startswith("CREATE"):
+                    cursor.execute(sql)
 
     with _step(report, "vacuum analyze", log):
         for table in TABLES:
@@ -627,36 +629,99 @@ def generate(
     return report
 
 
-def _out_of_disk(
+def _load_items(
     cursor: Any,
     report: Report,
-    first: int,
+    sql: str,
     low: int,
     high: int,
-    free_at_start: int,
+    ids_per_chunk: int,
+    *,
+    workers: int,
     min_free: int,
     disk_path: str,
+    max_seconds: float | None,
     log: Callable[[str], None],
-) -> bool:
-    """Would loading the items of calls [first, high] leave less than ``min_free`` bytes?
-    If so, remove those calls and say so."""
+) -> None:
+    """Insert the items chunk by chunk (calls [first, first + ids_per_chunk)), ``workers`` at
+    once; before each chunk, stop if the disk or the time budget would be exceeded."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from django.db import connections
+
+    def chunk(first: int) -> int:
+        try:
+            with connections["default"].cursor() as own:  # this thread's own connection
+                own.execute("SET jit = off")
+                own.execute("SET synchronous_commit = off")
+                own.execute(sql, {"first": first, "last": first + ids_per_chunk})
+        finally:
+            connections["default"].close()
+        return first
+
+    started = time.monotonic()
+    free_at_start = shutil.disk_usage(disk_path).free
+    done_calls = 0
+    pending: set[Any] = set()
+    stop_at = None
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for first in range(low, high + 1, ids_per_chunk):
+            while len(pending) >= workers:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    f.result()
+                    done_calls += min(ids_per_chunk, high + 1 - f.result())
+                    log(f"    items of {done_calls:,}/{report.calls:,} calls, {time.monotonic() - started:.0f} s")
+            reason = _stop_reason(first - low, high + 1 - first, free_at_start, min_free, disk_path,
+                                  time.monotonic() - started, max_seconds) if first > low else ""
+            if reason:
+                stop_at = first
+                report.stopped_early = reason
+                break
+            pending.add(pool.submit(chunk, first))
+        for f in pending:
+            f.result()
+    if stop_at is not None:
+        cursor.execute("DELETE FROM manifests_call WHERE id >= %s AND id IN (SELECT id FROM scale_calls)", [stop_at])
+        cursor.execute("DELETE FROM scale_calls WHERE id >= %s", [stop_at])
+        cursor.execute("SELECT count(*), coalesce(sum(item_count), 0) FROM scale_calls")
+        report.calls, report.items = cursor.fetchone()
+        report.stopped_early = f"stopped at {report.items:,} items: {report.stopped_early}"
+        log("  " + report.stopped_early)
+
+
+def _parallel(statements: Sequence[str], workers: int) -> None:
+    """Run independent statements on ``workers`` connections of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def run(sql: str) -> None:
+        try:
+            with connections["default"].cursor() as own:
+                own.execute("SET maintenance_work_mem = '1GB'")
+                own.execute(sql)
+        finally:
+            connections["default"].close()
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for future in [pool.submit(run, sql) for sql in statements]:
+            future.result()
+
+
+def _stop_reason(done: int, left: int, free_at_start: int, min_free: int, disk_path: str, elapsed: float,
+                 max_seconds: float | None) -> str:
+    """Why loading the items of the ``left`` remaining calls must not start, or ''."""
+    if max_seconds is not None and elapsed >= max_seconds:
+        return f"the load's time budget ({max_seconds:.0f} s) was used"
     free = shutil.disk_usage(disk_path).free
     used = max(1, free_at_start - free)  # heap and WAL of the items so far
-    done, left = first - low, high + 1 - first
     # The rest of the heap, then the indexes built afterwards (about 0.3 of the heap here).
     needed = used * left / done + 0.3 * used * (done + left) / done
     if free - needed >= min_free:
-        return False
-    cursor.execute("DELETE FROM manifests_call WHERE id >= %s AND id IN (SELECT id FROM scale_calls)", [first])
-    cursor.execute("DELETE FROM scale_calls WHERE id >= %s", [first])
-    cursor.execute("SELECT count(*), coalesce(sum(item_count), 0) FROM scale_calls")
-    report.calls, report.items = cursor.fetchone()
-    report.stopped_early = (
-        f"stopped at {report.items:,} items: {free / 2**30:.1f} GiB free, the rest would need about "
-        f"{needed / 2**30:.1f} GiB and leave less than {min_free / 2**30:.0f} GiB"
-    )
-    log("  " + report.stopped_early)
-    return True
+        return ""
+    return (f"{free / 2**30:.1f} GiB free, the rest would need about {needed / 2**30:.1f} GiB "
+            f"and leave less than {min_free / 2**30:.0f} GiB")
 
 
 def _item_sums(cursor: Any, project_ids: Sequence[int]) -> None:
