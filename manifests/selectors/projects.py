@@ -36,8 +36,8 @@ def project_settings(project: Project) -> dict:
 def filter_options(project: Project) -> dict[str, list[str]]:
     """Agents and models seen in the project, for the filter bar. Read from runs, which
     are far fewer than calls."""
-    runs = Run.objects.filter(project=project)
+    pairs = set(Run.objects.filter(project=project).values_list("agent", "model").distinct().order_by())
     return {
-        "agents": sorted(set(runs.values_list("agent", flat=True).distinct())),
-        "models": sorted({m for m in runs.values_list("model", flat=True).distinct() if m}),
+        "agents": sorted({a for a, _ in pairs}),
+        "models": sorted({m for _, m in pairs if m}),
     }

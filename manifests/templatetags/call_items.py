@@ -8,10 +8,10 @@ template's autoescape did; tests/test_views_call.py checks the row against the t
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from django import template
-from django.utils.html import conditional_escape
 from django.utils.http import quote
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator, add_truncation_text
@@ -22,7 +22,10 @@ DASH = "–"
 
 
 def _e(value: Any) -> str:
-    return str(conditional_escape(value))
+    """conditional_escape without its lazy-string wrapper (a third of this module's time)."""
+    if hasattr(value, "__html__"):
+        return str(value.__html__())
+    return html.escape(str(value))
 
 
 def _truncate(value: str, length: int) -> str:
