@@ -3,6 +3,7 @@
     .venv/bin/python bench/analysis.py [--batches 40] [--batch-size 50] [--items-per-call 40]
                                        [--rounds 3] [--items 10000000] [--repeat 5]
                                        [--skip-celery] [--skip-trend]
+    .venv/bin/python bench/analysis.py --trend-db ctxview_bench_pages --trend-project bench
 
 Needs PostgreSQL and Redis (BENCH_PG, BENCH_REDIS); works on a scratch database
 (``ctxview_bench_analysis``, dropped and recreated) and a Redis key prefix of its own.
@@ -13,12 +14,14 @@ Needs PostgreSQL and Redis (BENCH_PG, BENCH_REDIS); works on a scratch database
    ``analyze_calls`` task per batch, as ingest enqueues them) with a real worker
    process (prefork, concurrency 1: the same one core of work). Prints items/s of
    each and the ratio Celery / in-process (target: at least 0.8).
-2. Trend query. Generates ``--items`` item rows over 30 days with
-   ``generate_series`` (calls, their figures and items written by PostgreSQL
-   itself; 10 million by default), builds the rollups with the real rollup code,
-   then times the 30-day daily trend from the rollups against the same aggregate
-   on the raw tables, median of ``--repeat`` runs each, and prints the ratio
-   (target: at most 0.02, and the rollup median under 50 ms). Prints the N it ran.
+2. Trend query. Generates ``--items`` item rows over 30 days by SQL (bench/scale_data.py,
+   shared with bench/pages.py: runs, calls, items, evidence, the analysis rows and the
+   rollups, all written by PostgreSQL itself; 10 million by default), checks a sample of
+   the generated rollup buckets against manifests/analysis/rollups.py, then times the
+   30-day daily trend from the rollups against the same aggregate on the raw tables,
+   median of ``--repeat`` runs each, and prints the ratio (target: at most 0.02, and the
+   rollup median under 20 ms). Prints the N it ran. ``--trend-db NAME`` measures a
+   database generated before (e.g. ``bench/pages.py --items 100000000``) instead.
 
 Not a test: figures vary with the machine; the ratios are what to compare.
 """
@@ -323,7 +326,9 @@ def trend_bench(args: argparse.Namespace) -> None:
         generated = built = 0.0
         calls = Call.objects.filter(project=project).count()
         n = Item.objects.filter(project=project).count()
-        end = Call.objects.filter(project=project).order_by("-started_at").values_list("started_at", flat=True)[0]
+        last = Call.objects.filter(project=project).order_by("-started_at").values_list("started_at", flat=True)[0]
+        # Whole days (the daily rollups' buckets): the 30 days up to the end of the last call's day.
+        end = last.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
         window = {"start": end - timedelta(days=30), "end": end}
     else:
         project = services.create_project(name="trend")

@@ -660,7 +660,6 @@ def _load_items(
         return first
 
     started = time.monotonic()
-    free_at_start = shutil.disk_usage(disk_path).free
     done_calls = 0
     pending: set[Any] = set()
     stop_at = None
@@ -672,8 +671,8 @@ def _load_items(
                     f.result()
                     done_calls += min(ids_per_chunk, high + 1 - f.result())
                     log(f"    items of {done_calls:,}/{report.calls:,} calls, {time.monotonic() - started:.0f} s")
-            reason = _stop_reason(first - low, high + 1 - first, free_at_start, min_free, disk_path,
-                                  time.monotonic() - started, max_seconds) if first > low else ""
+            reason = _stop_reason(cursor, done_calls, high + 1 - first, min_free, disk_path,
+                                  time.monotonic() - started, max_seconds) if done_calls else ""
             if reason:
                 stop_at = first
                 report.stopped_early = reason
@@ -709,15 +708,18 @@ def _parallel(statements: Sequence[str], workers: int) -> None:
             future.result()
 
 
-def _stop_reason(done: int, left: int, free_at_start: int, min_free: int, disk_path: str, elapsed: float,
+def _stop_reason(cursor: Any, done: int, left: int, min_free: int, disk_path: str, elapsed: float,
                  max_seconds: float | None) -> str:
     """Why loading the items of the ``left`` remaining calls must not start, or ''."""
     if max_seconds is not None and elapsed >= max_seconds:
         return f"the load's time budget ({max_seconds:.0f} s) was used"
     free = shutil.disk_usage(disk_path).free
-    used = max(1, free_at_start - free)  # heap and WAL of the items so far
-    # The rest of the heap, then the indexes built afterwards (about 0.3 of the heap here).
-    needed = used * left / done + 0.3 * used * (done + left) / done
+    cursor.execute("SELECT pg_relation_size('manifests_item')")
+    heap = cursor.fetchone()[0]
+    # The rest of the item heap, then the indexes and the other tables: 1.4x the heap in
+    # the 10M run (docs/performance.md). Chunks still running count as done: a small
+    # underestimate, covered by the margin.
+    needed = heap * left / max(1, done) + 0.4 * heap * (done + left) / max(1, done)
     if free - needed >= min_free:
         return ""
     return (f"{free / 2**30:.1f} GiB free, the rest would need about {needed / 2**30:.1f} GiB "
