@@ -521,8 +521,19 @@ def generate(
                                            {GRANTED.replace("x.", "x0.")} AS granted) x
                 WHERE c.id >= %(first)s AND c.id < %(last)s
             """
-            _load_items(cursor, report, sql, low, high, max(1, chunk_items // per_call), workers=workers,
-                        min_free=min_free_bytes, disk_path=disk_path, max_seconds=max_load_seconds, log=log)
+            _load_items(
+                cursor,
+                report,
+                sql,
+                low,
+                high,
+                max(1, chunk_items // per_call),
+                workers=workers,
+                min_free=min_free_bytes,
+                disk_path=disk_path,
+                max_seconds=max_load_seconds,
+                log=log,
+            )
 
         with _step(report, "evidence", log):
             cols, exprs = _cols(EVIDENCE_COLUMNS)
@@ -671,8 +682,13 @@ def _load_items(
                     f.result()
                     done_calls += min(ids_per_chunk, high + 1 - f.result())
                     log(f"    items of {done_calls:,}/{report.calls:,} calls, {time.monotonic() - started:.0f} s")
-            reason = _stop_reason(cursor, done_calls, high + 1 - first, min_free, disk_path,
-                                  time.monotonic() - started, max_seconds) if done_calls else ""
+            reason = (
+                _stop_reason(
+                    cursor, done_calls, high + 1 - first, min_free, disk_path, time.monotonic() - started, max_seconds
+                )
+                if done_calls
+                else ""
+            )
             if reason:
                 stop_at = first
                 report.stopped_early = reason
@@ -708,8 +724,9 @@ def _parallel(statements: Sequence[str], workers: int) -> None:
             future.result()
 
 
-def _stop_reason(cursor: Any, done: int, left: int, min_free: int, disk_path: str, elapsed: float,
-                 max_seconds: float | None) -> str:
+def _stop_reason(
+    cursor: Any, done: int, left: int, min_free: int, disk_path: str, elapsed: float, max_seconds: float | None
+) -> str:
     """Why loading the items of the ``left`` remaining calls must not start, or ''."""
     if max_seconds is not None and elapsed >= max_seconds:
         return f"the load's time budget ({max_seconds:.0f} s) was used"
@@ -722,8 +739,10 @@ def _stop_reason(cursor: Any, done: int, left: int, min_free: int, disk_path: st
     needed = heap * left / max(1, done) + 0.4 * heap * (done + left) / max(1, done)
     if free - needed >= min_free:
         return ""
-    return (f"{free / 2**30:.1f} GiB free, the rest would need about {needed / 2**30:.1f} GiB "
-            f"and leave less than {min_free / 2**30:.0f} GiB")
+    return (
+        f"{free / 2**30:.1f} GiB free, the rest would need about {needed / 2**30:.1f} GiB "
+        f"and leave less than {min_free / 2**30:.0f} GiB"
+    )
 
 
 def _item_sums(cursor: Any, project_ids: Sequence[int]) -> None:
