@@ -27,6 +27,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from manifests.dupkeys import no_duplicate_keys
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
@@ -225,8 +226,9 @@ def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError],
 
     Fast path: one msgspec pass (types, ranges, lengths, UTF-8), the cross-field rules,
     and the canonical re-encoding that ingest hashes anyway. A body equal to its canonical
-    form (what ctxkit sends) cannot hold a duplicate key; any other is parsed once more
-    to look for one.
+    form (what ctxkit sends) cannot hold a duplicate key; any other is proven free of them
+    by manifests/dupkeys.py (a second msgspec pass) or, when that cannot prove it, parsed
+    by Python's json, which names every duplicate with its path.
     """
     raw = normalise_nul(bytes(raw))
     try:
@@ -238,7 +240,7 @@ def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError],
         return None, [FieldError(path="$", message=_decode_message(exc))], None, b""
     errors = semantic_errors(manifest)
     canonical = msgspec.json.encode(manifest)
-    if canonical != raw:
+    if canonical != raw and not no_duplicate_keys(raw):
         try:
             obj, duplicated = _strict_loads(raw)
         except _DECODE_ERRORS as exc:
@@ -371,6 +373,19 @@ def _store_with_retries(
     raise Busy()
 
 
+_lz4: dict[str, bool] = {}
+
+
+def _has_lz4(cursor: Any) -> bool:
+    """Whether this PostgreSQL server was built with lz4 (asked once per process and database)."""
+    name = connection.settings_dict["NAME"]
+    if name not in _lz4:
+        cursor.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'")
+        row = cursor.fetchone()
+        _lz4[name] = bool(row and row[0])
+    return _lz4[name]
+
+
 def _call_locks(project: Project, call_ids: list[str]) -> None:
     """Serialise the requests that store the same call_id (PostgreSQL; SQLite's writers
     are serialised already by its IMMEDIATE transactions). Locks are taken in ascending
@@ -379,7 +394,13 @@ def _call_locks(project: Project, call_ids: list[str]) -> None:
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
+        # SET LOCAL, in one statement. The raw manifests (kilobytes of JSON each) are compressed
+        # by the server as they are stored: lz4 does it several times faster than the default
+        # pglz, and every reader decompresses either (docs/performance.md).
+        toast = ", set_config('default_toast_compression', 'lz4', true)" if _has_lz4(cursor) else ""
+        cursor.execute(
+            f"SELECT set_config('lock_timeout', %s, true){toast}", [str(int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS))]
+        )
     if not call_ids:
         return
     keys = sorted(
@@ -432,8 +453,7 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     runs = _upsert_runs(project, [m for m, _, _ in to_store])
     now = timezone.now()
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
-    _insert(Call, calls)
-    call_pks = [c.pk for c in calls]
+    call_pks = _insert(Call, calls)
     _store_children(project, [m for m, _, _ in to_store], call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
@@ -489,12 +509,15 @@ def _clean(value: str | None) -> str | None:
     return value
 
 
-def _call_row(project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime) -> Call:
+def _call_row(
+    project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime
+) -> dict[str, Any]:
+    """A call's column values by attribute name (``_insert`` fills in the model's other defaults)."""
     usage = m.usage
     outcome = m.outcome
     prefix = m.prefix
-    return Call(
-        project=project,
+    return dict(
+        project_id=project.pk,
         run_id=run_pk,
         call_id=_clean(m.call_id),
         step=m.step,
@@ -567,28 +590,39 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
     ]
 
 
-def _insert(model: type[Any], objs: list[Any]) -> None:
-    """Insert model instances and set their primary keys.
+def _insert(model: type[Any], rows: list[dict[str, Any]], *, returning_ids: bool = True) -> list[int]:
+    """Insert rows (column values by attribute name; missing ones take the model's default)
+    and return their primary keys (``returning_ids``).
 
-    On PostgreSQL: reserve the ids from the sequence in one query, then COPY.
-    Django's bulk_create binds the raw manifests (kilobytes each) as quoted
-    array literals, which cost several times the COPY itself.
+    On PostgreSQL: reserve the ids from the sequence in one query, then COPY plain values.
+    Django's bulk_create binds the raw manifests (kilobytes each) as quoted array literals,
+    which cost several times the COPY itself, and building model instances and preparing
+    each field through Django cost as much again (docs/performance.md).
     """
     if connection.vendor != "postgresql":
+        objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs)
-        return
-    table = model._meta.db_table
+        return [obj.pk for obj in objs]
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    defaults = {f.attname: f.get_default() for f in fields}
+    names = [f.attname for f in fields]
+    json_at = [i for i, f in enumerate(fields) if f.get_internal_type() == "JSONField"]  # written as JSON text
+    pks: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(objs)]
-        )
-        for obj, (pk,) in zip(objs, cursor.fetchall()):
-            obj.pk = pk
-        fields = model._meta.concrete_fields
-        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        table = model._meta.db_table
+        if returning_ids:
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(rows)]
+            )
+            pks = [pk for (pk,) in cursor.fetchall()]
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in ([model._meta.pk] if pks else []) + fields)
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for obj in objs:
-                copy.write_row([f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields])
+            for index, row in enumerate(rows):
+                values = [row[n] if n in row else defaults[n] for n in names]
+                for i in json_at:
+                    values[i] = msgspec.json.encode(values[i]).decode()
+                copy.write_row([pks[index], *values] if pks else values)
+    return pks
 
 
 def _store_children(project: Project, manifests: list[Manifest], call_pks: list[int]) -> None:
@@ -605,9 +639,9 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
             Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in rows], batch_size=500)
 
     evidence = [
-        Evidence(
+        dict(
             call_id=call_pk,
-            project=project,
+            project_id=project.pk,
             key=_clean(e.key),
             label=_clean(e.label),
             literal=_clean(e.literal),
@@ -620,7 +654,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         for e in m.evidence
     ]
     if evidence:
-        _insert(Evidence, evidence)
+        _insert(Evidence, evidence, returning_ids=False)
 
     compactions: list[Compaction] = []
     invariants_of: list[list[Any]] = []
