@@ -454,20 +454,18 @@ def semantic_errors(m: Manifest) -> list[FieldError]:
     items = m.items
     seen = {item.id for item in items}
     if len(seen) == len(items) and not _any_overused(items):
-        # The common case, checked cheaply; the per-item loop below, which builds
-        # each item's path, only runs to name what is wrong.
+        # The common case, checked cheaply; the per-item loop below only runs to name what is wrong.
         items = []
     else:
         seen = set()
-    for index, item in enumerate(items):
-        path = f"$.items[{index}]"
+    for index, item in enumerate(items):  # the path is spelled only for an error
         if item.id in seen:
-            errors.append(FieldError(path=f"{path}.id", message=f"duplicate item id {item.id!r}"))
+            errors.append(FieldError(path=f"$.items[{index}].id", message=f"duplicate item id {item.id!r}"))
         seen.add(item.id)
         if item.used_tokens is not None and item.granted_tokens is not None and item.used_tokens > item.granted_tokens:
             errors.append(
                 FieldError(
-                    path=f"{path}.used_tokens",
+                    path=f"$.items[{index}].used_tokens",
                     message=f"used_tokens ({item.used_tokens}) exceed granted_tokens ({item.granted_tokens})",
                 )
             )
