@@ -89,7 +89,10 @@ Notify = Callable[[list[int]], None]
 def _later_with_missing(calls: list[Call]) -> list[Call]:
     """Analysed calls lacking evidence at later steps of the runs of ``calls`` (which
     declare evidence): usually none, as calls arrive in step order. Locked like the chunk's
-    own calls; one that another worker holds is left to it."""
+    own calls (FOR NO KEY UPDATE: a plain FOR UPDATE would block another worker's commit-time
+    foreign-key check on these rows while that worker holds a prefix entry or rollup this one
+    waits for, a deadlock seen with two worker nodes, bench/cluster.py); one that another
+    worker holds is left to it."""
     first_step: dict[int, int] = {}
     for c in calls:
         if c.evidence_count:
@@ -100,7 +103,7 @@ def _later_with_missing(calls: list[Call]) -> list[Call]:
     for run_id, step in first_step.items():
         query |= Q(run_id=run_id, step__gt=step)
     return list(
-        Call.objects.select_for_update(skip_locked=True)
+        Call.objects.select_for_update(skip_locked=True, no_key=True)
         .filter(query, analyzed_at__isnull=False, evidence_missing__gt=0)
         .exclude(pk__in=[c.pk for c in calls])
         .order_by("pk")
