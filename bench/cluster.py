@@ -354,6 +354,8 @@ def main() -> None:
                     cluster.stop()
                 phase.tally.update(task_log(logs, phase.project))
                 checks[phase.name] = exactly_once(phase.project, [d["call_id"] for d in docs])
+                checks[phase.name]["accepted answers beyond one per call"] = max(
+                    0, phase.tally["accepted"] - phase.tally["stored"])
     finally:
         processes.stop_all()
         from django.db import connections

@@ -12,6 +12,7 @@ import re
 import time
 
 import pytest
+from django.db import connection
 
 from ctxkit.record.manifest import Usage
 from manifests.analysis import notify
@@ -134,3 +135,32 @@ def test_it_retries_a_failing_webhook_from_the_worker(api, project, redis_prefix
         assert "Retry in" in worker.text()
     finally:
         receiver.close()
+
+
+def test_it_finishes_a_killed_nodes_batch_on_the_other_node_exactly_once(
+    api, redis_prefix, workers, tmp_path  # noqa: F811
+):
+    """Two worker nodes; one dies in the middle of a task. With the production visibility
+    timeout (an hour) its task is not redelivered in time: the other node's sweep analyses
+    what the dead one left, and nothing the dead one committed is counted again."""
+    marker = tmp_path / "paused"
+    doomed = workers(pool="prefork", CTXVIEW_ANALYSIS_CHUNK="2", CTXVIEW_TEST_PAUSE_FILE=str(marker),
+                     CTXVIEW_TEST_PAUSE_AT_CHUNK="1", CTXVIEW_TEST_PAUSE_SECONDS="300")
+    with broker(REDIS_URL, redis_prefix):
+        assert api.post(batch(4)).status_code == 200
+    wait_for(marker.exists, "the first node to pause inside the second chunk", workers=(doomed,))
+    other = workers(pool="prefork", concurrency=2, beat=True, CTXVIEW_SWEEP_INTERVAL="1", CTXVIEW_SWEEP_MIN_AGE="0")
+    # Its sweep runs while the first node holds the second chunk's calls and must leave them:
+    # PostgreSQL skips the locked rows; SQLite locks the whole file, so the sweep waits and retries.
+    beside = "sweep analysed 0 calls" if connection.vendor == "postgresql" else "database is locked"
+    wait_for(lambda: beside in other.text(), "a sweep beside the paused node", workers=(doomed, other))
+    assert Call.objects.filter(analyzed_at__isnull=False).count() == 2
+
+    doomed.kill()
+    wait_for(analysed(4), "the other node's sweep to finish the batch", workers=(other,))
+    assert not received(other, "manifests.tasks.analyze_calls")  # not redelivered: the sweep did it
+    assert Rollup.objects.get(bucket="hour").calls == 4 and Rollup.objects.get(bucket="day").calls == 4
+    assert CallFigures.objects.count() == 4
+    assert Attribution.objects.filter(is_risk=False).count() == 4
+    assert PrefixEntry.objects.get().calls == 4
+    reference.assert_rollups_match(Call.objects.first().project, "hour")
