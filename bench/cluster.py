@@ -71,14 +71,29 @@ def manifest(phase: str, n: int, items: int, runs: int, rng: random.Random) -> d
         "model": ["claude-sonnet-4-5", "gpt-4o"][n % 2],
         "started_at": (T0 + timedelta(seconds=step * 60 + rng.randrange(0, 50))).isoformat(),
         "budget": {"window": 64000, "output_reserve": 2000, "safety_margin": 500},
-        "prefix": {"hash": f"{n % 7:064x}", "tokens": 1500,
-                   "segments": [{"name": "system", "hash": "a" * 64, "tokens": 1500}]},
+        "prefix": {
+            "hash": f"{n % 7:064x}",
+            "tokens": 1500,
+            "segments": [{"name": "system", "hash": "a" * 64, "tokens": 1500}],
+        },
         "usage": {"input_tokens": 9000, "cache_read_tokens": 1500 * (n % 3), "output_tokens": 300},
-        "items": [{"id": f"i{k}", "kind": KINDS[k % 5], "action": ACTIONS[(k + n) % 5],
-                   "requested_tokens": 400 + k, "granted_tokens": 300 + k, "used_tokens": 300 + k,
-                   "position": k, "reason": "budget"} for k in range(items)],
-        "evidence": [{"key": "rate-limit", "present": n % 4 != 0, "expected_item": "i3"},
-                     {"key": f"ticket-{n % 5}", "present": n % 6 != 0, "expected_item": "i4"}],
+        "items": [
+            {
+                "id": f"i{k}",
+                "kind": KINDS[k % 5],
+                "action": ACTIONS[(k + n) % 5],
+                "requested_tokens": 400 + k,
+                "granted_tokens": 300 + k,
+                "used_tokens": 300 + k,
+                "position": k,
+                "reason": "budget",
+            }
+            for k in range(items)
+        ],
+        "evidence": [
+            {"key": "rate-limit", "present": n % 4 != 0, "expected_item": "i3"},
+            {"key": f"ticket-{n % 5}", "present": n % 6 != 0, "expected_item": "i4"},
+        ],
         "outcome": {"status": "ok", "verified": "yes" if n % 2 else "unknown"},
     }
 
@@ -193,16 +208,19 @@ def run_phase(phase: Phase, cluster: Cluster, docs: list[dict], args: argparse.N
         t.join()
     phase.ingest_seconds = time.monotonic() - started
     one = lambda sql: conn.execute(sql, (phase.project,)).fetchone()[0]  # noqa: E731
-    waiting = ("SELECT count(*) FROM manifests_call c JOIN manifests_project p ON p.id = c.project_id "
-               "WHERE p.name = %s AND c.analyzed_at IS NULL AND c.quarantined_at IS NULL")
+    waiting = (
+        "SELECT count(*) FROM manifests_call c JOIN manifests_project p ON p.id = c.project_id "
+        "WHERE p.name = %s AND c.analyzed_at IS NULL AND c.quarantined_at IS NULL"
+    )
     while one(waiting) and time.monotonic() - started < 900:
         time.sleep(0.2)
     phase.drain_seconds = time.monotonic() - started
     if chaos_thread:
         chaos_thread.join(timeout=120)
         wait_for_redeliveries(args.redis)
-    phase.tally["stored"] = one("SELECT count(*) FROM manifests_call c JOIN manifests_project p "
-                                "ON p.id = c.project_id WHERE p.name = %s")
+    phase.tally["stored"] = one(
+        "SELECT count(*) FROM manifests_call c JOIN manifests_project p ON p.id = c.project_id WHERE p.name = %s"
+    )
 
 
 def wait_for_redeliveries(redis_url: str, timeout: float = 120) -> None:
@@ -249,7 +267,8 @@ def task_log(log_dir: Path, project: str) -> dict[str, int]:
         "tasks cut by the kill (received, never finished there)": cut,
         "tasks redelivered (received twice)": len(again),
         "calls analysed by a redelivered task's second run": sum(
-            int(r) for t in again for r in finished.get(t, [])[-1:] if r.isdigit()),
+            int(r) for t in again for r in finished.get(t, [])[-1:] if r.isdigit()
+        ),
     }
 
 
@@ -271,10 +290,22 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
     calls = Call.objects.filter(project=project)
     stored = set(calls.values_list("call_id", flat=True))
     refs = reference.calls(project)
-    attributions = Counter(dict(Attribution.objects.filter(call__project=project).values_list("call__call_id")
-                                .annotate(n=Count("pk")).values_list("call__call_id", "n")))
-    figure_rows = Counter(dict(CallFigures.objects.filter(call__project=project).values_list("call__call_id")
-                               .annotate(n=Count("pk")).values_list("call__call_id", "n")))
+    attributions = Counter(
+        dict(
+            Attribution.objects.filter(call__project=project)
+            .values_list("call__call_id")
+            .annotate(n=Count("pk"))
+            .values_list("call__call_id", "n")
+        )
+    )
+    figure_rows = Counter(
+        dict(
+            CallFigures.objects.filter(call__project=project)
+            .values_list("call__call_id")
+            .annotate(n=Count("pk"))
+            .values_list("call__call_id", "n")
+        )
+    )
     registry = PrefixEntry.objects.filter(project=project).aggregate(n=Sum("calls"))["n"] or 0
     wrong_buckets = 0
     for bucket in ("hour", "day"):
@@ -291,7 +322,8 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
         "quarantined": calls.filter(quarantined_at__isnull=False).count(),
         "calls without exactly one figures row": sum(1 for c in stored if figure_rows[c] != 1),
         "calls whose attributions differ from the reference": sum(
-            1 for c, ref in refs.items() if attributions[c] != len(ref.causes)),
+            1 for c, ref in refs.items() if attributions[c] != len(ref.causes)
+        ),
         "prefix registry minus calls with a prefix": registry - calls.exclude(prefix_hash="").count(),
         "rollup buckets (hour + day) unequal to the raw aggregate": wrong_buckets,
     }
@@ -313,14 +345,26 @@ def main() -> None:
     logs.mkdir(exist_ok=True)
     for old in logs.glob("*"):
         old.unlink()
-    env = dict(os.environ, DATABASE_URL=f"{PG}/{DB}", SECRET_KEY="bench-cluster", DEBUG="0",
-               ALLOWED_HOSTS="127.0.0.1", REDIS_URL=args.redis, CTXVIEW_SWEEP_INTERVAL="5",
-               CTXVIEW_SWEEP_MIN_AGE="10", CELERY_VISIBILITY_TIMEOUT=str(VISIBILITY_TIMEOUT), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        DATABASE_URL=f"{PG}/{DB}",
+        SECRET_KEY="bench-cluster",
+        DEBUG="0",
+        ALLOWED_HOSTS="127.0.0.1",
+        REDIS_URL=args.redis,
+        CTXVIEW_SWEEP_INTERVAL="5",
+        CTXVIEW_SWEEP_MIN_AGE="10",
+        CELERY_VISIBILITY_TIMEOUT=str(VISIBILITY_TIMEOUT),
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("CTXVIEW_CELERY_KEY_PREFIX", None)
     subprocess.run(["redis-cli", "-u", args.redis, "flushdb"], check=True, capture_output=True)
     create_database(DB, env)
-    phases = [Phase("1 web node + 1 worker node", 1, 1), Phase("2 web nodes + 2 worker nodes", 2, 2),
-              Phase("2 + 2, faults: re-sends, w2 and web B SIGKILLed", 2, 2, faults=True)]
+    phases = [
+        Phase("1 web node + 1 worker node", 1, 1),
+        Phase("2 web nodes + 2 worker nodes", 2, 2),
+        Phase("2 + 2, faults: re-sends, w2 and web B SIGKILLed", 2, 2, faults=True),
+    ]
     for n, phase in enumerate(phases, 1):
         phase.project = f"cluster-{n}"
         phase.key = create_key(env, phase.project)
@@ -348,14 +392,17 @@ def main() -> None:
                     for port in cluster.ports:
                         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
                             figures = json.loads(r.read())
-                        phase.health.append(f"/healthz on :{port}: unanalysed {figures['unanalysed_calls']}, "
-                                            f"quarantined {figures['quarantined_calls']}")
+                        phase.health.append(
+                            f"/healthz on :{port}: unanalysed {figures['unanalysed_calls']}, "
+                            f"quarantined {figures['quarantined_calls']}"
+                        )
                 finally:
                     cluster.stop()
                 phase.tally.update(task_log(logs, phase.project))
                 checks[phase.name] = exactly_once(phase.project, [d["call_id"] for d in docs])
                 checks[phase.name]["accepted answers beyond one per call"] = max(
-                    0, phase.tally["accepted"] - phase.tally["stored"])
+                    0, phase.tally["accepted"] - phase.tally["stored"]
+                )
     finally:
         processes.stop_all()
         from django.db import connections
@@ -371,26 +418,43 @@ def main() -> None:
 
 
 def report(phases: list[Phase], checks: dict, args: argparse.Namespace, load) -> None:
-    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start; one PostgreSQL, one Redis; "
-          f"a web node = gunicorn x2, a worker node = Celery prefork x2, one beat")
-    print(f"load per phase: {args.manifests} manifests of {args.items} items in batches of {args.batch}, "
-          f"{args.threads} client threads")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start; one PostgreSQL, one Redis; "
+        f"a web node = gunicorn x2, a worker node = Celery prefork x2, one beat"
+    )
+    print(
+        f"load per phase: {args.manifests} manifests of {args.items} items in batches of {args.batch}, "
+        f"{args.threads} client threads"
+    )
     for phase in phases:
         t = phase.tally
         print(f"\n{phase.name}")
         print(f"  ingest     {phase.ingest_seconds:6.1f} s  {args.manifests / phase.ingest_seconds:7.0f} manifests/s")
-        print(f"  analysed   {phase.drain_seconds:6.1f} s  {args.manifests / phase.drain_seconds:7.0f} manifests/s "
-              "end to end (first send to last call analysed)")
+        print(
+            f"  analysed   {phase.drain_seconds:6.1f} s  {args.manifests / phase.drain_seconds:7.0f} manifests/s "
+            "end to end (first send to last call analysed)"
+        )
         # A web node killed after its batch committed, before it answered: the client's retry
         # of that batch is answered "duplicate", so fewer "accepted" answers than calls stored.
         t["accepted answers lost with a killed web node"] = t["stored"] - t["accepted"]
-        for name in ("accepted", "accepted answers lost with a killed web node", "duplicate", "rejected", "5xx",
-                     "gave up", "connection errors (retried)",
-                     "503 (retried after Retry-After)", "429 (retried after Retry-After)", "worker kills (SIGKILL)",
-                     "web node kills (SIGKILL)", "tasks received",
-                     "tasks cut by the kill (received, never finished there)", "tasks redelivered (received twice)",
-                     "calls analysed by a redelivered task's second run",
-                     "calls analysed by the sweep (their task lost or late)"):
+        for name in (
+            "accepted",
+            "accepted answers lost with a killed web node",
+            "duplicate",
+            "rejected",
+            "5xx",
+            "gave up",
+            "connection errors (retried)",
+            "503 (retried after Retry-After)",
+            "429 (retried after Retry-After)",
+            "worker kills (SIGKILL)",
+            "web node kills (SIGKILL)",
+            "tasks received",
+            "tasks cut by the kill (received, never finished there)",
+            "tasks redelivered (received twice)",
+            "calls analysed by a redelivered task's second run",
+            "calls analysed by the sweep (their task lost or late)",
+        ):
             if t[name] or name in ("accepted", "duplicate", "5xx"):
                 print(f"  {name:<56} {t[name]}")
         for line in phase.health:
@@ -399,8 +463,10 @@ def report(phases: list[Phase], checks: dict, args: argparse.Namespace, load) ->
         for name, value in checks[phase.name].items():
             print(f"    {name:<58} {value}")
     one, two = phases[0], phases[1]
-    print(f"\nratio 2 nodes / 1 node: ingest {one.ingest_seconds / two.ingest_seconds:.2f}, "
-          f"end to end {one.drain_seconds / two.drain_seconds:.2f}")
+    print(
+        f"\nratio 2 nodes / 1 node: ingest {one.ingest_seconds / two.ingest_seconds:.2f}, "
+        f"end to end {one.drain_seconds / two.drain_seconds:.2f}"
+    )
     ok = not any(v for check in checks.values() for v in check.values())
     print(f"exactly-once check: {'PASSED' if ok else 'FAILED'}")
 

@@ -55,10 +55,18 @@ def drop_database(db: str) -> None:
 
 def create_key(env: dict[str, str], project: str, *, can_read: bool = True) -> str:
     """A new project and an ingest (and read) key for it, through the services."""
-    code = (f"from manifests import services; p = services.create_project(name={project!r}); "
-            f"print(services.create_api_key(project=p, can_ingest=True, can_read={can_read})[1])")
-    out = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True,
-                         capture_output=True, text=True).stdout
+    code = (
+        f"from manifests import services; p = services.create_project(name={project!r}); "
+        f"print(services.create_api_key(project=p, can_ingest=True, can_read={can_read})[1])"
+    )
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return out.strip().splitlines()[-1]
 
 
@@ -72,39 +80,78 @@ class Processes:
 
     def spawn(self, name: str, command: list[str], **extra: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
-        process = subprocess.Popen(command, cwd=ROOT, env={**self.env, **extra}, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=ROOT, env={**self.env, **extra}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.started.append(process)
         return process
 
     def redis(self, port: int) -> subprocess.Popen:
-        process = self.spawn("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no"])
+        process = self.spawn(
+            "redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        )
         wait_port(port)
         return process
 
-    def web(self, port: int, *, workers: int = 3, name: str = "gunicorn", log_level: str = "info",
-            **extra: str) -> subprocess.Popen:
-        process = self.spawn(name, [str(BIN / "gunicorn"), "ctxview.wsgi", "-b", f"127.0.0.1:{port}",
-                                    "-w", str(workers), "--timeout", "60", "--log-level", log_level], **extra)
+    def web(
+        self, port: int, *, workers: int = 3, name: str = "gunicorn", log_level: str = "info", **extra: str
+    ) -> subprocess.Popen:
+        process = self.spawn(
+            name,
+            [
+                str(BIN / "gunicorn"),
+                "ctxview.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(workers),
+                "--timeout",
+                "60",
+                "--log-level",
+                log_level,
+            ],
+            **extra,
+        )
         wait_port(port)
         return process
 
-    def worker(self, name: str = "worker", *, concurrency: int = 2, beat: bool = False, log: str | None = None,
-               **extra: str) -> subprocess.Popen:
+    def worker(
+        self, name: str = "worker", *, concurrency: int = 2, beat: bool = False, log: str | None = None, **extra: str
+    ) -> subprocess.Popen:
         """A Celery worker node named ``name@host`` (prefork), logging to ``log`` (default: its
         name) .log; with ``beat``, beat runs inside it."""
-        command = [str(BIN / "celery"), "-A", "ctxview", "worker", "--pool=prefork",
-                   f"--concurrency={concurrency}", "--loglevel=INFO", "-n", f"{name}@%h",
-                   "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        command = [
+            str(BIN / "celery"),
+            "-A",
+            "ctxview",
+            "worker",
+            "--pool=prefork",
+            f"--concurrency={concurrency}",
+            "--loglevel=INFO",
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         if beat:
             command += ["--beat", "--schedule", str(self.logs / f"{name}-beat-schedule")]
         return self.spawn(log or name, command, **extra)
 
     def beat(self, name: str = "beat") -> subprocess.Popen:
         """The one beat of a deployment, on its own (docs/deploy.md)."""
-        return self.spawn(name, [str(BIN / "celery"), "-A", "ctxview", "beat", "--loglevel=INFO",
-                                 "--schedule", str(self.logs / f"{name}-schedule")])
+        return self.spawn(
+            name,
+            [
+                str(BIN / "celery"),
+                "-A",
+                "ctxview",
+                "beat",
+                "--loglevel=INFO",
+                "--schedule",
+                str(self.logs / f"{name}-schedule"),
+            ],
+        )
 
     @staticmethod
     def kill(process: subprocess.Popen | None, sig: int = signal.SIGKILL) -> None:
@@ -150,8 +197,12 @@ class Client:
         for _attempt in range(attempts):
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
             try:
-                conn.request("POST", "/api/v1/manifests", body,
-                             {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
+                conn.request(
+                    "POST",
+                    "/api/v1/manifests",
+                    body,
+                    {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+                )
                 response = conn.getresponse()
                 raw = response.read()
             except OSError:
