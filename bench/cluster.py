@@ -110,6 +110,7 @@ class Phase:
     drain_seconds: float = 0.0
     tally: Counter = field(default_factory=Counter)
     health: list[str] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per component
 
 
 class Cluster:
@@ -215,12 +216,53 @@ def run_phase(phase: Phase, cluster: Cluster, docs: list[dict], args: argparse.N
     while one(waiting) and time.monotonic() - started < 900:
         time.sleep(0.2)
     phase.drain_seconds = time.monotonic() - started
+    phase.cpu = {
+        "web nodes": sum(group_cpu_seconds(p.pid) for p in cluster.webs.values()),
+        "worker nodes + beat": sum(group_cpu_seconds(p.pid) for p in [*cluster.workers.values(), cluster.beat]),
+        "PostgreSQL (their backends)": backend_cpu_seconds(conn),
+    }
     if chaos_thread:
         chaos_thread.join(timeout=120)
         wait_for_redeliveries(args.redis)
     phase.tally["stored"] = one(
         "SELECT count(*) FROM manifests_call c JOIN manifests_project p ON p.id = c.project_id WHERE p.name = %s"
     )
+
+
+def _cpu(stat: str, *, children: bool = True) -> float:
+    """utime + stime (+ those of reaped children) from a /proc/<pid>/stat line, in seconds."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = sum(int(f) for f in fields[11 : 15 if children else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds used so far by the processes of one process group (a node: its master and
+    its workers). A node killed earlier in the phase is missing."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2 :].split()[2]) == pgid:
+            total += _cpu(text)
+    return total
+
+
+def backend_cpu_seconds(conn) -> float:
+    """CPU seconds of the PostgreSQL backends serving the bench database now (not this
+    connection): the nodes keep theirs for the phase (CONN_MAX_AGE 60 s, reused by workers)."""
+    total = 0.0
+    pids = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
+    for (pid,) in pids:
+        try:
+            total += _cpu(Path(f"/proc/{pid}/stat").read_text(), children=False)
+        except OSError:
+            continue
+    return total
 
 
 def wait_for_redeliveries(redis_url: str, timeout: float = 120) -> None:
@@ -290,14 +332,12 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
     calls = Call.objects.filter(project=project)
     stored = set(calls.values_list("call_id", flat=True))
     refs = reference.calls(project)
-    attributions = Counter(
-        dict(
-            Attribution.objects.filter(call__project=project)
-            .values_list("call__call_id")
-            .annotate(n=Count("pk"))
-            .values_list("call__call_id", "n")
-        )
-    )
+    # Each call's attributions as (evidence key, cause, risk or not), against the reference's.
+    attributions: dict[str, list[tuple[str, str, bool]]] = {}
+    for call_id, key, cause, risk in Attribution.objects.filter(call__project=project).values_list(
+        "call__call_id", "evidence_key", "cause", "is_risk"
+    ):
+        attributions.setdefault(call_id, []).append((key, cause, risk))
     figure_rows = Counter(
         dict(
             CallFigures.objects.filter(call__project=project)
@@ -322,7 +362,7 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
         "quarantined": calls.filter(quarantined_at__isnull=False).count(),
         "calls without exactly one figures row": sum(1 for c in stored if figure_rows[c] != 1),
         "calls whose attributions differ from the reference": sum(
-            1 for c, ref in refs.items() if attributions[c] != len(ref.causes)
+            1 for c, ref in refs.items() if sorted(attributions.get(c, [])) != sorted(k[:3] for k in ref.causes)
         ),
         "prefix registry minus calls with a prefix": registry - calls.exclude(prefix_hash="").count(),
         "rollup buckets (hour + day) unequal to the raw aggregate": wrong_buckets,
@@ -455,10 +495,20 @@ def report(phases: list[Phase], checks: dict, args: argparse.Namespace, load) ->
             "calls analysed by a redelivered task's second run",
             "calls analysed by the sweep (their task lost or late)",
         ):
-            if t[name] or name in ("accepted", "duplicate", "5xx"):
+            always = ("accepted", "duplicate", "5xx") + (
+                ("tasks redelivered (received twice)", "calls analysed by a redelivered task's second run")
+                if phase.faults
+                else ()
+            )
+            if t[name] or name in always:
                 print(f"  {name:<56} {t[name]}")
         for line in phase.health:
             print(f"  {line}")
+        cpu = ", ".join(
+            f"{name} {seconds:.0f} s ({1000 * seconds / args.manifests:.1f} ms/manifest)"
+            for name, seconds in phase.cpu.items()
+        )
+        print(f"  CPU: {cpu}")
         print("  exactly-once check (each must be 0):")
         for name, value in checks[phase.name].items():
             print(f"    {name:<58} {value}")

@@ -14,7 +14,7 @@ import time
 import pytest
 from django.db import connection
 
-from ctxkit.record.manifest import Usage
+from ctxkit.record.manifest import Compaction, Evidence, Invariant, Usage
 from manifests.analysis import notify
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
 from tests import figures_reference as reference
@@ -164,3 +164,42 @@ def test_it_finishes_a_killed_nodes_batch_on_the_other_node_exactly_once(
     assert Attribution.objects.filter(is_risk=False).count() == 4
     assert PrefixEntry.objects.get().calls == 4
     reference.assert_rollups_match(Call.objects.first().project, "hour")
+
+
+LOST = Compaction(id="cmp-1", strategy="model summary", tokens_before=5000, tokens_after=900, summary_item="summary",
+                  invariants=[Invariant(name="user_constraints", ok=False, detail="lost the unit",
+                                        lost=["divide by 100"])])
+
+
+def step(n: int, *, present: bool, compactions: tuple = ()) -> dict:
+    return as_dict(manifest(f"c{n}", step=n, run_id="run-1", compactions=list(compactions),
+                            items=[item("history", kind="history", zone="tail")],
+                            evidence=[Evidence(key="unit", literal="divide by 100", expected_item="history",
+                                               present=present, found_in="history" if present else None,
+                                               used=True if present else None)]))
+
+
+def test_it_traces_a_step_analysed_on_one_node_while_an_earlier_one_arrives_on_another(
+    api, redis_prefix, workers, tmp_path  # noqa: F811
+):
+    """A later step is being analysed on one node when the earlier steps of its run arrive
+    and are analysed on another: the later step's cause must still be traced back to them."""
+    marker = tmp_path / "paused"
+    # PostgreSQL: the first node holds its chunk open long enough for the other node to finish
+    # (unless it waits for it). SQLite serialises the writers: ingest waits for the pause, so short.
+    pause = "20" if connection.vendor == "postgresql" else "2"
+    first = workers(CTXVIEW_TEST_PAUSE_FILE=str(marker), CTXVIEW_TEST_PAUSE_AT_CHUNK="0",
+                    CTXVIEW_TEST_PAUSE_SECONDS=pause)
+    with broker(REDIS_URL, redis_prefix):
+        assert api.post({"manifests": [step(2, present=False)]}).status_code == 200
+        wait_for(marker.exists, "the first node to pause inside the analysis of step 2", workers=(first,))
+        second = workers()
+        assert api.post({"manifests": [step(0, present=True),
+                                       step(1, present=False, compactions=(LOST,))]}).status_code == 200
+    wait_for(analysed(3), "both nodes to finish", workers=(first, second))
+    wait_for(lambda: "succeeded" in first.text() and "succeeded" in second.text(), "both tasks to finish",
+             workers=(first, second))
+    calls = {c.step: c for c in Call.objects.all()}
+    row = Attribution.objects.get(call=calls[2], evidence_key="unit")
+    assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, calls[1].pk)
+    reference.assert_rollups_match(calls[2].project, "hour")
