@@ -187,18 +187,19 @@ def test_it_traces_a_step_analysed_on_one_node_while_an_earlier_one_arrives_on_a
     marker = tmp_path / "paused"
     # PostgreSQL: the first node holds its chunk open long enough for the other node to finish
     # (unless it waits for it). SQLite serialises the writers: ingest waits for the pause, so short.
-    pause = "20" if connection.vendor == "postgresql" else "2"
+    pause = "30" if connection.vendor == "postgresql" else "2"
     first = workers(CTXVIEW_TEST_PAUSE_FILE=str(marker), CTXVIEW_TEST_PAUSE_AT_CHUNK="0",
                     CTXVIEW_TEST_PAUSE_SECONDS=pause)
     with broker(REDIS_URL, redis_prefix):
         assert api.post({"manifests": [step(2, present=False)]}).status_code == 200
         wait_for(marker.exists, "the first node to pause inside the analysis of step 2", workers=(first,))
         second = workers()
+        wait_for(lambda: "ready." in second.text(), "the second node to start", workers=(first, second))
         assert api.post({"manifests": [step(0, present=True),
                                        step(1, present=False, compactions=(LOST,))]}).status_code == 200
     wait_for(analysed(3), "both nodes to finish", workers=(first, second))
-    wait_for(lambda: "succeeded" in first.text() and "succeeded" in second.text(), "both tasks to finish",
-             workers=(first, second))
+    wait_for(lambda: first.text().count("succeeded") + second.text().count("succeeded") == 2,
+             "both tasks to finish", workers=(first, second))
     calls = {c.step: c for c in Call.objects.all()}
     row = Attribution.objects.get(call=calls[2], evidence_key="unit")
     assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, calls[1].pk)
