@@ -9,11 +9,13 @@ given Redis database (flushed before and after). A node is what one 2-core machi
 a web node is gunicorn with 2 workers, a worker node a Celery prefork worker of concurrency 2;
 one beat runs on its own. Three phases, each with a project of its own and fresh processes:
 
-1. one web node + one worker node: the manifests posted once each by the client threads;
+1. one web node + one worker node: the manifests posted once each by the client threads, each
+   run's calls in step order in consecutive batches (as agents send them);
 2. two web nodes (two ports) + two worker nodes (``-n w1``, ``-n w2``): the same load, the
    client threads split between the two nodes;
-3. the same two-node cluster with faults: 20 % of the batches re-sent (half at once to the
-   other web node, half later), worker node w2 SIGKILLed a third of the way through (and
+3. the same two-node cluster with faults and the worst order: the calls shuffled (a run's calls
+   spread over many concurrent batches, met in any order), 20 % of the batches re-sent (half at
+   once to the other web node, half later), worker node w2 SIGKILLed a third of the way through (and
    restarted a visibility timeout later, so its unacknowledged tasks are redelivered), web
    node B SIGKILLed half way (restarted 2 s later; its clients fail over to node A).
 
@@ -24,7 +26,7 @@ Throughput of a phase: manifests / seconds from the first send until every call 
 The exactly-once check (all three phases, :func:`exactly_once`): every sent call stored once
 and analysed (0 lost, 0 unanalysed, 0 quarantined); one figures row per call; each call's
 attributions equal to those the reference derives from its raw manifest
-(tests/figures_reference.py); the prefix registry counting each call once; every hour and day
+(tests/figures_reference.py): cause and step lost at; the prefix registry counting each call once; every hour and day
 rollup equal to the raw aggregate the reference computes from the manifests. From the worker
 logs: tasks redelivered (received twice) and what their second run analysed (0: the calls were
 done), tasks cut by the kill. The sweep runs every 5 s for calls older than 10 s, the
@@ -332,12 +334,12 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
     calls = Call.objects.filter(project=project)
     stored = set(calls.values_list("call_id", flat=True))
     refs = reference.calls(project)
-    # Each call's attributions as (evidence key, cause, risk or not), against the reference's.
-    attributions: dict[str, list[tuple[str, str, bool]]] = {}
-    for call_id, key, cause, risk in Attribution.objects.filter(call__project=project).values_list(
-        "call__call_id", "evidence_key", "cause", "is_risk"
+    # Each call's attributions as (evidence key, cause, risk or not, step lost at), against the reference's.
+    attributions: dict[str, list[tuple]] = {}
+    for call_id, key, cause, risk, lost_step in Attribution.objects.filter(call__project=project).values_list(
+        "call__call_id", "evidence_key", "cause", "is_risk", "lost_at__step"
     ):
-        attributions.setdefault(call_id, []).append((key, cause, risk))
+        attributions.setdefault(call_id, []).append((key, cause, risk, lost_step))
     figure_rows = Counter(
         dict(
             CallFigures.objects.filter(call__project=project)
@@ -362,7 +364,7 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
         "quarantined": calls.filter(quarantined_at__isnull=False).count(),
         "calls without exactly one figures row": sum(1 for c in stored if figure_rows[c] != 1),
         "calls whose attributions differ from the reference": sum(
-            1 for c, ref in refs.items() if sorted(attributions.get(c, [])) != sorted(k[:3] for k in ref.causes)
+            1 for c, ref in refs.items() if sorted(attributions.get(c, []), key=repr) != sorted(ref.causes, key=repr)
         ),
         "prefix registry minus calls with a prefix": registry - calls.exclude(prefix_hash="").count(),
         "rollup buckets (hour + day) unequal to the raw aggregate": wrong_buckets,
@@ -424,7 +426,10 @@ def main() -> None:
                 rng = random.Random(args.seed + n)
                 runs = max(1, args.manifests // 20)
                 docs = [manifest(phase.project, k, args.items, runs, rng) for k in range(args.manifests)]
-                rng.shuffle(docs)  # a run's calls in many batches, met in different orders
+                if phase.faults:
+                    rng.shuffle(docs)  # the worst case: a run's calls in many batches, met in any order
+                else:
+                    docs.sort(key=lambda d: (d["run_id"], d["step"]))  # agents send their runs in step order
                 cluster = Cluster(processes, phase, args.port)
                 cluster.start()
                 try:
