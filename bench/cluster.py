@@ -53,7 +53,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.support import PG, Client, Processes, create_database, create_key, drop_database  # noqa: E402
+from bench.support import (  # noqa: E402
+    PG,
+    Client,
+    Processes,
+    backend_cpu_seconds,
+    create_database,
+    create_key,
+    drop_database,
+    group_cpu_seconds,
+)
 
 DB = "ctxview_cluster"
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -229,42 +238,6 @@ def run_phase(phase: Phase, cluster: Cluster, docs: list[dict], args: argparse.N
     phase.tally["stored"] = one(
         "SELECT count(*) FROM manifests_call c JOIN manifests_project p ON p.id = c.project_id WHERE p.name = %s"
     )
-
-
-def _cpu(stat: str, *, children: bool = True) -> float:
-    """utime + stime (+ those of reaped children) from a /proc/<pid>/stat line, in seconds."""
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = sum(int(f) for f in fields[11 : 15 if children else 13])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU seconds used so far by the processes of one process group (a node: its master and
-    its workers). A node killed earlier in the phase is missing."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if int(text[text.rindex(")") + 2 :].split()[2]) == pgid:
-            total += _cpu(text)
-    return total
-
-
-def backend_cpu_seconds(conn) -> float:
-    """CPU seconds of the PostgreSQL backends serving the bench database now (not this
-    connection): the nodes keep theirs for the phase (CONN_MAX_AGE 60 s, reused by workers)."""
-    total = 0.0
-    pids = conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    ).fetchall()
-    for (pid,) in pids:
-        try:
-            total += _cpu(Path(f"/proc/{pid}/stat").read_text(), children=False)
-        except OSError:
-            continue
-    return total
 
 
 def wait_for_redeliveries(redis_url: str, timeout: float = 120) -> None:

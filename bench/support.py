@@ -1,6 +1,7 @@
 """What the server benches share: a scratch PostgreSQL database, a project key, the
 processes of a deployment (gunicorn web nodes, Celery worker nodes, beat, a private
-redis-server), each in its own process group and logging to a file, and an HTTP client
+redis-server), each in its own process group and logging to a file, the CPU time a node and
+its PostgreSQL backends spent, and an HTTP client
 with ctxkit's retry rules that can fail over between web nodes.
 
 Not a test helper: the benches print figures, tests/ has its own (tests/pipeline_support.py).
@@ -230,3 +231,39 @@ class Client:
             return data
         self.count("gave up")
         return None
+
+
+def _cpu(stat: str, *, children: bool = True) -> float:
+    """utime + stime (+ those of reaped children) from a /proc/<pid>/stat line, in seconds."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = sum(int(f) for f in fields[11 : 15 if children else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds used so far by the processes of one process group (a node: its master and
+    its workers). A node killed earlier in the phase is missing."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2 :].split()[2]) == pgid:
+            total += _cpu(text)
+    return total
+
+
+def backend_cpu_seconds(conn) -> float:
+    """CPU seconds of the PostgreSQL backends serving the bench database now (not this
+    connection): the nodes keep theirs for the phase (CONN_MAX_AGE 60 s, reused by workers)."""
+    total = 0.0
+    pids = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
+    for (pid,) in pids:
+        try:
+            total += _cpu(Path(f"/proc/{pid}/stat").read_text(), children=False)
+        except OSError:
+            continue
+    return total
