@@ -440,12 +440,22 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
     _insert(Call, calls)
     call_pks = [c.pk for c in calls]
-    CallKey.objects.bulk_create(
-        [CallKey(project=project, call_key=c.call_id, content_hash=c.content_hash, call_id=c.pk) for c in calls]
-    )
+    _register_keys(project, calls)
     _store_children(project, [m for m, _, _ in to_store], call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
+
+
+def _register_keys(project: Project, calls: list[Call]) -> None:
+    """The idempotency registry's rows of the stored calls (a unique-key race raises here)."""
+    CallKey.objects.bulk_create(
+        [
+            CallKey(
+                project=project, call_key=c.call_id, content_hash=c.content_hash, call_id=c.pk, started_at=c.started_at
+            )
+            for c in calls
+        ]
+    )
 
 
 def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:

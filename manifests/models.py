@@ -202,6 +202,8 @@ class CallKey(models.Model):
     call_key = models.CharField(max_length=200, help_text="The manifest's call_id")
     content_hash = models.CharField(max_length=64)
     call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    # The call's time: with it a read by call_id touches one day's partition of each table.
+    started_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "call_key"], name="callkey_unique_per_project")]

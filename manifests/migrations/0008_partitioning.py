@@ -35,8 +35,8 @@ AHEAD_DAYS = 7
 
 def fill_call_keys(apps, schema_editor):
     schema_editor.execute(
-        "INSERT INTO manifests_callkey (project_id, call_key, content_hash, call_id) "
-        "SELECT project_id, call_id, content_hash, id FROM manifests_call"
+        "INSERT INTO manifests_callkey (project_id, call_key, content_hash, call_id, started_at) "
+        "SELECT project_id, call_id, content_hash, id, started_at FROM manifests_call"
     )
 
 
@@ -161,6 +161,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('call_key', models.CharField(help_text="The manifest's call_id", max_length=200)),
                 ('content_hash', models.CharField(max_length=64)),
+                ('started_at', models.DateTimeField()),
             ],
         ),
         migrations.RemoveConstraint(
