@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from manifests import partitions, retention, tasks
-from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Rollup
 from manifests.models import Call as CallModel
+from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Rollup
 from manifests.selectors import calls as call_selectors
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
