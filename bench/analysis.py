@@ -261,8 +261,11 @@ def generate(project_id: int, items: int, per_call: int) -> int:
     """Calls, their figures and their items over 30 days, written by PostgreSQL itself."""
     from django.db import connection
 
+    from manifests import partitions
+
     calls = max(1, items // per_call)
     seconds = 30 * 24 * 3600
+    partitions.ensure_range(T0, T0 + timedelta(seconds=seconds))  # PostgreSQL: the days' partitions
     with connection.cursor() as c:
         c.execute(
             """
@@ -307,13 +310,13 @@ def generate(project_id: int, items: int, per_call: int) -> int:
         c.execute(
             """
             INSERT INTO manifests_item (call_id, project_id, ordinal, item_id, kind, action, trust, priority, pinned,
-                zone, position, requested_tokens, granted_tokens, used_tokens, reason)
+                zone, position, requested_tokens, granted_tokens, used_tokens, reason, started_at)
             SELECT c.id, c.project_id, i, 'item-' || i,
                 (ARRAY['system','tools','task','history','tool_result','retrieval','memory','summary'])[i %% 8 + 1],
                 (ARRAY['keep','keep','keep','summarize','truncate','drop','extract','ref'])[i %% 8 + 1],
                 CASE WHEN i %% 8 = 4 THEN 'untrusted' ELSE 'trusted' END, i %% 100, false,
                 (ARRAY['head','middle','tail'])[i %% 3 + 1], i, 300 + i, 250 + i,
-                CASE WHEN i %% 8 = 5 THEN 0 ELSE 240 + i END, 'granted by priority weight'
+                CASE WHEN i %% 8 = 5 THEN 0 ELSE 240 + i END, 'granted by priority weight', c.started_at
             FROM manifests_call c CROSS JOIN generate_series(0, %s - 1) i
             WHERE c.project_id = %s
             """,
