@@ -72,7 +72,7 @@ def load(name: str, items: int, start: datetime = datetime(2026, 11, 1, tzinfo=U
     for batch in range(CALLS // 100):
         manifests = []
         for n in range(100):
-            m = make_manifest(f"{name}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call)
+            m = make_manifest(f"{name}-{start:%m%d}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call)
             m["started_at"] = (start + timedelta(minutes=batch * 100 + n)).isoformat()
             manifests.append(m)
         ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
