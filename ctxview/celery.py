@@ -106,6 +106,10 @@ app.conf.update(
             "task": "manifests.tasks.sweep_notifications",
             "schedule": max(SWEEP_INTERVAL_SECONDS, 60.0),
         },
+        "ensure-partitions": {
+            "task": "manifests.tasks.ensure_partitions",
+            "schedule": 3600.0,
+        },
         "enforce-retention": {
             "task": "manifests.tasks.enforce_retention",
             "schedule": 24 * 3600.0,

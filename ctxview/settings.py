@@ -247,6 +247,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1
 # charts read, after CTXVIEW_ROLLUP_RETENTION_DAYS (never before the raw rows).
 CTXVIEW_RETENTION_DAYS = env_int("CTXVIEW_RETENTION_DAYS", 30, minimum=1)
 CTXVIEW_ROLLUP_RETENTION_DAYS = env_int("CTXVIEW_ROLLUP_RETENTION_DAYS", 400, minimum=1)
+# PostgreSQL only (docs/scaling.md): the raw tables have one partition per UTC day; the
+# hourly beat task keeps today's and this many days ahead created.
+CTXVIEW_PARTITIONS_AHEAD_DAYS = env_int("CTXVIEW_PARTITIONS_AHEAD_DAYS", 7, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.auth.ApiKeyAuthentication"],

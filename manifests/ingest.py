@@ -27,9 +27,10 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from manifests import partitions
 from manifests.dupkeys import no_duplicate_keys
 from manifests.figures import ITEM_FIELDS
-from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
+from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
 logger = logging.getLogger(__name__)
 
@@ -352,6 +353,9 @@ def _store_with_retries(
     for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
         try:
             with connection.wrap_database_errors:
+                # The batch's days get their partitions first, in a short transaction of
+                # their own (PostgreSQL; one catalog query when they exist already).
+                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _, _ in valid})
                 return _store(project, valid, results)
         except IntegrityError:
             what = "a unique-key race"
@@ -427,9 +431,11 @@ def _conflict(call_id: str) -> FieldError:
 @transaction.atomic
 def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]) -> list[int]:
     _call_locks(project, [_clean(m.call_id) for _, m, _, _ in valid])
+    # The idempotency registry (CallKey: unique per project on every database) decides
+    # duplicate or conflict; the calls table is partitioned by time and cannot.
     existing = dict(
-        Call.objects.filter(project=project, call_id__in=[m.call_id for _, m, _, _ in valid]).values_list(
-            "call_id", "content_hash"
+        CallKey.objects.filter(project=project, call_key__in=[m.call_id for _, m, _, _ in valid]).values_list(
+            "call_key", "content_hash"
         )
     )
     to_store: list[tuple[Manifest, bytes, str]] = []
@@ -454,9 +460,26 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     now = timezone.now()
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
     call_pks = _insert(Call, calls)
+    _register_keys(project, calls, call_pks)
     _store_children(project, [m for m, _, _ in to_store], call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
+
+
+def _register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
+    """The idempotency registry's rows of the stored calls (a unique-key race raises here)."""
+    CallKey.objects.bulk_create(
+        [
+            CallKey(
+                project=project,
+                call_key=c["call_id"],
+                content_hash=c["content_hash"],
+                call_id=pk,
+                started_at=c["started_at"],
+            )
+            for c, pk in zip(calls, call_pks, strict=True)
+        ]
+    )
 
 
 def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
@@ -558,7 +581,7 @@ def _call_row(
 
 
 # The call, the project and the manifest order, then an item's stored fields (written once).
-ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS)
+ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS, "started_at")
 
 
 def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:
@@ -584,6 +607,7 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
             _clean(i.content_hash),
             _clean(i.group),
             _clean(i.text),
+            m.started_at,  # the call's time: the partition key
         )
         for m, call_pk in zip(manifests, call_pks)
         for ordinal, i in enumerate(m.items)
@@ -660,6 +684,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         dict(
             call_id=call_pk,
             project_id=project.pk,
+            started_at=m.started_at,
             key=_clean(e.key),
             label=_clean(e.label),
             literal=_clean(e.literal),
@@ -682,6 +707,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
                 Compaction(
                     call_id=call_pk,
                     project=project,
+                    started_at=m.started_at,
                     event_id=_clean(c.id),
                     strategy=_clean(c.strategy),
                     trigger=_clean(c.trigger),
@@ -699,6 +725,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
             [
                 Invariant(
                     compaction_id=comp.pk,
+                    started_at=comp.started_at,
                     name=inv.name,
                     ok=inv.ok,
                     detail=_clean(inv.detail),
@@ -713,6 +740,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         ContextEdit(
             call_id=call_pk,
             project=project,
+            started_at=m.started_at,
             type=_clean(e.type),
             cleared_count=e.cleared_count,
             cleared_tokens=e.cleared_tokens,

@@ -76,7 +76,7 @@ def test_it_keeps_the_visibility_timeout_above_every_countdown():
 def test_it_schedules_the_sweeps_with_beat():
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
     assert scheduled == {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
-                         "manifests.tasks.enforce_retention"}
+                         "manifests.tasks.enforce_retention", "manifests.tasks.ensure_partitions"}
     assert scheduled <= set(app.tasks)
     # A sweep run is bounded, and its bound comes from the environment (CTXVIEW_SWEEP_MAX_CALLS).
     sweep = app.conf.beat_schedule["sweep-unanalysed-calls"]["kwargs"]
