@@ -18,8 +18,7 @@ from manifests.models import Call, Rollup, RollupMark
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 from tests import figures_reference as reference
-from tests.analysis_support import (SYSTEM, T0, TOOLS, flush_rollups, item, manifest, prefix, store,
-                                    store_and_analyse)
+from tests.analysis_support import SYSTEM, T0, TOOLS, flush_rollups, item, manifest, prefix, store, store_and_analyse
 from tests.conftest import make_manifest
 
 pytestmark = pytest.mark.django_db
@@ -156,6 +155,12 @@ def test_it_updates_the_bucket_of_a_successor_whose_cause_changed(project):
     assert Rollup.objects.get(bucket="hour", start=late_hour).prefix_changes == 1
 
 
+def health() -> dict:
+    from django.test import Client
+
+    return Client().get("/healthz").json()
+
+
 @pytest.fixture
 def interval(settings):
     """An interval, as with Redis and a beat (the SQLite runs default to 0)."""
@@ -170,8 +175,10 @@ def test_it_refreshes_a_bucket_once_however_many_batches_marked_it(project, inte
     assert not Rollup.objects.exists()
     assert RollupMark.objects.count() == 6
     assert rollups.dirty() == {(project.pk, T0, "analyst", Call.objects.first().model)}
+    assert health()["oldest_rollup_mark_seconds"] is not None
     assert rollups.refresh() == 1  # one recompute of the hour (and its day) for the interval
     assert rollups.refresh() == 0 and not RollupMark.objects.exists()
+    assert health()["oldest_rollup_mark_seconds"] is None
     assert Rollup.objects.get(bucket="hour").calls == 18
     for bucket in ("hour", "day"):
         reference.assert_rollups_match(project, bucket)

@@ -235,9 +235,9 @@ def refresh(*, batch: int = 100) -> int:
     ceiling = RollupMark.objects.aggregate(top=Max("pk"))["top"]
     if ceiling is None:
         return 0
+    marked = RollupMark.objects.filter(pk__lte=ceiling).values_list("project_id", "start", "agent", "model")
     pending = sorted(
-        {(p, s.astimezone(UTC), a, m) for p, s, a, m in
-         RollupMark.objects.filter(pk__lte=ceiling).values_list("project_id", "start", "agent", "model").distinct()},
+        {(p, s.astimezone(UTC), a, m) for p, s, a, m in marked.distinct()},
         key=lambda k: (k[0], k[2], k[3], k[1]),  # one day's hours together: its day is summed once
     )
     refreshed = 0
