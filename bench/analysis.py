@@ -142,6 +142,8 @@ def ingest_batches(batches: int, size: int, items: int) -> list[list[int]]:
 
 
 def reset_analysis() -> None:
+    from django.apps import apps
+
     from manifests.models import (
         Attribution,
         CacheEvent,
@@ -152,8 +154,6 @@ def reset_analysis() -> None:
         Regression,
         Rollup,
     )
-
-    from django.apps import apps
 
     derived = [Attribution, CacheEvent, CallFigures, CompactionFigures, PrefixEntry, Regression, Rollup]
     derived += [m for m in apps.get_models() if m.__name__ == "RollupMark"]  # incremental rollups' marks
