@@ -3,6 +3,7 @@
     .venv/bin/python bench/analysis.py [--batches 40] [--batch-size 50] [--items-per-call 40]
                                        [--rounds 3] [--items 10000000] [--repeat 5]
                                        [--skip-celery] [--skip-trend]
+    .venv/bin/python bench/analysis.py --trend-db ctxview_bench_pages --trend-project bench
 
 Needs PostgreSQL and Redis (BENCH_PG, BENCH_REDIS); works on a scratch database
 (``ctxview_bench_analysis``, dropped and recreated) and a Redis key prefix of its own.
@@ -13,12 +14,14 @@ Needs PostgreSQL and Redis (BENCH_PG, BENCH_REDIS); works on a scratch database
    ``analyze_calls`` task per batch, as ingest enqueues them) with a real worker
    process (prefork, concurrency 1: the same one core of work). Prints items/s of
    each and the ratio Celery / in-process (target: at least 0.8).
-2. Trend query. Generates ``--items`` item rows over 30 days with
-   ``generate_series`` (calls, their figures and items written by PostgreSQL
-   itself; 10 million by default), builds the rollups with the real rollup code,
-   then times the 30-day daily trend from the rollups against the same aggregate
-   on the raw tables, median of ``--repeat`` runs each, and prints the ratio
-   (target: at most 0.02, and the rollup median under 50 ms). Prints the N it ran.
+2. Trend query. Generates ``--items`` item rows over 30 days by SQL (bench/scale_data.py,
+   shared with bench/pages.py: runs, calls, items, evidence, the analysis rows and the
+   rollups, all written by PostgreSQL itself; 10 million by default), checks a sample of
+   the generated rollup buckets against manifests/analysis/rollups.py, then times the
+   30-day daily trend from the rollups against the same aggregate on the raw tables,
+   median of ``--repeat`` runs each, and prints the ratio (target: at most 0.02, and the
+   rollup median under 20 ms). Prints the N it ran. ``--trend-db NAME`` measures a
+   database generated before (e.g. ``bench/pages.py --items 100000000``) instead.
 
 Not a test: figures vary with the machine; the ratios are what to compare.
 """
@@ -275,69 +278,17 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def generate(project_id: int, items: int, per_call: int) -> int:
-    """Calls, their figures and their items over 30 days, written by PostgreSQL itself."""
+    """Runs, calls, items, evidence, the analysis rows and the rollups over the 30 days from
+    T0, written by PostgreSQL itself (bench/scale_data.py, shared with bench/pages.py)."""
     from django.db import connection
 
-    calls = max(1, items // per_call)
-    seconds = 30 * 24 * 3600
-    with connection.cursor() as c:
-        c.execute(
-            """
-            INSERT INTO manifests_run (project_id, run_id, agent, model, first_seen, last_seen)
-            SELECT %s, 'trend-run-' || g, 'agent-' || (g %% 2), 'claude-sonnet-4-5', %s, %s
-            FROM generate_series(0, %s) g
-            """,
-            [project_id, T0, T0 + timedelta(days=30), calls // 10],
-        )
-        c.execute(
-            """
-            INSERT INTO manifests_call (project_id, run_id, call_id, step, agent, model, provider, started_at,
-                builder_name, builder_version, "window", output_reserve, safety_margin, input_cap, prefix_hash,
-                prefix_tokens, prefix_segments, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
-                status, finish_reason, verified, item_count, evidence_count, evidence_missing, warnings,
-                content_hash, raw, received_at, analyzed_at)
-            SELECT %s, r.id, 'trend-' || g, g %% 10, 'agent-' || (g / 10 %% 2), 'claude-sonnet-4-5', '',
-                %s::timestamptz + make_interval(secs => (g::float8 * %s / %s)),
-                '', '', 128000, 4000, 1000, 123000, md5((g / 300)::text), 2400, '[]'::jsonb,
-                20000, CASE WHEN g %% 10 = 0 THEN 0 ELSE 2400 END, 0, 500,
-                'ok', '', CASE WHEN g %% 3 = 0 THEN 'yes' ELSE 'no' END, %s, 4, 3, '[]'::jsonb,
-                md5(g::text), '{}', now(), now()
-            FROM generate_series(0, %s - 1) g
-            JOIN manifests_run r ON r.project_id = %s AND r.run_id = 'trend-run-' || (g / 10)
-            """,
-            [project_id, T0, seconds, calls, per_call, calls, project_id],
-        )
-        c.execute(
-            """
-            INSERT INTO manifests_callfigures (call_id, project_id, started_at, context_tokens, uncached_input_tokens,
-                cache_hit_ratio, window_utilization, effective_limit, effective_share, reserve_share, headroom_tokens,
-                duplicate_ratio, duplicate_context_tokens, evidence_coverage, tool_tokens, tool_share,
-                untrusted_tokens, cost, evidence_positions)
-            SELECT id, project_id, started_at, 15000, input_tokens - cache_read_tokens,
-                cache_read_tokens::float8 / input_tokens, 0.16, 32000, 0.6, 0.03, 103000, 0, 0, 0.25, 2000, 0.13,
-                1000, ((input_tokens - cache_read_tokens) * 1 + cache_read_tokens * 0.1 + output_tokens * 4) / 1000.0,
-                '{}'::jsonb
-            FROM manifests_call WHERE project_id = %s
-            """,
-            [project_id],
-        )
-        c.execute(
-            """
-            INSERT INTO manifests_item (call_id, project_id, ordinal, item_id, kind, action, trust, priority, pinned,
-                zone, position, requested_tokens, granted_tokens, used_tokens, reason)
-            SELECT c.id, c.project_id, i, 'item-' || i,
-                (ARRAY['system','tools','task','history','tool_result','retrieval','memory','summary'])[i %% 8 + 1],
-                (ARRAY['keep','keep','keep','summarize','truncate','drop','extract','ref'])[i %% 8 + 1],
-                CASE WHEN i %% 8 = 4 THEN 'untrusted' ELSE 'trusted' END, i %% 100, false,
-                (ARRAY['head','middle','tail'])[i %% 3 + 1], i, 300 + i, 250 + i,
-                CASE WHEN i %% 8 = 5 THEN 0 ELSE 240 + i END, 'granted by priority weight'
-            FROM manifests_call c CROSS JOIN generate_series(0, %s - 1) i
-            WHERE c.project_id = %s
-            """,
-            [per_call, project_id],
-        )
-        c.execute("VACUUM ANALYZE")
-    return calls
+    from bench import scale_data
+
+    with connection.cursor() as cursor:
+        report = scale_data.generate(cursor, project_ids=[project_id], items=items, per_call=per_call, days=30,
+                                     end=T0 + timedelta(days=30), log=lambda line: print(line, flush=True))
+    print(scale_data.describe(report))
+    return report.calls
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:
@@ -383,28 +334,41 @@ def trend_from_rollups(project, *, start: datetime, end: datetime) -> list[dict]
 
 
 def trend_bench(args: argparse.Namespace) -> None:
+    from bench import scale_data
     from manifests import services
-    from manifests.analysis import rollups
+    from manifests.models import Call, Item, Project
 
-    trend = trend_from_rollups
-
-    project = services.create_project(name="trend")
+    if args.trend_project:  # a database generated before (e.g. by bench/pages.py --items): measure only
+        project = Project.objects.get(slug=args.trend_project)
+        generated = built = 0.0
+        calls = Call.objects.filter(project=project).count()
+        n = Item.objects.filter(project=project).count()
+        last = Call.objects.filter(project=project).order_by("-started_at").values_list("started_at", flat=True)[0]
+        # Whole days (the daily rollups' buckets): the 30 days up to the end of the last call's day.
+        end = last.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+        window = {"start": end - timedelta(days=30), "end": end}
+    else:
+        project = services.create_project(name="trend")
+        started = time.perf_counter()
+        calls = generate(project.pk, args.items, args.items_per_trend_call)
+        generated = time.perf_counter() - started
+        n = Item.objects.filter(project=project).count()
+        window = {"start": T0, "end": T0 + timedelta(days=30)}
+    # The rollups were computed set-based by the generator; a sample of buckets is
+    # recomputed with manifests/analysis/rollups.py and compared.
     started = time.perf_counter()
-    calls = generate(project.pk, args.items, args.items_per_trend_call)
-    generated = time.perf_counter() - started
-    started = time.perf_counter()
-    buckets = rollups.rebuild(project_id=project.pk, start=T0, end=T0 + timedelta(days=31))
+    problems = scale_data.verify_rollups(project.pk)
     built = time.perf_counter() - started
-    window = {"start": T0, "end": T0 + timedelta(days=30)}
-    fast, from_rollups = timed(lambda: trend(project, **window), args.repeat)
+    fast, from_rollups = timed(lambda: trend_from_rollups(project, **window), args.repeat)
     slow, from_raw = timed(lambda: trend_from_raw(project, **window), max(1, args.repeat // 2 + 1))
     same = from_rollups == from_raw
-    n = calls * args.items_per_trend_call
-    print(f"\n2. 30-day trend on N = {n:,} items ({calls:,} calls; generated in {generated:.0f} s, "
-          f"{buckets:,} rollup buckets built in {built:.0f} s)")
+    print(f"\n2. 30-day trend on N = {n:,} items of this project ({calls:,} calls; generated in {generated:.0f} s; "
+          f"sample of rollup buckets equal to rollups.py: {not problems}, checked in {built:.0f} s)")
+    for p in problems:
+        print("   " + p)
     print(f"   rollups   median {fast * 1000:9.1f} ms")
     print(f"   raw table median {slow * 1000:9.1f} ms")
-    print(f"   ratio rollups / raw: {fast / slow:.4f} (target <= 0.02; median under 50 ms: {fast < 0.05}); "
+    print(f"   ratio rollups / raw: {fast / slow:.4f} (target <= 0.02; median under 20 ms: {fast < 0.02}); "
           f"same figures: {same}")
 
 
@@ -414,13 +378,22 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--items-per-call", type=int, default=40)
     parser.add_argument("--items", type=int, default=10_000_000, help="item rows for the trend query")
-    parser.add_argument("--items-per-trend-call", type=int, default=200)
+    parser.add_argument("--items-per-trend-call", type=int, default=100, help="mean items per call")
+    parser.add_argument("--trend-db", default="",
+                        help="measure the trend on this existing database (generated before) instead")
+    parser.add_argument("--trend-project", default="bench", help="the project measured with --trend-db")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each trend query")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each throughput measurement")
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--skip-trend", action="store_true")
     args = parser.parse_args()
-    reset_database()
+    if args.trend_db:
+        global DB
+        DB = args.trend_db
+        args.skip_celery = True
+    else:
+        args.trend_project = ""
+        reset_database()
     setup_django()
     try:
         if not args.skip_celery:

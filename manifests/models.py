@@ -104,7 +104,11 @@ class Run(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")]
-        indexes = [models.Index(fields=["project", "-last_seen"], name="run_project_recent")]
+        indexes = [
+            models.Index(fields=["project", "-last_seen"], name="run_project_recent"),
+            # The filter bar's agent and model lists, read by skipping through it (selectors/projects.py).
+            models.Index(fields=["project", "agent", "model"], name="run_project_agent_model"),
+        ]
 
     def __str__(self) -> str:
         return self.run_id

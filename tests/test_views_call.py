@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,40 @@ def test_it_folds_many_items_that_were_not_sent(demo_world):
     small = demo_world.client(demo_world.member).get(
         f"/p/{demo_world.project.slug}/calls/refunds-budget-800/step-6/").content.decode()
     assert 'id="items-folded"' not in small
+
+
+# The items table's row as the template wrote it before it moved to Python
+# (manifests/templatetags/call_items.py), kept in tests/call_item_row.html: the tag must
+# write exactly this markup.
+TEMPLATE_ROW = (Path(__file__).parent / "call_item_row.html").read_text()
+
+
+def test_it_renders_item_rows_exactly_as_the_template_did():
+    import itertools
+
+    from django.template import engines
+
+    from manifests.models import Item
+    from manifests.templatetags.call_items import item_row
+
+    template = engines["django"].from_string(TEMPLATE_ROW)
+    variants = {
+        "item_id": ["item-1", "<b>x</b>&'\"", "é ü"], "trust": ["trusted", "untrusted"], "pinned": [True, False],
+        "zone": [None, "", "head", "<z>"], "position": [None, 0, 7], "granted_tokens": [None, 0, 12],
+        "used_tokens": [None, 3], "reason": ["", "keep: <ok> & fine"],
+        "source_ref": [None, "", "kb://docs/1", "x" * 60 + "<&>", "é" * 50 + "\u0301"],
+        "source_version": [None, "v<2>"], "content_hash": [None, "", "abc", "a b/c?d&e=" + "f" * 30],
+        "group": [None, "g<1>"], "text": [None, "", "t<x>\n&y"],
+    }
+    names = list(variants)
+    rows = 0
+    # Every value of every field at least once, in many combinations, in and out of the context.
+    for n, values in enumerate(itertools.islice(itertools.product(*variants.values()), 0, None, 389)):
+        item = Item(kind="<k>" if n % 2 else "history", action="a&b" if n % 3 == 0 else "keep", priority=n % 100,
+                    requested_tokens=n, **dict(zip(names, values, strict=True)))
+        item.in_context = n % 4 != 0
+        for url, qs_amp in (("/p/x/evidence/", ""), ("/p/x/evidence/", "&range=7d&agent=a<b")):
+            context = {"i": item, "evidence_url": url, "qs_amp": qs_amp}
+            assert str(item_row(item, url, qs_amp)) == template.render(context)
+            rows += 1
+    assert rows > 1000

@@ -35,7 +35,7 @@ from datetime import timedelta
 from functools import partial
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, DataError, OperationalError, transaction
+from django.db import DatabaseError, DataError, OperationalError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -93,7 +93,10 @@ Notify = Callable[[list[int]], None]
 def _later_with_missing(calls: list[Call]) -> list[Call]:
     """Analysed calls lacking evidence at later steps of the runs of ``calls`` (which
     declare evidence): usually none, as calls arrive in step order. Locked like the chunk's
-    own calls; one that another worker holds is left to it."""
+    own calls (FOR NO KEY UPDATE: a plain FOR UPDATE would block another worker's commit-time
+    foreign-key check on these rows while that worker holds a prefix entry or rollup this one
+    waits for, a deadlock seen with two worker nodes, bench/cluster.py); one that another
+    worker holds is left to it."""
     first_step: dict[int, int] = {}
     for c in calls:
         if c.evidence_count:
@@ -104,7 +107,7 @@ def _later_with_missing(calls: list[Call]) -> list[Call]:
     for run_id, step in first_step.items():
         query |= Q(run_id=run_id, step__gt=step)
     return list(
-        Call.objects.select_for_update(skip_locked=True)
+        Call.objects.select_for_update(skip_locked=True, no_key=True)
         .filter(query, analyzed_at__isnull=False, evidence_missing__gt=0)
         .exclude(pk__in=[c.pk for c in calls])
         .order_by("pk")
@@ -188,7 +191,36 @@ def _quarantine(pk: int, exc: Exception) -> None:
     logger.error("call %s quarantined: its analysis fails on its own (%s)", pk, error)
 
 
+# The advisory-lock key space of the per-run analysis locks (two-int form, which never
+# overlaps ingest's one-bigint call-id locks).
+RUN_LOCK_SPACE = 0x6376  # "cv"
+
+
+def _serialise_runs(calls: list[Call]) -> None:
+    """Analyse two chunks holding calls of one run one after the other (PostgreSQL).
+
+    A call's attributions and cache event are derived from the calls of its run stored when
+    its chunk reads them. A chunk analysing an earlier step that arrived late derives the
+    later, analysed steps again (:func:`_later_with_missing`, the successor's cache event),
+    but it cannot see a later step that another worker is analysing at that moment (not
+    committed yet), and that worker read the run before the earlier step was stored: both
+    commit, and the later step keeps a cause traced without the earlier one (seen with two
+    worker nodes, tests/test_pipeline_worker.py). A transaction-level advisory lock per run,
+    taken in one global order after the claim and before anything is read, makes the second
+    chunk wait until the first committed, and then see its calls. Only locks of this kind
+    are waited for before it, so it cannot close a cycle. SQLite serialises writers already."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(%s, k)) FROM "
+            "(SELECT DISTINCT (r %% 2147483647)::int AS k FROM unnest(%s::bigint[]) AS r ORDER BY k) AS s",
+            [RUN_LOCK_SPACE, sorted({c.run_id for c in calls})],
+        )
+
+
 def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | None) -> None:
+    _serialise_runs(calls)
     newly = [c for c in calls if c.analyzed_at is None]
     pks = [c.pk for c in calls]
     prices = PriceBook.load()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import connection
 from django.db.models import Count, F, QuerySet
 from django.http import Http404
 
@@ -33,11 +34,31 @@ def project_settings(project: Project) -> dict:
     }
 
 
+_PAIRS = """
+WITH RECURSIVE pairs AS (
+    (SELECT agent, model FROM manifests_run WHERE project_id = %s ORDER BY agent, model LIMIT 1)
+    UNION ALL
+    SELECT n.agent, n.model FROM pairs, LATERAL (
+        SELECT agent, model FROM manifests_run
+        WHERE project_id = %s AND (agent, model) > (pairs.agent, pairs.model)
+        ORDER BY agent, model LIMIT 1) n
+)
+SELECT agent, model FROM pairs
+"""
+
+
 def filter_options(project: Project) -> dict[str, list[str]]:
     """Agents and models seen in the project, for the filter bar. Read from runs, which
     are far fewer than calls."""
-    runs = Run.objects.filter(project=project)
+    if connection.vendor == "postgresql":
+        # A loose index scan: one index probe per distinct pair, however many runs there are
+        # (a DISTINCT over the runs cost 25 ms at 20,000 runs, on every dashboard page).
+        with connection.cursor() as cursor:
+            cursor.execute(_PAIRS, [project.pk, project.pk])
+            pairs = set(cursor.fetchall())
+    else:
+        pairs = set(Run.objects.filter(project=project).values_list("agent", "model").distinct().order_by())
     return {
-        "agents": sorted(set(runs.values_list("agent", flat=True).distinct())),
-        "models": sorted({m for m in runs.values_list("model", flat=True).distinct() if m}),
+        "agents": sorted({a for a, _ in pairs}),
+        "models": sorted({m for _, m in pairs if m}),
     }

@@ -7,11 +7,13 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_cache, ops_dedupe
+from ctxkit.context import alloc_cache, ops_dedupe, readback
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.ops_schema import RISK, is_risky
+from ctxkit.context.ops_truncate import truncate_head_tail
 from ctxkit.context.readback import KeyField, read_back
-from ctxkit.context.tokens import count_cjk, count_cjk_lines, memo_estimator
+from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many, estimate_tokens, memo_estimator
 
 # Every character str.split() treats as whitespace, plus CJK, fullwidth, control and astral ones.
 _SPACES = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
@@ -77,3 +79,81 @@ def test_it_finds_a_key_field_in_every_output_that_carries_it_once_per_output() 
     assert (missing.present, missing.found_in) == (False, None)
     (other,) = read_back([KeyField("rate limit", "429")], outputs)
     assert other.found_in == "b"  # the first output carrying it, in the outputs' order
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(_ALPHABET + "ΣσςİK\u212a\uff0c\u3000"), max_size=30), max_size=8,
+                unique=True))  # a text given twice gets its line dedupe if either asks: checked below
+def test_it_works_out_many_texts_facts_as_it_does_one_by_one(texts: list[str]) -> None:
+    # The batch path (one fold, one CJK scan over all the new texts) against the per-text one.
+    wants = [k % 2 == 0 for k in range(len(texts))]
+    assert count_cjk_many(texts) == [count_cjk(text) for text in texts]
+    assert ops_dedupe.keys_and_repeats(texts, wants) == [
+        (key, (out, removed) if want else None)
+        for text, want in zip(texts, wants, strict=True)
+        for key, out, removed in [ops_dedupe.key_and_repeats(text)]
+    ]
+    alloc_cache.clear()
+    many = alloc_cache.facts_many(texts, wants)
+    alloc_cache.clear()
+    assert many == [alloc_cache.facts(text, want) for text, want in zip(texts, wants, strict=True)]
+    assert alloc_cache.facts_many(texts, wants) == many  # and from the cache
+
+
+def test_it_works_out_a_text_given_twice_once_with_its_line_dedupe() -> None:
+    alloc_cache.clear()
+    text = "same line, long enough\nsame line, long enough"
+    first, second = alloc_cache.facts_many([text, text], [False, True])
+    assert first is second and first == alloc_cache.facts(text, True)
+    assert first.repeats == ("same line, long enough", [[2, 1]])
+
+
+def test_it_counts_texts_with_u_fffx_characters_one_by_one() -> None:
+    # U+FFF0-FFFF share the fullwidth block's high byte but are not CJK; U+FF0C is.
+    texts = ["\uff0c\ufff9ab", "退款\uff0c", "\ufffd", "x\uff0c"]
+    assert count_cjk_many(texts) == [1, 3, 0, 1]
+    assert count_cjk_many(texts[1:2] + texts[3:]) == [3, 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("a1 4290\x00退款"), max_size=40), st.sampled_from(["429", "a", "退款", "0 4"]),
+       st.integers(min_value=0, max_value=40))
+def test_it_finds_a_key_field_where_the_regex_search_would(text: str, literal: str, start: int) -> None:
+    norm, pattern = readback._pattern(literal)
+    match = pattern.search(text, start)
+    assert readback._search(norm, pattern, text, start) == (match.start() if match else -1)
+
+
+def test_it_sees_u_fffx_characters_in_long_and_short_texts() -> None:
+    for size in (10, 5000):
+        text = "退款，" * size
+        assert count_cjk(text + "\ufff9") == count_cjk(text) == 3 * size
+        assert count_cjk_lines(text + "\ufffd", [text + "\ufffd"]) == (3 * size,)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab =\n429"), min_size=1, max_size=300), st.integers(min_value=1, max_value=90),
+       st.sampled_from([None, "log#3"]), st.booleans())
+def test_it_truncates_ascii_text_by_arithmetic_as_the_counting_path_does(
+    text: str, budget: int, ref: str | None, marked: bool
+) -> None:
+    def counted(piece: str) -> int:  # the same counts, not recognised as the default estimator
+        return estimate_tokens(piece)
+
+    if marked:  # a text cut before: its marker is summed, not repeated
+        text, _ = truncate_head_tail(text * 3, max(1, budget * 2), ref=ref)
+    fast_text, fast = truncate_head_tail(text, budget, ref=ref, estimate=memo_estimator())
+    slow_text, slow = truncate_head_tail(text, budget, ref=ref, estimate=counted)
+    assert (fast_text, fast.to_dict()) == (slow_text, slow.to_dict())
+
+
+_RISK_PIECES = ["Delete", "DROP", "pays", "Pii", "prod", "Production", "cannot be undone", "can't BE undone",
+                "sends an EMail", "send e-mails", "costly", "Wipes", "transfer funds", "Irreversibly", "x", "a",
+                "_", "9", " ", ".", "-", "'", "ſecrets", "prıvate", "\u212aey", "删除", "Ｄelete"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_RISK_PIECES), max_size=8))
+def test_it_finds_risk_wording_as_the_case_insensitive_pattern_does(pieces: list[str]) -> None:
+    sentence = "".join(pieces)
+    assert is_risky(sentence) == (RISK.search(sentence) is not None)

@@ -172,12 +172,19 @@ def allocate(
     estimate = memo_estimator(estimate, known=known)
     repeats: list[tuple[str, list[list[int]]] | None] = []  # line dedupe to apply, by position
     allocs: list[Allocation] = []
+    # Line dedupe: not for pinned segments, nor in naive mode, nor for one line (nothing repeats).
+    dedupes = [not naive and s.dedupe and s.policy != "pin" and "\n" in s.text for s in segments]
+    with_text = [i for i, s in enumerate(segments) if s.text]
+    known_facts = alloc_cache.facts_many([segments[i].text for i in with_text], [dedupes[i] for i in with_text])
+    all_facts: list[alloc_cache.TextFacts | None] = [None] * len(segments)
+    for i, f in zip(with_text, known_facts, strict=True):
+        all_facts[i] = f
     for i, s in enumerate(segments):
         text = s.text
         pinned = s.policy == "pin" and not naive
-        if text:
-            line_dedupe = not naive and s.dedupe and not pinned and "\n" in text
-            f = alloc_cache.facts(text, line_dedupe)
+        f = all_facts[i]
+        if f is not None:
+            line_dedupe = dedupes[i]
             repeats.append(f.repeats if line_dedupe and f.repeats and f.repeats[1] else None)
             if default:  # tokens_from_cjk, inline: this loop runs for every segment of every call
                 raw = f.cjk + -(-(len(text) - f.cjk) // CHARS_PER_TOKEN_LATIN)

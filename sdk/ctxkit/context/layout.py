@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Literal
 
@@ -97,6 +97,20 @@ class Block:
         return estimate(self.text) + data
 
 
+# A dataclass's generated __init__ sets each field of a frozen instance through object.__setattr__
+# (ten calls for a Block): the layout makes a Block and a Placed per item per call, so plain_block
+# and _placed fill the instance's __dict__ in one update instead, the same object four times faster.
+_BLOCK_DEFAULTS = {f.name: f.default for f in fields(Block)}
+_new = object.__new__
+
+
+def plain_block(id: str, kind: str, text: str, zone: Zone | None = None) -> Block:
+    """``Block(id=id, kind=kind, text=text, zone=zone)``, made faster (see above)."""
+    block = _new(Block)
+    block.__dict__.update(_BLOCK_DEFAULTS, id=id, kind=kind, text=text, zone=zone)
+    return block
+
+
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -124,6 +138,13 @@ class Placed:
     @property
     def id(self) -> str:
         return self.block.id
+
+
+def _placed(block: Block, zone: Zone, position: int, tokens: int, restated_from: str | None) -> Placed:
+    """``Placed(block, zone, position, tokens, restated_from)``, made faster (see plain_block)."""
+    placed = _new(Placed)
+    placed.__dict__.update(block=block, zone=zone, position=position, tokens=tokens, restated_from=restated_from)
+    return placed
 
 
 @dataclass(frozen=True)
@@ -198,7 +219,7 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
         raise ValueError("block ids must be unique")
     by_zone: dict[Zone, list[Block]] = {z: [] for z in ZONES}
     for block in blocks:
-        by_zone[block.default_zone()].append(block)
+        by_zone[block.zone if block.zone is not None else block.default_zone()].append(block)
 
     head = sorted(by_zone["head"], key=lambda b: (_HEAD_RANK.get(b.kind, 1), b.sort_name if b.kind == "tools" else ""))
     restated: list[tuple[Block, str]] = []
@@ -214,8 +235,8 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
     ordered += [(b, "middle", None) for b in by_zone["middle"]]
     ordered += [(b, "tail", None) for b in tail] + [(b, "tail", src) for b, src in restated]
     for position, (block, zone, source) in enumerate(ordered):
-        placed.append(Placed(block=block, zone=zone, position=position, tokens=block.tokens(estimate),
-                             restated_from=source))
+        tokens = estimate(block.text) if block.data is None else block.tokens(estimate)  # Block.tokens, inline
+        placed.append(_placed(block, zone, position, tokens, source))
 
     head_placed = [p for p in placed if p.zone == "head"]
     segments = _segments(head_placed)
@@ -265,7 +286,7 @@ def _block_text(block: Block) -> str:
 
 def _warnings(placed: Sequence[Placed]) -> list[str]:
     warnings: list[str] = []
-    by_id = {p.id: p for p in placed}
+    by_id = {p.block.id: p for p in placed} if any(p.block.restates is not None for p in placed) else {}
     for p in placed:
         if p.zone == "head":
             # Scan the raw text, not its JSON form: escaping turns "\n2026-..." into "\\n2026-...",

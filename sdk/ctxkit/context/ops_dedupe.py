@@ -140,6 +140,56 @@ def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[l
                                                             spaces_only=plain)
 
 
+# Joins texts for one fold over many: NFKC never composes across it (a starter that combines with
+# nothing), never produces it, and casefold maps it to itself; a text holding one falls back.
+_SEP = "\x00"
+
+
+def keys_and_repeats(
+    texts: Sequence[str], repeats: Sequence[bool], *, min_chars: int = 16
+) -> list[tuple[str, tuple[str, list[list[int]]] | None]]:
+    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts at once.
+
+    One fold and one whitespace check over the ASCII texts joined and one over the others,
+    instead of one each (an agent's first call brings a couple of hundred new texts, and per
+    text the work is mostly call overhead). The groups stay apart: joined with CJK text, ASCII
+    text would lose its fast casefold.
+    """
+    out: list[tuple[str, tuple[str, list[list[int]]] | None]] = [("", None)] * len(texts)
+    ascii_texts = [text.isascii() for text in texts]
+    for ascii_group in (True, False):
+        group = [i for i, is_ascii in enumerate(ascii_texts) if is_ascii is ascii_group]
+        if not group:
+            continue
+        joined = _SEP.join([texts[i] for i in group])
+        folded: list[str] = []
+        if joined.count(_SEP) == len(group) - 1:
+            whole = _fold(joined)
+            folded = whole.split(_SEP)
+            all_plain = _spaces_only(whole if ascii_group else whole.replace(_SEP, " "))  # then each is
+        if len(folded) != len(group):  # a text holding the separator: one by one
+            folded, all_plain = [_fold(texts[i]) for i in group], False
+        for i, fold in zip(group, folded, strict=True):
+            text = texts[i]
+            plain = all_plain or _spaces_only(fold)
+            lines = "\n" in fold
+            flat = fold.replace("\n", " ") if lines else fold  # _collapse(fold, plain), inline
+            simple = plain and "  " not in flat
+            normal = flat.strip(" ") if simple else " ".join(fold.split())
+            key = hashlib.sha256(normal.encode("utf-8")).hexdigest()[:16]
+            if not repeats[i]:
+                out[i] = (key, None)
+            elif not lines:  # one line cannot repeat
+                out[i] = (key, (text, []))
+            elif simple and fold[:1] != " " and fold[-1:] != " " and len(norms := fold.split("\n")) == len(
+                set(norms)
+            ) == text.count("\n") + 1:  # every folded line is its own normal form and they all differ
+                out[i] = (key, (text, []))
+            else:
+                out[i] = (key, line_repeats(text, min_chars=min_chars, folded=fold, spaces_only=plain))
+    return out
+
+
 def dedupe_record(text: str, out: str, removed: list[list[int]], estimate: Estimator = estimate_tokens) -> OpRecord:
     """The record :func:`dedupe_lines` returns for ``line_repeats(text) == (out, removed)``."""
     before = estimate(text)

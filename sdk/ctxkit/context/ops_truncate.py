@@ -12,7 +12,14 @@ from typing import Any
 
 from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_dedupe import content_key
-from ctxkit.context.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, is_default_estimator
+from ctxkit.context.tokens import (
+    CHARS_PER_TOKEN_LATIN,
+    Estimator,
+    clip,
+    estimate_tokens,
+    is_default_estimator,
+    remember,
+)
 
 # --------------------------------------------------------------------------- #
 # Reference replacement
@@ -105,26 +112,45 @@ def truncate_head_tail(
         prior, marked = int(m.group(1)), True
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
-    body = budget - estimate(_marker(before + prior, ref))
+    # ASCII text and ref with the default estimator: every piece below, the marker too (ASCII but
+    # for its "…", which is not CJK), costs ceil(len / 4), so nothing needs a scan.
+    ascii_only = text.isascii() and (ref is None or ref.isascii()) and is_default_estimator(estimate)
+    count = _ascii_tokens if ascii_only else estimate
+    body = budget - count(_marker(before + prior, ref))
     out, omitted = "", before + prior
     while body >= 0:
         hb = int(body * head_ratio)
         head = _head(head_src, hb, estimate).rstrip("\n")
         tail = _tail(tail_src, body - hb, estimate).lstrip("\n")
         if marked:
-            omitted = prior + max(0, estimate(head_src) - estimate(head)) + max(0, estimate(tail_src) - estimate(tail))
+            omitted = prior + max(0, count(head_src) - count(head)) + max(0, count(tail_src) - count(tail))
         else:
             if len(head) + len(tail) > len(text):  # cannot happen for subadditive estimators
                 tail = text[len(head) :]
-            omitted = max(0, before - estimate(head) - estimate(tail))
+            omitted = max(0, before - count(head) - count(tail))
         out = head + _marker(omitted, ref) + tail
-        over = estimate(out) - budget
+        over = count(out) - budget
         if over <= 0:
             break
         body -= over
         out, omitted = "", before + prior
-    detail = f"head {int(head_ratio * 100)}% + tail {100 - int(head_ratio * 100)}% + ref marker"
-    return out, OpRecord("truncate", before, estimate(out), detail, {"omitted_tokens": omitted, "ref": ref})
+    after = count(out)
+    if ascii_only:
+        remember(estimate, out, after)  # the caller asks for it again
+    return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+                         {"omitted_tokens": omitted, "ref": ref})
+
+
+def _ascii_tokens(text: str) -> int:
+    """``estimate_tokens`` of text without CJK characters."""
+    return -(-len(text) // CHARS_PER_TOKEN_LATIN)
+
+
+def _detail(head_ratio: float) -> str:
+    return f"head {int(head_ratio * 100)}% + tail {100 - int(head_ratio * 100)}% + ref marker"
+
+
+_DETAIL = {0.55: _detail(0.55)}  # the default ratio's, made once
 
 
 _KEEP_KEY = re.compile(

@@ -49,11 +49,23 @@ class ReadBack:
 
 
 @functools.lru_cache(maxsize=1024)  # the same key fields at every call: normalize and compile once
-def _pattern(literal: str) -> re.Pattern[str]:
+def _pattern(literal: str) -> tuple[str, re.Pattern[str]]:
+    """The literal's normal form, and the pattern that matches it where its edges touch no
+    ASCII letter or digit (matched only where ``str.find`` found the normal form: a regex
+    search starting with a lookbehind tries every position, several times slower)."""
     norm = normalize(literal)
     head = r"(?<![0-9a-z])" if norm[:1].isascii() and norm[:1].isalnum() else ""
     tail = r"(?![0-9a-z])" if norm[-1:].isascii() and norm[-1:].isalnum() else ""
-    return re.compile(head + re.escape(norm) + tail)
+    return norm, re.compile(head + re.escape(norm) + tail)
+
+
+def _search(norm: str, pattern: re.Pattern[str], text: str, start: int) -> int:
+    """Where ``pattern.search(text, start)`` matches, or -1: the normal form found by ``str.find``,
+    then the edges checked there (a lookbehind sees the text before ``start``, as it does in search)."""
+    at = text.find(norm, start)
+    while at != -1 and pattern.match(text, at) is None:
+        at = text.find(norm, at + 1)
+    return at
 
 
 # Normal forms of the texts read back, kept across calls (an agent reads back mostly the same
@@ -88,14 +100,14 @@ def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[Re
         if not f.literal.strip():
             raise ValueError(f"key field {f.label!r} has an empty literal")
         carriers: dict[str, None] = {}
-        search = _pattern(f.literal).search
-        match = search(joined)
-        while match is not None:  # one hit per output is enough: go on from the next one
-            k = bisect_right(starts, match.start()) - 1
+        norm, pattern = _pattern(f.literal)
+        at = _search(norm, pattern, joined, 0)
+        while at != -1:  # one hit per output is enough: go on from the next one
+            k = bisect_right(starts, at) - 1
             carriers[items[k]] = None
             if k + 1 >= len(starts):
                 break
-            match = search(joined, starts[k + 1])
+            at = _search(norm, pattern, joined, starts[k + 1])
         found = f.source if f.source in carriers else next(iter(carriers), None)
         results.append(ReadBack(field=f, present=found is not None, found_in=found))
     return results

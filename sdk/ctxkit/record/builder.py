@@ -450,10 +450,10 @@ def _validate(manifest: Manifest) -> None:
 
 def blocks_from_plan(plan: Plan) -> list[Block]:
     """A layout block for every allocation that reaches the model (id = segment name)."""
-    from ctxkit.context.layout import Block
+    from ctxkit.context.layout import plain_block
 
     return [
-        Block(id=a.name, kind=a.kind, text=a.text, zone=a.zone)  # type: ignore[arg-type]
+        plain_block(a.name, a.kind, a.text, a.zone)  # type: ignore[arg-type]
         for a in plan.allocations
         if a.text and figures.kept_by(a.action)
     ]
@@ -639,10 +639,11 @@ class ContextBuilder:
 
             # The plan has already counted every text it kept: reuse those counts in the layout.
             counted = {a.text: a.used for a in plan.allocations if a.text}
+            known, count = counted.get, self.estimate
 
             def estimate(text: str) -> int:
-                tokens = counted.get(text)
-                return self.estimate(text) if tokens is None else tokens
+                tokens = known(text)
+                return count(text) if tokens is None else tokens
 
             layout = arrange([*blocks_from_plan(plan), *blocks], estimate=estimate, restate_constraints=restate)
         built = BuiltContext(plan=plan, layout=layout, readback=[], estimate=self.estimate, blocks=list(blocks))

@@ -440,15 +440,14 @@ def semantic_errors(m: Manifest) -> list[FieldError]:
     if u.reasoning_tokens is not None and u.reasoning_tokens > u.output_tokens:
         errors.append(FieldError(path="$.usage.reasoning_tokens", message="reasoning_tokens exceed output_tokens"))
     seen: set[str] = set()
-    for index, item in enumerate(m.items):
-        path = f"$.items[{index}]"
+    for index, item in enumerate(m.items):  # the path is spelled only for an error: this runs per item
         if item.id in seen:
-            errors.append(FieldError(path=f"{path}.id", message=f"duplicate item id {item.id!r}"))
+            errors.append(FieldError(path=f"$.items[{index}].id", message=f"duplicate item id {item.id!r}"))
         seen.add(item.id)
         if item.used_tokens is not None and item.granted_tokens is not None and item.used_tokens > item.granted_tokens:
             errors.append(
                 FieldError(
-                    path=f"{path}.used_tokens",
+                    path=f"$.items[{index}].used_tokens",
                     message=f"used_tokens ({item.used_tokens}) exceed granted_tokens ({item.granted_tokens})",
                 )
             )
