@@ -181,6 +181,7 @@ def test_it_finishes_a_killed_nodes_batch_on_the_other_node_exactly_once(
     doomed.kill()
     wait_for(analysed(4), "the other node's sweep to finish the batch", workers=(other,))
     assert not received(other, "manifests.tasks.analyze_calls")  # not redelivered: the sweep did it
+    flush_rollups()
     assert Rollup.objects.get(bucket="hour").calls == 4 and Rollup.objects.get(bucket="day").calls == 4
     assert CallFigures.objects.count() == 4
     assert Attribution.objects.filter(is_risk=False).count() == 4
@@ -225,4 +226,5 @@ def test_it_traces_a_step_analysed_on_one_node_while_an_earlier_one_arrives_on_a
     calls = {c.step: c for c in Call.objects.all()}
     row = Attribution.objects.get(call=calls[2], evidence_key="unit")
     assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, calls[1].pk)
+    flush_rollups()
     reference.assert_rollups_match(calls[2].project, "hour")
