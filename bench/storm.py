@@ -22,7 +22,8 @@ no call is left unanalysed and prints:
 lost: manifests sent but not stored. double-counted: accepted answers beyond one per
 call, plus rows counted more than once in the figures, the day rollups or the prefix
 registry. wrong run times: runs whose first_seen/last_seen differ from min/max of their
-calls. Drain time: from the last answer to the moment nothing is left unanalysed, with
+calls. Drain time: from the last answer to the moment nothing is left unanalysed and no
+rollup bucket is left dirty (the beat refreshes them every CTXVIEW_ROLLUP_INTERVAL_SECONDS), with
 the backlog left at that moment. Not a test: the figures go into docs/performance.md.
 """
 
@@ -197,10 +198,14 @@ def main() -> None:
         drain_started = time.monotonic()
         with psycopg.connect(f"{PG}/{db}", autocommit=True) as conn:
             backlog_at_end = conn.execute("SELECT count(*) FROM manifests_call WHERE analyzed_at IS NULL").fetchone()[0]
+            analysed_seconds = None
             while time.monotonic() - drain_started < 900:
                 left = conn.execute("SELECT count(*) FROM manifests_call WHERE analyzed_at IS NULL "
                                     "AND quarantined_at IS NULL").fetchone()[0]
-                if not left:
+                if not left and analysed_seconds is None:
+                    analysed_seconds = time.monotonic() - drain_started
+                # Drained: every call analysed and in the rollups (no dirty bucket left).
+                if not left and not dirty_buckets(conn):
                     break
                 time.sleep(0.5)
             drain_seconds = time.monotonic() - drain_started
@@ -227,7 +232,14 @@ def main() -> None:
     print(f"wrong run times                    {figures.pop('wrong run times')} of {figures.pop('runs')} runs")
     print(f"unanalysed after the drain         {figures.pop('unanalysed')} (quarantined {figures.pop('quarantined')})")
     print(f"drain time                         {drain_seconds:.1f} s for a backlog of {backlog_at_end} calls "
-          f"at the end of the storm")
+          f"at the end of the storm (all analysed after {analysed_seconds or 0:.1f} s)")
+
+
+def dirty_buckets(conn) -> int:
+    """Rollup marks not refreshed yet (0 before incremental rollups, which had no marks)."""
+    if conn.execute("SELECT to_regclass('manifests_rollupmark')").fetchone()[0] is None:
+        return 0
+    return conn.execute("SELECT count(*) FROM manifests_rollupmark").fetchone()[0]
 
 
 def check(conn, call_ids: list[str]) -> dict[str, int]:

@@ -306,6 +306,17 @@ if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://")
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 
+# Rollup refresh interval (docs/configuration.md): parsed, with the beat schedule, in
+# ctxview/celery.py; 5 s by default with Redis, 0 (refresh right after each analysis) without.
+from ctxview.celery import ROLLUP_INTERVAL_SECONDS  # noqa: E402 - after REDIS_URL, which it depends on
+
+if ROLLUP_INTERVAL_SECONDS > 0 and not REDIS_URL:
+    raise ImproperlyConfigured(
+        f"CTXVIEW_ROLLUP_INTERVAL_SECONDS={ROLLUP_INTERVAL_SECONDS:g} needs REDIS_URL: without Redis no beat runs "
+        "to refresh the rollups; leave it unset (0, refresh right after each analysis)"
+    )
+CTXVIEW_ROLLUP_INTERVAL_SECONDS = ROLLUP_INTERVAL_SECONDS
+
 # The cache holds the API throttle counts: shared in Redis when there is one.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}

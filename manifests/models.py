@@ -581,6 +581,26 @@ class Rollup(models.Model):
         return self.cost / self.verified_successes if self.verified_successes else None
 
 
+class RollupMark(models.Model):
+    """An hour bucket (project, hour, agent, model) whose rollup is stale: written by the
+    analysis in the transaction that analysed its calls, deleted by the refresh that
+    recomputed the bucket (manifests/analysis/rollups.py, docs/analysis.md "Rollups").
+
+    Append-only on purpose, with no unique key: a batch adds a row even when its bucket is
+    already marked, and a refresh deletes exactly the rows it claimed. A unique key with
+    ``ON CONFLICT DO NOTHING`` would let a mark made while a refresh runs fold into the row
+    that refresh is about to delete, and the bucket would stay stale unnoticed."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    start = models.DateTimeField()
+    agent = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)
+    marked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.start:%Y-%m-%d %H:00} {self.agent}/{self.model}"
+
+
 class OpsCounter(models.Model):
     """Operational counters shared by every server process (e.g. client disconnects while
     a body was read), incremented with one upsert and shown on /healthz."""

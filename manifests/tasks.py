@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
 from manifests import analysis, partitions, retention
-from manifests.analysis import notify
+from manifests.analysis import notify, rollups
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,16 @@ def sweep_unanalysed(
         logger.info("sweep run reached its bound with %d calls waiting; continuing at once", result.remaining)
         sweep_unanalysed.apply_async(kwargs=options)
     return result.analysed
+
+
+@shared_task(**ANALYSIS_TASK, max_retries=3)
+def refresh_rollups(self) -> int:
+    """Beat, every CTXVIEW_ROLLUP_INTERVAL_SECONDS: recompute each dirty rollup bucket once.
+    Safe on several workers at once (they claim different marks); returns buckets refreshed."""
+    try:
+        return rollups.refresh()
+    except SoftTimeLimitExceeded:
+        return 0  # finished groups are committed; the rest stay marked for the next run
 
 
 @shared_task(

@@ -6,7 +6,9 @@ them: a caller that wants webhooks sent passes ``notify``, which runs after each
 
 - :func:`analyze_calls` analyses the given calls in chunks. Each chunk is one
   transaction that locks its calls, replaces every row derived from them, marks
-  them analysed and recomputes the rollup buckets they touch. A call already
+  them analysed and marks the rollup buckets they touch dirty (refreshed by the
+  ``refresh_rollups`` beat task, or at the end of the call when the rollup interval
+  is 0, the embedded default: manifests/analysis/rollups.py). A call already
   analysed is skipped, so a redelivered task changes nothing; a worker killed
   mid-chunk leaves nothing half-written (the transaction rolls back).
 - :func:`sweep_unanalysed` finds calls stored but never analysed (Redis down at
@@ -26,7 +28,8 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -47,9 +50,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["analyze_calls", "sweep_unanalysed"]
 
 DEFAULT_CHUNK = 100
-# The sweep claims bigger chunks: each chunk recomputes every rollup bucket it touches, and a
-# backlog's chunks touch the same buckets again and again (docs/performance.md, storm: a
-# 9,500-call backlog drained in 104 s with chunks of 500, 257 s with chunks of 100).
+# The sweep claims bigger chunks: fewer transactions and lock round trips for a backlog
+# (docs/performance.md, storm). Chunks used to recompute every rollup bucket they touched,
+# which made the chunk size decisive (257 s with chunks of 100, 104 s with 500); now they
+# only mark buckets dirty.
 DEFAULT_SWEEP_CHUNK = 500
 
 
@@ -252,7 +256,7 @@ def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | Non
     found = regressions.detect(calls, projects)
     touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
     touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
-    rollups.recompute(rollups.keys_for(touched))
+    rollups.mark(touched)
     _test_pause(chunk_index)
     webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
     if webhooks and notify is not None:  # else the notification sweep sends them
@@ -270,10 +274,30 @@ def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notif
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
-    for index, start in enumerate(range(0, len(ids), size)):
-        claim = _claim_ids(ids[start : start + size], force=force)
-        done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
+    with _refreshing_rollups():
+        for index, start in enumerate(range(0, len(ids), size)):
+            claim = _claim_ids(ids[start : start + size], force=force)
+            done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
     return done
+
+
+@contextmanager
+def _refreshing_rollups() -> Iterator[None]:
+    """With the rollup interval 0 (no beat: the embedded default), refresh the dirty
+    buckets once the analysis is done, also when it stopped half-way (its finished chunks
+    are committed and marked). With an interval, the beat task does it."""
+    if rollups.interval_seconds() > 0:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        try:
+            rollups.refresh()
+        except Exception:  # noqa: BLE001 - the analysis error is the one to raise; the marks stay
+            logger.exception("refreshing the rollups after a failed analysis failed too")
+        raise
+    rollups.refresh()
 
 
 def _waiting(cutoff: object) -> QuerySet[Call]:
@@ -303,16 +327,17 @@ def sweep_unanalysed(
     size = _chunk_size("CTXVIEW_SWEEP_CHUNK", DEFAULT_SWEEP_CHUNK)
     analysed = claimed = chunks = 0
     cut_short = True
-    while claimed < max_calls and time.monotonic() - started < max_seconds:
-        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-        claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
-        done, taken = _analyze_chunk(
-            claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
-        )
-        if not taken:
-            cut_short = False
-            break
-        analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
+    with _refreshing_rollups():
+        while claimed < max_calls and time.monotonic() - started < max_seconds:
+            cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+            claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
+            done, taken = _analyze_chunk(
+                claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
+            )
+            if not taken:
+                cut_short = False
+                break
+            analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
     remaining = _waiting(timezone.now() - timedelta(seconds=older_than_seconds)).count()
     if claimed or remaining:
         logger.info(
