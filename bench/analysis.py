@@ -145,6 +145,8 @@ def ingest_batches(batches: int, size: int, items: int) -> list[list[int]]:
 
 
 def reset_analysis() -> None:
+    from django.apps import apps
+
     from manifests.models import (
         Attribution,
         CacheEvent,
@@ -156,7 +158,9 @@ def reset_analysis() -> None:
         Rollup,
     )
 
-    for model in (Attribution, CacheEvent, CallFigures, CompactionFigures, PrefixEntry, Regression, Rollup):
+    derived = [Attribution, CacheEvent, CallFigures, CompactionFigures, PrefixEntry, Regression, Rollup]
+    derived += [m for m in apps.get_models() if m.__name__ == "RollupMark"]  # incremental rollups' marks
+    for model in derived:
         model.objects.all().delete()
     Call.objects.update(analyzed_at=None)
     from django.db import connection
@@ -174,12 +178,24 @@ def purge_queue() -> None:
         client.delete(*keys)
 
 
+def refresh_rollups() -> None:
+    """Bring the rollups up to date, as the beat's refresh does every interval (incremental
+    rollups): timed with the analysis, so both sides end with the same, fresh rollups. Before
+    incremental rollups the analysis recomputed them itself and there is nothing to do."""
+    from manifests.analysis import rollups
+
+    refresh = getattr(rollups, "refresh", None)
+    if refresh is not None:
+        refresh()
+
+
 def in_process(batches: list[list[int]]) -> float:
     from manifests import tasks
 
     start = time.perf_counter()
     for ids in batches:
         tasks.analyze_calls.run(ids)  # the task's own function, in this process
+    refresh_rollups()
     return time.perf_counter() - start
 
 
@@ -218,6 +234,7 @@ class Worker:
             if self.process.poll() is not None:
                 raise SystemExit(f"the worker died: see {self.log.name}")
             time.sleep(0.1)
+        refresh_rollups()
         return time.perf_counter() - start
 
     def stop(self) -> None:

@@ -22,16 +22,14 @@ import gzip
 import http.client
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.support import PG, Processes, create_database, create_key, drop_database  # noqa: E402
+
 DB = "ctxview_bench_otlp"
 SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))
 TOOLS = [{"type": "function", "name": f"tool_{n}", "description": "Look something up",
@@ -150,14 +148,8 @@ def main() -> None:
                REDIS_URL=os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/6"))
     import psycopg
 
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    code = ("from manifests import services; p = services.create_project(name='bench');"
-            "print(services.create_api_key(project=p, can_ingest=True)[1])")
-    key = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True,
-                         capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    create_database(DB, env)
+    key = create_key(env, "bench", can_read=False)
 
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
@@ -167,15 +159,9 @@ def main() -> None:
     otlp_bodies = export_bodies(args.spans, args.batch, "a" * 8)
     natives, items = native_bodies(export_bodies(args.spans, args.batch, "b" * 8))
 
-    server = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "ctxview.wsgi", "-b", f"127.0.0.1:{args.port}",
-                               "-w", str(args.workers), "--log-level", "warning"], cwd=ROOT, env=env)
+    processes = Processes(env, Path(f"/tmp/ctxview-otlp-{args.port}"))
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", args.port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        processes.web(args.port, workers=args.workers, log_level="warning")
         # Interleaved halves, so warm-up and a busy neighbour weigh on both paths alike.
         half = len(natives) // 2
         native_s = otlp_s = 0.0
@@ -187,14 +173,12 @@ def main() -> None:
             stored = conn.execute("SELECT count(*) FROM manifests_call").fetchone()
             stored_items = conn.execute("SELECT count(*) FROM manifests_item").fetchone()[0]
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        processes.stop_all()
         subprocess.run(["redis-cli", "-u", env["REDIS_URL"], "flushdb"], capture_output=True)
         from django.db import connections
 
         connections.close_all()
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        drop_database(DB)
 
     print(f"machine: {os.cpu_count()} cores; {args.spans} calls of {items / args.spans:.0f} items, "
           f"batches of {args.batch}, gunicorn x{args.workers}, PostgreSQL")

@@ -12,6 +12,12 @@ a tenth of them. Then, in the same run:
 2. deletes ``big`` with ``retention.delete_project`` (set-based statements);
 
 and prints both times and the item rows deleted per second by each, with the ratio.
+
+Then the expiry of a day (``--day-items`` item rows per day, default ``--items``): a
+project ``expiry`` gets two old days of calls, A and B, with the same rows. Day A is
+expired by rows (``retention.expire_project``, what every project gets when its day is
+not past every project's retention); day B by dropping the day's partitions
+(``retention.drop_expired_partitions``, PostgreSQL only). Both print seconds and the ratio.
 Not a test: nothing here asserts a time.
 """
 
@@ -53,32 +59,35 @@ def scratch_database() -> str:
     return f"SQLite {path}"
 
 
-def load(name: str, items: int) -> object:
+def load(name: str, items: int, start: datetime = datetime(2026, 11, 1, tzinfo=UTC)) -> object:
     from django.db import connection
 
     from manifests import services
     from manifests.ingest import ingest_body
-    from manifests.models import Item
+    from manifests.models import Item, Project
     from tests.conftest import make_manifest
 
-    project = services.create_project(name=name)
+    project = Project.objects.filter(name=name).first() or services.create_project(name=name)
     per_call = 50
-    start = datetime(2026, 11, 1, tzinfo=UTC)
     for batch in range(CALLS // 100):
         manifests = []
         for n in range(100):
-            m = make_manifest(f"{name}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call)
+            m = make_manifest(f"{name}-{start:%m%d}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call)
             m["started_at"] = (start + timedelta(minutes=batch * 100 + n)).isoformat()
             manifests.append(m)
         ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
     columns = [f.column for f in Item._meta.concrete_fields if f.column != "id"]
     cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     table = connection.ops.quote_name(Item._meta.db_table)
-    while (have := Item.objects.filter(project=project).count()) < items:
+    # The day's rows are copied within the day (same calls, same started_at): one partition.
+    day = "started_at >= %s AND started_at < %s"
+    bounds = [start, start + timedelta(days=1)]
+    of_day = Item.objects.filter(project=project, started_at__gte=bounds[0], started_at__lt=bounds[1])
+    while (have := of_day.count()) < items:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table} WHERE project_id = %s LIMIT %s",
-                [project.pk, items - have],
+                f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table} WHERE project_id = %s AND {day} LIMIT %s",
+                [project.pk, *bounds, items - have],
             )
     return project
 
@@ -86,6 +95,7 @@ def load(name: str, items: int) -> object:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--day-items", type=int, default=None, help="item rows per expired day (default: --items)")
     args = parser.parse_args()
     where = scratch_database()
     import django
@@ -117,6 +127,38 @@ def main() -> None:
     print(f"Django cascade (Project.delete): {small_items:,} items in {cascade:.2f} s = {cascade_rate:,.0f} items/s")
     print(f"retention.delete_project:        {big_items:,} items in {set_based:.2f} s = {set_rate:,.0f} items/s")
     print(f"set-based / cascade: {set_rate / cascade_rate:.1f}x the item rows per second")
+    expire_a_day(args.day_items or args.items)
+
+
+def expire_a_day(items: int) -> None:
+    from django.conf import settings
+
+    from manifests import partitions, retention
+    from manifests.models import Item
+
+    day_a, day_b = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC)
+    t = time.perf_counter()
+    project = load("expiry", items, day_a)
+    load("expiry", items, day_b)
+    rows_a = Item.objects.filter(project=project, started_at__lt=day_b).count()
+    rows_b = Item.objects.filter(project=project, started_at__gte=day_b).count()
+    print(f"expiry: loaded {rows_a:,} + {rows_b:,} item rows on two days in {time.perf_counter() - t:.0f} s")
+    keep = timedelta(days=settings.CTXVIEW_RETENTION_DAYS)
+
+    t = time.perf_counter()
+    expired = retention.expire_project(project=project, now=day_b + keep)  # day A only, by rows
+    by_rows = time.perf_counter() - t
+    assert expired["calls"] and not Item.objects.filter(started_at__lt=day_b).exists()
+    print(f"expire a day by rows (expire_project):        {rows_a:,} items in {by_rows:.2f} s")
+    if not partitions.enabled():
+        print("expire a day by partition: PostgreSQL only (SQLite keeps plain tables)")
+        return
+    t = time.perf_counter()
+    dropped = retention.drop_expired_partitions(now=day_b + timedelta(days=1) + keep)  # day B (and A's empty tables)
+    by_partition = time.perf_counter() - t
+    assert dropped["partitions"] >= 1 and not Item.objects.filter(started_at__lt=day_b + timedelta(days=1)).exists()
+    print(f"expire a day by partition (drop_expired_partitions): {rows_b:,} items in {by_partition:.2f} s")
+    print(f"by partition / by rows: {by_rows / by_partition:.0f}x faster for the same day's rows")
 
 
 if __name__ == "__main__":

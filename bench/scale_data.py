@@ -64,7 +64,14 @@ DEFERRED_TABLES = (
     "manifests_compactionfigures",
 )
 # Every table the generator writes, for the size report.
-TABLES = ("manifests_run", "manifests_call", *DEFERRED_TABLES, "manifests_prefixentry", "manifests_rollup")
+TABLES = (
+    "manifests_run",
+    "manifests_call",
+    "manifests_callkey",
+    *DEFERRED_TABLES,
+    "manifests_prefixentry",
+    "manifests_rollup",
+)
 
 
 def h(expr: str, salt: int, modulo: int) -> str:
@@ -218,11 +225,13 @@ ITEM_COLUMNS: dict[str, str] = {
     "group": "NULL",
     "text": "CASE WHEN {text_share_test} THEN repeat(md5(c.g || ':' || i) || ' ', "
     f"6 + {h(_IH, 23, 50)}) ELSE NULL END",
+    "started_at": "c.started_at",  # the call's time: the partition key (PostgreSQL)
 }
 
 EVIDENCE_COLUMNS: dict[str, str] = {
     "call_id": "c.id",
     "project_id": "c.project_id",
+    "started_at": "c.started_at",
     "key": f"(ARRAY[{','.join(repr(k) for k in EVIDENCE_KEYS)}])[k + 1]",
     "label": "'required: ' || (ARRAY[" + ",".join(repr(k) for k in EVIDENCE_KEYS) + "])[k + 1]",
     "literal": "NULL",
@@ -302,6 +311,7 @@ CACHE_EVENT_COLUMNS: dict[str, str] = {
 COMPACTION_COLUMNS: dict[str, str] = {
     "call_id": "c.id",
     "project_id": "c.project_id",
+    "started_at": "c.started_at",
     "event_id": "'cmp-' || c.g",
     "strategy": "CASE WHEN mod(c.g, 2) = 0 THEN 'summary' ELSE 'clear_tool_results' END",
     "trigger": "'budget'",
@@ -314,6 +324,7 @@ COMPACTION_COLUMNS: dict[str, str] = {
 
 INVARIANT_COLUMNS: dict[str, str] = {
     "compaction_id": "m.id",
+    "started_at": "m.started_at",
     "name": "(ARRAY['user_constraints','required_evidence'])[k + 1]",
     "ok": "NOT (k = 0 AND m.failed_invariants > 0)",
     "detail": "''",
@@ -467,6 +478,9 @@ def generate(
         report.runs = runs
 
     with _step(report, "calls", log):
+        from manifests import partitions  # PostgreSQL: the span's daily partitions come first
+
+        partitions.ensure_range(start, end + timedelta(days=1))
         cols, exprs = _cols(CALL_COLUMNS)
         exprs = exprs.replace("c.item_count", f"({ITEM_COUNT.format(quarter=quarter, span=span)})")
         cursor.execute(
@@ -495,6 +509,15 @@ def generate(
             {"start": start},
         )
         cursor.execute("CREATE UNIQUE INDEX ON scale_calls (id)")
+        # The idempotency registry (manifests.CallKey): ingest writes one row per call, and the
+        # call view finds a call's day (its partition) there.
+        cursor.execute(
+            """
+            INSERT INTO manifests_callkey (project_id, call_key, content_hash, call_id, started_at)
+            SELECT c.project_id, c.call_id, c.content_hash, c.id, c.started_at
+            FROM manifests_call c WHERE c.id IN (SELECT id FROM scale_calls) ORDER BY c.id
+            """
+        )
         cursor.execute("ANALYZE scale_calls")
         cursor.execute("SELECT count(*), min(id), max(id), coalesce(sum(item_count), 0) FROM scale_calls")
         report.calls, low, high, report.items = cursor.fetchone()

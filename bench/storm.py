@@ -22,22 +22,20 @@ no call is left unanalysed and prints:
 lost: manifests sent but not stored. double-counted: accepted answers beyond one per
 call, plus rows counted more than once in the figures, the day rollups or the prefix
 registry. wrong run times: runs whose first_seen/last_seen differ from min/max of their
-calls. Drain time: from the last answer to the moment nothing is left unanalysed, with
+calls. Drain time: from the last answer to the moment nothing is left unanalysed and no
+rollup bucket is left dirty (the beat refreshes them every CTXVIEW_ROLLUP_INTERVAL_SECONDS), with
 the backlog left at that moment. Not a test: the figures go into docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import queue
 import random
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -45,9 +43,9 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.support import PG, Client, Processes, create_database, create_key  # noqa: E402
+
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
@@ -77,102 +75,34 @@ class Services:
     """redis-server, gunicorn and a Celery worker with beat, each in its own process group."""
 
     def __init__(self, args: argparse.Namespace, env: dict[str, str], logs: Path) -> None:
-        self.args, self.env, self.logs = args, env, logs
+        self.args, self.processes = args, Processes(env, logs)
         self.redis = self.worker = self.server = None
 
-    def _spawn(self, name: str, command: list[str], **extra: str) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
-        return subprocess.Popen(command, cwd=ROOT, env={**self.env, **extra}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
     def start_redis(self) -> None:
-        self.redis = self._spawn("redis", ["redis-server", "--port", str(self.args.redis_port), "--bind", "127.0.0.1",
-                                           "--save", "", "--appendonly", "no"])
-        wait_port(self.args.redis_port)
+        self.redis = self.processes.redis(self.args.redis_port)
 
     def start_worker(self) -> None:
-        self.worker = self._spawn("worker", [
-            str(ROOT / ".venv/bin/celery"), "-A", "ctxview", "worker", "--pool=prefork", "--concurrency=2",
-            "--loglevel=INFO", "--beat", "--schedule", str(self.logs / "beat-schedule"),
-            "--without-gossip", "--without-mingle", "--without-heartbeat"])
+        self.worker = self.processes.worker("worker", concurrency=2, beat=True)
 
     def start_server(self) -> None:
-        self.server = self._spawn("gunicorn", [
-            str(ROOT / ".venv/bin/gunicorn"), "ctxview.wsgi", "-b", f"127.0.0.1:{self.args.port}", "-w", "3",
-            "--timeout", "60", "--log-level", "info"])
-        wait_port(self.args.port)
+        self.server = self.processes.web(self.args.port, workers=3)
 
-    @staticmethod
-    def kill(process: subprocess.Popen | None) -> None:
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+    kill = staticmethod(Processes.kill)
 
     def stop_all(self) -> None:
-        for p in (self.server, self.worker, self.redis):
-            self.kill(p)
+        self.processes.stop_all()
 
 
-def wait_port(port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"nothing listens on port {port}")
-
-
-class Client:
-    """One client thread's sends, with ctxkit's retry rules."""
-
-    def __init__(self, port: int, key: str, tally: Counter, lock: threading.Lock) -> None:
-        self.port, self.key, self.tally, self.lock = port, key, tally, lock
-
-    def cut(self, body: bytes) -> None:
-        """Send the headers and a third of the body, then reset the connection."""
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-        head = (f"POST /api/v1/manifests HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.key}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-        sock.sendall(head + body[: len(body) // 3])
-        time.sleep(0.05)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.close()
-        self.count("cut connections")
-
-    def count(self, name: str, n: int = 1) -> None:
-        with self.lock:
-            self.tally[name] += n
-
-    def send(self, body: bytes) -> None:
-        for _attempt in range(30):
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-            try:
-                conn.request("POST", "/api/v1/manifests", body,
-                             {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
-                response = conn.getresponse()
-                raw = response.read()
-            except OSError:
-                self.count("connection errors (retried)")
-                time.sleep(0.5)
-                continue
-            finally:
-                conn.close()
-            if response.status >= 500 and response.status != 503:
-                self.count("5xx")
-                time.sleep(0.5)
-                continue
-            if response.status in (429, 503):
-                self.count(f"{response.status} (retried after Retry-After)")
-                time.sleep(float(response.getheader("Retry-After") or 1))
-                continue
-            data = json.loads(raw)
-            self.count("accepted", data["accepted"])
-            self.count("duplicate", data["duplicates"])
-            self.count("rejected", data["rejected"])
-            return
-        self.count("gave up")
+def cut(port: int, key: str, body: bytes, client: Client) -> None:
+    """Send the headers and a third of the body, then reset the connection."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = (f"POST /api/v1/manifests HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    sock.sendall(head + body[: len(body) // 3])
+    time.sleep(0.05)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    client.count("cut connections")
 
 
 def main() -> None:
@@ -198,14 +128,8 @@ def main() -> None:
 
     import psycopg
 
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {db}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    code = ("from manifests import services; p = services.create_project(name='storm'); "
-            "print(services.create_api_key(project=p, can_ingest=True, can_read=True)[1])")
-    key = subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True,
-                         capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    create_database(db, env)
+    key = create_key(env, "storm")
 
     rng = random.Random(args.seed)
     runs = max(1, args.manifests // 10)
@@ -233,11 +157,11 @@ def main() -> None:
     done = [0]
 
     def client_thread() -> None:
-        client = Client(args.port, key, tally, lock)
+        client = Client([args.port], key, tally, lock)
         while (item := work.get()) is not None:
             body, cut_first = item
             if cut_first:
-                client.cut(body)
+                cut(args.port, key, body, client)
             client.send(body)
             with lock:
                 done[0] += 1
@@ -274,10 +198,14 @@ def main() -> None:
         drain_started = time.monotonic()
         with psycopg.connect(f"{PG}/{db}", autocommit=True) as conn:
             backlog_at_end = conn.execute("SELECT count(*) FROM manifests_call WHERE analyzed_at IS NULL").fetchone()[0]
+            analysed_seconds = None
             while time.monotonic() - drain_started < 900:
                 left = conn.execute("SELECT count(*) FROM manifests_call WHERE analyzed_at IS NULL "
                                     "AND quarantined_at IS NULL").fetchone()[0]
-                if not left:
+                if not left and analysed_seconds is None:
+                    analysed_seconds = time.monotonic() - drain_started
+                # Drained: every call analysed and in the rollups (no dirty bucket left).
+                if not left and not dirty_buckets(conn):
                     break
                 time.sleep(0.5)
             drain_seconds = time.monotonic() - drain_started
@@ -304,7 +232,14 @@ def main() -> None:
     print(f"wrong run times                    {figures.pop('wrong run times')} of {figures.pop('runs')} runs")
     print(f"unanalysed after the drain         {figures.pop('unanalysed')} (quarantined {figures.pop('quarantined')})")
     print(f"drain time                         {drain_seconds:.1f} s for a backlog of {backlog_at_end} calls "
-          f"at the end of the storm")
+          f"at the end of the storm (all analysed after {analysed_seconds or 0:.1f} s)")
+
+
+def dirty_buckets(conn) -> int:
+    """Rollup marks not refreshed yet (0 before incremental rollups, which had no marks)."""
+    if conn.execute("SELECT to_regclass('manifests_rollupmark')").fetchone()[0] is None:
+        return 0
+    return conn.execute("SELECT count(*) FROM manifests_rollupmark").fetchone()[0]
 
 
 def check(conn, call_ids: list[str]) -> dict[str, int]:

@@ -8,6 +8,7 @@ embedded default); with it, tasks go to Redis and a worker consumes them
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 from celery import Celery, Task
@@ -28,6 +29,8 @@ def _env_number(name: str, default: float, *, minimum: float) -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={raw!r} is not a finite number")
     if value < minimum:
         raise ValueError(f"{name}={value:g} must be at least {minimum:g}")
     return value
@@ -60,6 +63,12 @@ SWEEP_MAX_CALLS = int(_env_number("CTXVIEW_SWEEP_MAX_CALLS", 5000, minimum=1))
 SWEEP_MAX_SECONDS = 120.0
 
 _redis_url = os.environ.get("REDIS_URL", "")
+
+# Rollups: the analysis marks the buckets it touches dirty, and the beat task refreshes each
+# dirty bucket once per interval (manifests/analysis/rollups.py). 0 refreshes right after
+# every analysis task instead, the only mode without Redis (no beat runs there), which
+# settings.py enforces.
+ROLLUP_INTERVAL_SECONDS = _env_number("CTXVIEW_ROLLUP_INTERVAL_SECONDS", 5 if _redis_url else 0, minimum=0)
 _transport_options: dict[str, object] = {
     "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
     "socket_connect_timeout": 2,
@@ -106,6 +115,22 @@ app.conf.update(
             "task": "manifests.tasks.sweep_notifications",
             "schedule": max(SWEEP_INTERVAL_SECONDS, 60.0),
         },
+        "ensure-partitions": {
+            "task": "manifests.tasks.ensure_partitions",
+            "schedule": 3600.0,
+        },
+        **(
+            {
+                "refresh-rollups": {
+                    "task": "manifests.tasks.refresh_rollups",
+                    "schedule": ROLLUP_INTERVAL_SECONDS,
+                    # A run still queued when the next one is due is dropped: the next one does its work.
+                    "options": {"expires": max(ROLLUP_INTERVAL_SECONDS * 2, 10.0)},
+                }
+            }
+            if ROLLUP_INTERVAL_SECONDS > 0
+            else {}
+        ),
         "enforce-retention": {
             "task": "manifests.tasks.enforce_retention",
             "schedule": 24 * 3600.0,

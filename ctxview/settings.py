@@ -247,6 +247,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = CTXVIEW_MAX_BODY_BYTES + 1
 # charts read, after CTXVIEW_ROLLUP_RETENTION_DAYS (never before the raw rows).
 CTXVIEW_RETENTION_DAYS = env_int("CTXVIEW_RETENTION_DAYS", 30, minimum=1)
 CTXVIEW_ROLLUP_RETENTION_DAYS = env_int("CTXVIEW_ROLLUP_RETENTION_DAYS", 400, minimum=1)
+# PostgreSQL only (docs/scaling.md): the raw tables have one partition per UTC day; the
+# hourly beat task keeps today's and this many days ahead created.
+CTXVIEW_PARTITIONS_AHEAD_DAYS = env_int("CTXVIEW_PARTITIONS_AHEAD_DAYS", 7, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.auth.ApiKeyAuthentication"],
@@ -302,6 +305,17 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://")
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+
+# Rollup refresh interval (docs/configuration.md): parsed, with the beat schedule, in
+# ctxview/celery.py; 5 s by default with Redis, 0 (refresh right after each analysis) without.
+from ctxview.celery import ROLLUP_INTERVAL_SECONDS  # noqa: E402 - after REDIS_URL, which it depends on
+
+if ROLLUP_INTERVAL_SECONDS > 0 and not REDIS_URL:
+    raise ImproperlyConfigured(
+        f"CTXVIEW_ROLLUP_INTERVAL_SECONDS={ROLLUP_INTERVAL_SECONDS:g} needs REDIS_URL: without Redis no beat runs "
+        "to refresh the rollups; leave it unset (0, refresh right after each analysis)"
+    )
+CTXVIEW_ROLLUP_INTERVAL_SECONDS = ROLLUP_INTERVAL_SECONDS
 
 # The cache holds the API throttle counts: shared in Redis when there is one.
 if REDIS_URL:

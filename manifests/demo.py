@@ -581,9 +581,9 @@ def manifests(now: datetime) -> list[dict[str, Any]]:
 def load(*, project: Project, now: datetime | None = None, analyse: bool = True) -> dict[str, int]:
     """Store the demo in ``project`` through the ingest path; analyse what was stored.
 
-    With ``analyse`` the stored calls are analysed right here, whatever the broker, so the
-    dashboard is complete as soon as this returns (analysis is idempotent: the worker's
-    second pass changes nothing).
+    With ``analyse`` the stored calls are analysed, and their rollups refreshed, right here,
+    whatever the broker, so the dashboard is complete as soon as this returns (analysis is
+    idempotent: the worker's second pass changes nothing).
     """
     now = now or timezone.now()
     batch = manifests(now)
@@ -597,6 +597,8 @@ def load(*, project: Project, now: datetime | None = None, analyse: bool = True)
         stored += report.stored_call_ids
     if analyse and stored:
         from manifests import analysis
+        from manifests.analysis import rollups
 
         analysis.analyze_calls(stored)
+        rollups.refresh()
     return {"accepted": accepted, "duplicates": duplicates, "calls": len(batch)}

@@ -27,8 +27,10 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from manifests import partitions
+from manifests.dupkeys import no_duplicate_keys
 from manifests.figures import ITEM_FIELDS
-from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
+from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Run
 
 logger = logging.getLogger(__name__)
 
@@ -225,8 +227,9 @@ def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError],
 
     Fast path: one msgspec pass (types, ranges, lengths, UTF-8), the cross-field rules,
     and the canonical re-encoding that ingest hashes anyway. A body equal to its canonical
-    form (what ctxkit sends) cannot hold a duplicate key; any other is parsed once more
-    to look for one.
+    form (what ctxkit sends) cannot hold a duplicate key; any other is proven free of them
+    by manifests/dupkeys.py (a second msgspec pass) or, when that cannot prove it, parsed
+    by Python's json, which names every duplicate with its path.
     """
     raw = normalise_nul(bytes(raw))
     try:
@@ -238,7 +241,7 @@ def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError],
         return None, [FieldError(path="$", message=_decode_message(exc))], None, b""
     errors = semantic_errors(manifest)
     canonical = msgspec.json.encode(manifest)
-    if canonical != raw:
+    if canonical != raw and not no_duplicate_keys(raw):
         try:
             obj, duplicated = _strict_loads(raw)
         except _DECODE_ERRORS as exc:
@@ -350,6 +353,9 @@ def _store_with_retries(
     for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
         try:
             with connection.wrap_database_errors:
+                # The batch's days get their partitions first, in a short transaction of
+                # their own (PostgreSQL; one catalog query when they exist already).
+                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _, _ in valid})
                 return _store(project, valid, results)
         except IntegrityError:
             what = "a unique-key race"
@@ -371,6 +377,19 @@ def _store_with_retries(
     raise Busy()
 
 
+_lz4: dict[str, bool] = {}
+
+
+def _has_lz4(cursor: Any) -> bool:
+    """Whether this PostgreSQL server was built with lz4 (asked once per process and database)."""
+    name = connection.settings_dict["NAME"]
+    if name not in _lz4:
+        cursor.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'")
+        row = cursor.fetchone()
+        _lz4[name] = bool(row and row[0])
+    return _lz4[name]
+
+
 def _call_locks(project: Project, call_ids: list[str]) -> None:
     """Serialise the requests that store the same call_id (PostgreSQL; SQLite's writers
     are serialised already by its IMMEDIATE transactions). Locks are taken in ascending
@@ -379,7 +398,13 @@ def _call_locks(project: Project, call_ids: list[str]) -> None:
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
+        # SET LOCAL, in one statement. The raw manifests (kilobytes of JSON each) are compressed
+        # by the server as they are stored: lz4 does it several times faster than the default
+        # pglz, and every reader decompresses either (docs/performance.md).
+        toast = ", set_config('default_toast_compression', 'lz4', true)" if _has_lz4(cursor) else ""
+        cursor.execute(
+            f"SELECT set_config('lock_timeout', %s, true){toast}", [str(int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS))]
+        )
     if not call_ids:
         return
     keys = sorted(
@@ -406,9 +431,11 @@ def _conflict(call_id: str) -> FieldError:
 @transaction.atomic
 def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]) -> list[int]:
     _call_locks(project, [_clean(m.call_id) for _, m, _, _ in valid])
+    # The idempotency registry (CallKey: unique per project on every database) decides
+    # duplicate or conflict; the calls table is partitioned by time and cannot.
     existing = dict(
-        Call.objects.filter(project=project, call_id__in=[m.call_id for _, m, _, _ in valid]).values_list(
-            "call_id", "content_hash"
+        CallKey.objects.filter(project=project, call_key__in=[m.call_id for _, m, _, _ in valid]).values_list(
+            "call_key", "content_hash"
         )
     )
     to_store: list[tuple[Manifest, bytes, str]] = []
@@ -432,11 +459,27 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
     runs = _upsert_runs(project, [m for m, _, _ in to_store])
     now = timezone.now()
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
-    _insert(Call, calls)
-    call_pks = [c.pk for c in calls]
+    call_pks = _insert(Call, calls)
+    _register_keys(project, calls, call_pks)
     _store_children(project, [m for m, _, _ in to_store], call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
+
+
+def _register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
+    """The idempotency registry's rows of the stored calls (a unique-key race raises here)."""
+    CallKey.objects.bulk_create(
+        [
+            CallKey(
+                project=project,
+                call_key=c["call_id"],
+                content_hash=c["content_hash"],
+                call_id=pk,
+                started_at=c["started_at"],
+            )
+            for c, pk in zip(calls, call_pks, strict=True)
+        ]
+    )
 
 
 def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
@@ -489,12 +532,15 @@ def _clean(value: str | None) -> str | None:
     return value
 
 
-def _call_row(project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime) -> Call:
+def _call_row(
+    project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime
+) -> dict[str, Any]:
+    """A call's column values by attribute name (``_insert`` fills in the model's other defaults)."""
     usage = m.usage
     outcome = m.outcome
     prefix = m.prefix
-    return Call(
-        project=project,
+    return dict(
+        project_id=project.pk,
         run_id=run_pk,
         call_id=_clean(m.call_id),
         step=m.step,
@@ -535,7 +581,7 @@ def _call_row(project: Project, run_pk: int, m: Manifest, canonical: bytes, dige
 
 
 # The call, the project and the manifest order, then an item's stored fields (written once).
-ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS)
+ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS, "started_at")
 
 
 def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:
@@ -561,34 +607,67 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
             _clean(i.content_hash),
             _clean(i.group),
             _clean(i.text),
+            m.started_at,  # the call's time: the partition key
         )
         for m, call_pk in zip(manifests, call_pks)
         for ordinal, i in enumerate(m.items)
     ]
 
 
-def _insert(model: type[Any], objs: list[Any]) -> None:
-    """Insert model instances and set their primary keys.
+def _insert(model: type[Any], rows: list[dict[str, Any]], *, returning_ids: bool = True) -> list[int]:
+    """Insert rows (column values by attribute name; missing ones take the model's default)
+    and return their primary keys (``returning_ids``).
 
-    On PostgreSQL: reserve the ids from the sequence in one query, then COPY.
-    Django's bulk_create binds the raw manifests (kilobytes each) as quoted
-    array literals, which cost several times the COPY itself.
+    On PostgreSQL: reserve the ids from the sequence in one query, then COPY plain values
+    (JSON columns as Python objects: psycopg encodes them for jsonb).
+    Django's bulk_create binds the raw manifests (kilobytes each) as quoted array literals,
+    which cost several times the COPY itself, and building model instances and preparing
+    each field through Django cost as much again (docs/performance.md).
     """
     if connection.vendor != "postgresql":
+        objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs)
-        return
-    table = model._meta.db_table
+        return [obj.pk for obj in objs]
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    defaults = {f.attname: f.get_default() for f in fields}
+    names = [f.attname for f in fields]
+    pks: list[int] = []
     with connection.cursor() as cursor:
+        table = model._meta.db_table
+        if returning_ids:
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(rows)]
+            )
+            pks = [pk for (pk,) in cursor.fetchall()]
+        columns = [f.column for f in fields]
+        values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
+        if pks:
+            columns.insert(0, model._meta.pk.column)
+            values = [[pk, *v] for pk, v in zip(pks, values)]
+        _copy(cursor, table, columns, values)
+    return pks
+
+
+_column_types: dict[tuple[str, str], dict[str, int]] = {}
+
+
+def _copy(cursor: Any, table: str, columns: list[str], rows: Any) -> None:
+    """COPY rows into a table in PostgreSQL's binary format: psycopg writes each value with
+    its C dumper (about a quarter of the client time of the text format, and no text for the
+    server to parse). The column types are asked once per process."""
+    key = (connection.settings_dict["NAME"], table)
+    if key not in _column_types:
         cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(objs)]
+            "SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0",
+            [table],
         )
-        for obj, (pk,) in zip(objs, cursor.fetchall()):
-            obj.pk = pk
-        fields = model._meta.concrete_fields
-        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for obj in objs:
-                copy.write_row([f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields])
+        _column_types[key] = dict(cursor.fetchall())
+    types = _column_types[key]
+    quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
+    with cursor.cursor.copy(f"COPY {table} ({quoted}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([types[c] for c in columns])
+        for row in rows:
+            copy.write_row(row)
 
 
 def _store_children(project: Project, manifests: list[Manifest], call_pks: list[int]) -> None:
@@ -596,18 +675,16 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
     if rows:
         if connection.vendor == "postgresql":
             # COPY is the physical baseline: about 10x bulk_create for item rows.
-            columns = ", ".join(f'"{c}"' for c in ITEM_COLUMNS)
             with connection.cursor() as cursor:
-                with cursor.cursor.copy(f"COPY {Item._meta.db_table} ({columns}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
+                _copy(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows)
         else:
             Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in rows], batch_size=500)
 
     evidence = [
-        Evidence(
+        dict(
             call_id=call_pk,
-            project=project,
+            project_id=project.pk,
+            started_at=m.started_at,
             key=_clean(e.key),
             label=_clean(e.label),
             literal=_clean(e.literal),
@@ -620,7 +697,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         for e in m.evidence
     ]
     if evidence:
-        _insert(Evidence, evidence)
+        _insert(Evidence, evidence, returning_ids=False)
 
     compactions: list[Compaction] = []
     invariants_of: list[list[Any]] = []
@@ -630,6 +707,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
                 Compaction(
                     call_id=call_pk,
                     project=project,
+                    started_at=m.started_at,
                     event_id=_clean(c.id),
                     strategy=_clean(c.strategy),
                     trigger=_clean(c.trigger),
@@ -647,6 +725,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
             [
                 Invariant(
                     compaction_id=comp.pk,
+                    started_at=comp.started_at,
                     name=inv.name,
                     ok=inv.ok,
                     detail=_clean(inv.detail),
@@ -661,6 +740,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         ContextEdit(
             call_id=call_pk,
             project=project,
+            started_at=m.started_at,
             type=_clean(e.type),
             cleared_count=e.cleared_count,
             cleared_tokens=e.cleared_tokens,

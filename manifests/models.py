@@ -169,8 +169,11 @@ class Call(models.Model):
     analysis_error = models.TextField(blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "call_id"], name="call_unique_per_project")]
+        # No unique (project, call_id) here: on PostgreSQL this table is partitioned by
+        # started_at, and a partitioned table's unique keys must hold the partition key.
+        # CallKey (below) is the idempotency registry that keeps call_id unique per project.
         indexes = [
+            models.Index(fields=["project", "call_id"], name="call_project_call_id"),
             models.Index(fields=["project", "started_at"], name="call_project_time"),
             models.Index(fields=["run", "step"], name="call_run_step"),
             models.Index(fields=["project", "prefix_hash"], name="call_project_prefix"),
@@ -190,11 +193,36 @@ class Call(models.Model):
         return figures.hit_rate(self.cache_read_tokens, self.input_tokens)
 
 
+class CallKey(models.Model):
+    """The idempotency registry: one row per stored call, unique on (project, call_id).
+
+    A plain table on both databases. The calls table cannot hold this unique key on
+    PostgreSQL (it is partitioned by time, and a partitioned table's unique keys must
+    include the partition key), so ingest looks up and inserts here instead; the content
+    hash tells a retry (duplicate) from a conflict. Retention deletes a call's key with it.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    call_key = models.CharField(max_length=200, help_text="The manifest's call_id")
+    content_hash = models.CharField(max_length=64)
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="+")
+    # The call's time: with it a read by call_id touches one day's partition of each table.
+    started_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "call_key"], name="callkey_unique_per_project")]
+
+
 class Item(models.Model):
     """One candidate of a call's context and what was done with it."""
 
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="items")
+    # Foreign keys to the partitioned tables have no database constraint (a partitioned
+    # table's primary key is (id, started_at), docs/scaling.md); ingest writes a call and
+    # its children in one transaction and retention deletes them together.
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="items")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
+    started_at = models.DateTimeField(help_text="The call's time: the partition key")
     ordinal = models.IntegerField(help_text="Order in the manifest")
     item_id = models.CharField(max_length=200)
     kind = models.CharField(max_length=32)
@@ -224,8 +252,10 @@ class Item(models.Model):
 class Evidence(models.Model):
     """A required piece of evidence and whether it reached the model."""
 
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="evidence")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="evidence")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
+    started_at = models.DateTimeField(help_text="The call's time: the partition key")
     key = models.CharField(max_length=200)
     label = models.CharField(max_length=200, blank=True)
     literal = models.TextField(null=True, blank=True)
@@ -242,8 +272,10 @@ class Evidence(models.Model):
 
 
 class Compaction(models.Model):
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="compactions")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="compactions")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
+    started_at = models.DateTimeField(help_text="The call's time: the partition key")
     event_id = models.CharField(max_length=200)
     strategy = models.CharField(max_length=200)
     trigger = models.CharField(max_length=200, blank=True)
@@ -258,7 +290,9 @@ class Compaction(models.Model):
 
 
 class Invariant(models.Model):
-    compaction = models.ForeignKey(Compaction, on_delete=models.CASCADE, related_name="invariants")
+    compaction = models.ForeignKey(Compaction, on_delete=models.CASCADE, db_constraint=False, related_name="invariants")
+    # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
+    started_at = models.DateTimeField(help_text="The call's time: the partition key")
     name = models.CharField(max_length=64)
     ok = models.BooleanField()
     detail = models.TextField(blank=True)
@@ -266,8 +300,10 @@ class Invariant(models.Model):
 
 
 class ContextEdit(models.Model):
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="context_edits")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="context_edits")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
+    started_at = models.DateTimeField(help_text="The call's time: the partition key")
     type = models.CharField(max_length=200)
     cleared_count = models.IntegerField(default=0)
     cleared_tokens = models.BigIntegerField(default=0)
@@ -312,7 +348,7 @@ class ModelPrice(models.Model):
 class CallFigures(models.Model):
     """Per-call figures (docs/analysis.md, "Figures")."""
 
-    call = models.OneToOneField(Call, on_delete=models.CASCADE, related_name="figures")
+    call = models.OneToOneField(Call, on_delete=models.CASCADE, db_constraint=False, related_name="figures")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
     context_tokens = models.BigIntegerField(default=0, help_text="Tokens of the items that reached the model")
@@ -362,8 +398,10 @@ class Attribution(models.Model):
     ]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="attributions")
-    evidence = models.ForeignKey(Evidence, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="attributions")
+    evidence = models.ForeignKey(
+        Evidence, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
+    )
     evidence_key = models.CharField(max_length=200)
     cause = models.CharField(max_length=32, choices=CAUSES)
     fix = models.TextField()
@@ -373,7 +411,9 @@ class Attribution(models.Model):
     is_risk = models.BooleanField(default=False, help_text="The evidence reached the model; a risk, not a loss")
     # The earlier call of the run where the evidence was lost, when the cause was traced
     # back to it (docs/analysis.md, "Causes traced through the run"); null: lost here.
-    lost_at = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    lost_at = models.ForeignKey(
+        Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
+    )
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
 
     class Meta:
@@ -400,8 +440,10 @@ class CacheEvent(models.Model):
     ]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    call = models.OneToOneField(Call, on_delete=models.CASCADE, related_name="cache_event")
-    previous_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    call = models.OneToOneField(Call, on_delete=models.CASCADE, db_constraint=False, related_name="cache_event")
+    previous_call = models.ForeignKey(
+        Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
+    )
     cause = models.CharField(max_length=32, choices=CAUSES)
     changed_segment = models.CharField(max_length=200, blank=True)
     gap_seconds = models.FloatField(null=True, blank=True)
@@ -423,10 +465,12 @@ class Regression(models.Model):
     agent = models.CharField(max_length=200)
     model = models.CharField(max_length=200)
     detected_at = models.DateTimeField(help_text="Time of the call where the drop crossed the threshold")
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+",
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="+",
                              help_text="The call where the rolling rate crossed the threshold")
-    first_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                   help_text="The first call of the streak without the baseline prefix")
+    first_call = models.ForeignKey(
+        Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+",
+        help_text="The first call of the streak without the baseline prefix",
+    )
     window_calls = models.PositiveIntegerField()
     threshold_points = models.FloatField()
     baseline_rate = models.FloatField()
@@ -470,9 +514,9 @@ class PrefixEntry(models.Model):
 class CompactionFigures(models.Model):
     """Compaction review: compression ratio r, field distortion d, what was lost."""
 
-    compaction = models.OneToOneField(Compaction, on_delete=models.CASCADE, related_name="figures")
+    compaction = models.OneToOneField(Compaction, on_delete=models.CASCADE, db_constraint=False, related_name="figures")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="+")
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
     ratio_r = models.FloatField(null=True, blank=True, help_text="tokens_after / tokens_before")
     distortion_d = models.FloatField(null=True, blank=True, help_text="Share of the checked invariants that failed")
@@ -535,6 +579,26 @@ class Rollup(models.Model):
     @property
     def cost_per_verified_success(self) -> float | None:
         return self.cost / self.verified_successes if self.verified_successes else None
+
+
+class RollupMark(models.Model):
+    """An hour bucket (project, hour, agent, model) whose rollup is stale: written by the
+    analysis in the transaction that analysed its calls, deleted by the refresh that
+    recomputed the bucket (manifests/analysis/rollups.py, docs/analysis.md "Rollups").
+
+    Append-only on purpose, with no unique key: a batch adds a row even when its bucket is
+    already marked, and a refresh deletes exactly the rows it claimed. A unique key with
+    ``ON CONFLICT DO NOTHING`` would let a mark made while a refresh runs fold into the row
+    that refresh is about to delete, and the bucket would stay stale unnoticed."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    start = models.DateTimeField()
+    agent = models.CharField(max_length=200)
+    model = models.CharField(max_length=200)
+    marked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.start:%Y-%m-%d %H:00} {self.agent}/{self.model}"
 
 
 class OpsCounter(models.Model):

@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from manifests.models import Call, OpsCounter
+from manifests.models import Call, OpsCounter, RollupMark
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +55,16 @@ def client_disconnected(request: Any, exc: Exception) -> None:
 
 
 def backlog() -> dict[str, Any]:
-    """Unanalysed and quarantined calls, and the age of the oldest unanalysed one."""
+    """Unanalysed and quarantined calls, and the age of the oldest unanalysed one; the oldest
+    rollup mark not refreshed yet (growing past the interval: no beat is refreshing)."""
     waiting = Call.objects.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
     oldest = waiting.order_by("received_at").values_list("received_at", flat=True).first()
+    stale = RollupMark.objects.order_by("pk").values_list("marked_at", flat=True).first()
     return {
         "unanalysed_calls": waiting.count(),
         "oldest_unanalysed_seconds": round((timezone.now() - oldest).total_seconds(), 1) if oldest else None,
         "quarantined_calls": Call.objects.filter(quarantined_at__isnull=False).count(),
+        "oldest_rollup_mark_seconds": round((timezone.now() - stale).total_seconds(), 1) if stale else None,
     }
 
 

@@ -16,8 +16,8 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests import analysis, retention
-from manifests.analysis import notify
+from manifests import analysis, partitions, retention
+from manifests.analysis import notify, rollups
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,16 @@ def sweep_unanalysed(
     return result.analysed
 
 
+@shared_task(**ANALYSIS_TASK, max_retries=3)
+def refresh_rollups(self) -> int:
+    """Beat, every CTXVIEW_ROLLUP_INTERVAL_SECONDS: recompute each dirty rollup bucket once.
+    Safe on several workers at once (they claim different marks); returns buckets refreshed."""
+    try:
+        return rollups.refresh()
+    except SoftTimeLimitExceeded:
+        return 0  # finished groups are committed; the rest stay marked for the next run
+
+
 @shared_task(
     bind=True,
     autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
@@ -112,6 +122,13 @@ def sweep_notifications(self) -> int:
     for pk in pending:
         notify_regression.delay(pk)
     return len(pending)
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=10, retry_jitter=True, max_retries=5, time_limit=600)
+def ensure_partitions(self) -> int:
+    """Hourly: create today's partitions and those of the days ahead (PostgreSQL; a no-op
+    on SQLite). Ingest creates a missing day itself, so a late run never fails an ingest."""
+    return partitions.ensure_ahead()
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=60, retry_jitter=True, max_retries=3, time_limit=3600)

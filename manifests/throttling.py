@@ -8,12 +8,16 @@ Requests without a valid key are refused by authentication before any count.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
 from manifests.models import ApiKey
+
+logger = logging.getLogger(__name__)
 
 
 class ApiKeyThrottle(SimpleRateThrottle):
@@ -28,7 +32,14 @@ class ApiKeyThrottle(SimpleRateThrottle):
         if self.rate is None:
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            return super().allow_request(request, view)
+        except (RedisError, OSError) as exc:
+            # The count's store is down: fail open. Refusing (or a 500) would turn a Redis
+            # outage into lost manifests, while an unthrottled minute costs little; ingest
+            # itself does not need Redis (analysis is swept once it is back).
+            logger.warning("API throttle skipped: its cache is unavailable (%s)", exc)
+            return True
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         key = request.auth

@@ -153,3 +153,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def flush_rollups() -> int:
+    """Refresh the dirty rollup buckets now, as the beat task does every interval (with the
+    interval 0 of the SQLite test runs the analysis has done it already: then 0). For the
+    tests whose subject is the rollups' content, not their timing."""
+    from manifests.analysis import rollups
+
+    return rollups.refresh()

@@ -11,7 +11,7 @@ from ctxkit.record.builder import ContextBuilder
 from ctxkit.record.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usage
 from manifests import analysis
 from manifests.models import Attribution
-from tests.analysis_support import MODEL, T0, item, manifest, store_and_analyse
+from tests.analysis_support import MODEL, T0, flush_rollups, item, manifest, store_and_analyse
 from tests.conftest import make_manifest
 
 pytestmark = pytest.mark.django_db
@@ -300,5 +300,6 @@ def test_it_traces_again_the_later_steps_when_an_earlier_one_arrives_late(projec
     earlier = store_and_analyse(project, [_step(0, present=True), _step(1, present=False, compactions=[LOST])])
     row = only(late, "unit")
     assert (row.cause, row.lost_at_id) == (Attribution.COMPACTION, earlier[1].pk)
+    flush_rollups()
     for bucket in ("hour", "day"):
         reference.assert_rollups_match(project, bucket)  # the rollups counted the new cause, once

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from ctxkit.record.manifest import Evidence, Usage
 from manifests.models import Attribution, Call, CallFigures, Rollup
-from tests.analysis_support import T0, item, manifest, store_and_analyse
+from tests.analysis_support import T0, flush_rollups, item, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +33,9 @@ def call_at(n: int, hours: float, agent: str = "analyst"):
 @pytest.fixture
 def stored(project):
     # Day one (hours 0, 1, 5) and day two (hours 25, 30).
-    return store_and_analyse(project, [call_at(n, h) for n, h in enumerate([0, 1, 5, 25, 30, 30.5])])
+    calls = store_and_analyse(project, [call_at(n, h) for n, h in enumerate([0, 1, 5, 25, 30, 30.5])])
+    flush_rollups()  # the rollups these commands rebuild
+    return calls
 
 
 def run(*args) -> str:

@@ -35,7 +35,8 @@ def call(project):
 def test_it_counts_tokens_in_context_the_same_in_sql_and_python(call, rows):
     Item.objects.filter(call=call).delete()
     Item.objects.bulk_create([
-        Item(call=call, project_id=call.project_id, ordinal=n, item_id=f"i{n}", kind="retrieval", action=action,
+        Item(call=call, project_id=call.project_id, started_at=call.started_at, ordinal=n, item_id=f"i{n}",
+             kind="retrieval", action=action,
              requested_tokens=requested, granted_tokens=granted, used_tokens=used, position=position)
         for n, (action, requested, granted, used, position) in enumerate(rows)
     ])

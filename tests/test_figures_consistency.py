@@ -19,7 +19,7 @@ from manifests import services
 from manifests.models import Run
 from manifests.selectors import evidence as evidence_sel
 from tests import figures_reference as reference
-from tests.analysis_support import T0, manifest, store_and_analyse
+from tests.analysis_support import T0, flush_rollups, manifest, store_and_analyse
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db
@@ -106,6 +106,7 @@ def test_every_page_shows_the_reference_figures(owner, workload):
             manifests.append(manifest(f"r{r}-s{step}", run_id=f"run-{r}", step=step, agent=f"agent-{r % 2}",
                                       at=T0 + timedelta(minutes=7 * (step + 5 * r)), **spec))
     store_and_analyse(project, manifests)
+    flush_rollups()  # the overview's figures come from the rollups
     refs = reference.calls(project)
     api = Api(services.create_api_key(project=project, can_ingest=False, can_read=True)[1])
     client = Client()

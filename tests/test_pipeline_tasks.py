@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ctxview.celery import MAX_COUNTDOWN_SECONDS, VISIBILITY_TIMEOUT_SECONDS, app
+from ctxview.celery import MAX_COUNTDOWN_SECONDS, ROLLUP_INTERVAL_SECONDS, VISIBILITY_TIMEOUT_SECONDS, app
 from manifests import analysis, tasks
 from manifests.models import Call
 from tests.analysis_support import store
@@ -75,8 +75,14 @@ def test_it_keeps_the_visibility_timeout_above_every_countdown():
 
 def test_it_schedules_the_sweeps_with_beat():
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert scheduled == {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
-                         "manifests.tasks.enforce_retention"}
+    expected = {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
+                "manifests.tasks.enforce_retention", "manifests.tasks.ensure_partitions"}
+    # The rollup refresh is scheduled where a beat runs, i.e. with Redis (PostgreSQL pass); without it
+    # the interval is 0 and the analysis refreshes itself (both cases: tests/test_settings.py).
+    if ROLLUP_INTERVAL_SECONDS > 0:
+        expected.add("manifests.tasks.refresh_rollups")
+        assert app.conf.beat_schedule["refresh-rollups"]["schedule"] == ROLLUP_INTERVAL_SECONDS
+    assert scheduled == expected
     assert scheduled <= set(app.tasks)
     # A sweep run is bounded, and its bound comes from the environment (CTXVIEW_SWEEP_MAX_CALLS).
     sweep = app.conf.beat_schedule["sweep-unanalysed-calls"]["kwargs"]

@@ -11,7 +11,7 @@ from django.db import models
 
 from manifests import retention, tasks
 from manifests.models import ApiKey, CacheEvent, Call, Compaction, Invariant, Item, Project, Rollup, Run
-from tests.analysis_support import T0, store_and_analyse
+from tests.analysis_support import T0, flush_rollups, store_and_analyse
 from tests.conftest import make_manifest
 
 pytestmark = pytest.mark.django_db
@@ -48,6 +48,7 @@ def aged(project):
     store_and_analyse(project, [at(OLD, f"old-{n}", run_id="old-run", step=n) for n in range(3)])
     store_and_analyse(project, [at(OLD, "mixed-0", run_id="mixed", step=0)])
     store_and_analyse(project, [at(RECENT, f"mixed-{n}", run_id="mixed", step=n) for n in range(1, 4)])
+    flush_rollups()  # the trend the retention tests watch
     return project
 
 

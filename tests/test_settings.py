@@ -56,12 +56,39 @@ def test_it_uses_postgresql_and_a_real_broker_when_told():
         ({"DEBUG": "1", "CTXVIEW_HTTPS": "sometimes"}, "CTXVIEW_HTTPS='sometimes' is not a boolean"),
         ({"DEBUG": "1", "CTXVIEW_INGEST_RATE": "fast"}, "CTXVIEW_INGEST_RATE='fast' is not a rate"),
         ({"DEBUG": "1", "CTXVIEW_READ_RATE": "10/fortnight"}, "CTXVIEW_READ_RATE='10/fortnight' is not a rate"),
+        ({"DEBUG": "1", "REDIS_URL": "redis://h:6379/0", "CTXVIEW_ROLLUP_INTERVAL_SECONDS": "soon"},
+         "CTXVIEW_ROLLUP_INTERVAL_SECONDS='soon' is not a number"),
+        ({"DEBUG": "1", "REDIS_URL": "redis://h:6379/0", "CTXVIEW_ROLLUP_INTERVAL_SECONDS": "-1"},
+         "CTXVIEW_ROLLUP_INTERVAL_SECONDS=-1 must be at least 0"),
+        ({"DEBUG": "1", "REDIS_URL": "redis://h:6379/0", "CTXVIEW_ROLLUP_INTERVAL_SECONDS": "nan"},
+         "CTXVIEW_ROLLUP_INTERVAL_SECONDS='nan' is not a finite number"),
+        ({"DEBUG": "1", "CTXVIEW_ROLLUP_INTERVAL_SECONDS": "5"}, "CTXVIEW_ROLLUP_INTERVAL_SECONDS=5 needs REDIS_URL"),
     ],
 )
 def test_it_fails_loudly_on_a_bad_value(env, message):
     result = load_settings(**env)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def rollup_schedule(**env: str) -> list:
+    """(settings' interval, the beat entry's schedule or None) in a fresh process."""
+    clean = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CTXVIEW_ROLLUP_INTERVAL_SECONDS"}}
+    clean.update({"SECRET_KEY": "k", **env})
+    code = ("import json, ctxview.settings as s; from ctxview.celery import app; "
+            "e = app.conf.beat_schedule.get('refresh-rollups'); "
+            "print(json.dumps([s.CTXVIEW_ROLLUP_INTERVAL_SECONDS, e and e['schedule']]))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_it_schedules_the_rollup_refresh_only_where_a_beat_runs():
+    # Without Redis (no beat): 0, the analysis refreshes right after each task, no beat entry.
+    assert rollup_schedule() == [0, None]
+    assert rollup_schedule(REDIS_URL="redis://h:6379/0") == [5, 5]
+    assert rollup_schedule(REDIS_URL="redis://h:6379/0", CTXVIEW_ROLLUP_INTERVAL_SECONDS="2.5") == [2.5, 2.5]
+    assert rollup_schedule(REDIS_URL="redis://h:6379/0", CTXVIEW_ROLLUP_INTERVAL_SECONDS="0") == [0, None]
 
 
 def security_settings(**env: str) -> dict:

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from manifests import replay
+from manifests import partitions, replay
 from manifests.models import Call, Evidence, Item
 from tests.views_support import demo_world_fixture  # noqa: F401
 
@@ -70,6 +70,7 @@ def _call(project) -> Call:
     from manifests.models import Run
 
     t = datetime(2026, 11, 29, tzinfo=UTC)
+    partitions.ensure_range(t, t)  # PostgreSQL: rows written here, not through ingest, need their day
     run = Run.objects.create(project=project, run_id="r", first_seen=t, last_seen=t)
     return Call.objects.create(project=project, run=run, call_id="c", step=0, agent="a", model="m", started_at=t,
                                window=10_000, input_cap=10_000, content_hash="x", raw="{}")
@@ -78,7 +79,8 @@ def _call(project) -> Call:
 def test_it_keeps_the_requested_sizes_of_items_whose_text_was_not_sent(project):
     call = _call(project)
     sizes = {"system": 300, "huge": 5_000_000, "log": 1234, "page": 777}
-    items = [Item(call=call, project=project, ordinal=n, item_id=name, kind=kind, action=action,
+    items = [Item(call=call, project=project, started_at=call.started_at,
+                  ordinal=n, item_id=name, kind=kind, action=action,
                   pinned=name == "system", priority=p, requested_tokens=sizes[name], position=n)
              for n, (name, kind, action, p) in enumerate([("system", "system", "keep", 100),
                                                           ("huge", "retrieval", "drop", 10),
@@ -97,10 +99,12 @@ def test_it_keeps_the_requested_sizes_of_items_whose_text_was_not_sent(project):
 
 def test_it_judges_evidence_by_literal_when_the_text_was_sent(project):
     call = _call(project)
-    items = [Item(call=call, project=project, ordinal=0, item_id="log", kind="tool_result", action="keep",
+    items = [Item(call=call, project=project, started_at=call.started_at,
+                  ordinal=0, item_id="log", kind="tool_result", action="keep",
                   requested_tokens=40, position=0, text="HTTP 429 Too Many Requests\n" + "ok line\n" * 16)]
     Item.objects.bulk_create(items)
-    ev = Evidence(call=call, project=project, key="rl", label="429", literal="429", expected_item="log", present=True)
+    ev = Evidence(call=call, project=project, started_at=call.started_at,
+                  key="rl", label="429", literal="429", expected_item="log", present=True)
     whole = replay.replay(call, items, [ev], replay.Params(budget=1000, reserve=0, safety_margin=0))
     assert whole["evidence"][0]["replay"] == "present" and "read back" in whole["evidence"][0]["why"]
     gone = replay.replay(call, items, [ev], replay.Params(budget=1000, reserve=1000, safety_margin=0))

@@ -6,7 +6,9 @@ them: a caller that wants webhooks sent passes ``notify``, which runs after each
 
 - :func:`analyze_calls` analyses the given calls in chunks. Each chunk is one
   transaction that locks its calls, replaces every row derived from them, marks
-  them analysed and recomputes the rollup buckets they touch. A call already
+  them analysed and marks the rollup buckets they touch dirty (refreshed by the
+  ``refresh_rollups`` beat task, or at the end of the call when the rollup interval
+  is 0, the embedded default: manifests/analysis/rollups.py). A call already
   analysed is skipped, so a redelivered task changes nothing; a worker killed
   mid-chunk leaves nothing half-written (the transaction rolls back).
 - :func:`sweep_unanalysed` finds calls stored but never analysed (Redis down at
@@ -26,13 +28,14 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, DataError, OperationalError, transaction
+from django.db import DatabaseError, DataError, OperationalError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -47,9 +50,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["analyze_calls", "sweep_unanalysed"]
 
 DEFAULT_CHUNK = 100
-# The sweep claims bigger chunks: each chunk recomputes every rollup bucket it touches, and a
-# backlog's chunks touch the same buckets again and again (docs/performance.md, storm: a
-# 9,500-call backlog drained in 104 s with chunks of 500, 257 s with chunks of 100).
+# The sweep claims bigger chunks: fewer transactions and lock round trips for a backlog
+# (docs/performance.md, storm). Chunks used to recompute every rollup bucket they touched,
+# which made the chunk size decisive (257 s with chunks of 100, 104 s with 500); now they
+# only mark buckets dirty.
 DEFAULT_SWEEP_CHUNK = 500
 
 
@@ -89,7 +93,10 @@ Notify = Callable[[list[int]], None]
 def _later_with_missing(calls: list[Call]) -> list[Call]:
     """Analysed calls lacking evidence at later steps of the runs of ``calls`` (which
     declare evidence): usually none, as calls arrive in step order. Locked like the chunk's
-    own calls; one that another worker holds is left to it."""
+    own calls (FOR NO KEY UPDATE: a plain FOR UPDATE would block another worker's commit-time
+    foreign-key check on these rows while that worker holds a prefix entry or rollup this one
+    waits for, a deadlock seen with two worker nodes, bench/cluster.py); one that another
+    worker holds is left to it."""
     first_step: dict[int, int] = {}
     for c in calls:
         if c.evidence_count:
@@ -100,7 +107,7 @@ def _later_with_missing(calls: list[Call]) -> list[Call]:
     for run_id, step in first_step.items():
         query |= Q(run_id=run_id, step__gt=step)
     return list(
-        Call.objects.select_for_update(skip_locked=True)
+        Call.objects.select_for_update(skip_locked=True, no_key=True)
         .filter(query, analyzed_at__isnull=False, evidence_missing__gt=0)
         .exclude(pk__in=[c.pk for c in calls])
         .order_by("pk")
@@ -184,7 +191,36 @@ def _quarantine(pk: int, exc: Exception) -> None:
     logger.error("call %s quarantined: its analysis fails on its own (%s)", pk, error)
 
 
+# The advisory-lock key space of the per-run analysis locks (two-int form, which never
+# overlaps ingest's one-bigint call-id locks).
+RUN_LOCK_SPACE = 0x6376  # "cv"
+
+
+def _serialise_runs(calls: list[Call]) -> None:
+    """Analyse two chunks holding calls of one run one after the other (PostgreSQL).
+
+    A call's attributions and cache event are derived from the calls of its run stored when
+    its chunk reads them. A chunk analysing an earlier step that arrived late derives the
+    later, analysed steps again (:func:`_later_with_missing`, the successor's cache event),
+    but it cannot see a later step that another worker is analysing at that moment (not
+    committed yet), and that worker read the run before the earlier step was stored: both
+    commit, and the later step keeps a cause traced without the earlier one (seen with two
+    worker nodes, tests/test_pipeline_worker.py). A transaction-level advisory lock per run,
+    taken in one global order after the claim and before anything is read, makes the second
+    chunk wait until the first committed, and then see its calls. Only locks of this kind
+    are waited for before it, so it cannot close a cycle. SQLite serialises writers already."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(%s, k)) FROM "
+            "(SELECT DISTINCT (r %% 2147483647)::int AS k FROM unnest(%s::bigint[]) AS r ORDER BY k) AS s",
+            [RUN_LOCK_SPACE, sorted({c.run_id for c in calls})],
+        )
+
+
 def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | None) -> None:
+    _serialise_runs(calls)
     newly = [c for c in calls if c.analyzed_at is None]
     pks = [c.pk for c in calls]
     prices = PriceBook.load()
@@ -220,7 +256,7 @@ def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | Non
     found = regressions.detect(calls, projects)
     touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
     touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
-    rollups.recompute(rollups.keys_for(touched))
+    rollups.mark(touched)
     _test_pause(chunk_index)
     webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
     if webhooks and notify is not None:  # else the notification sweep sends them
@@ -238,10 +274,30 @@ def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notif
     ids = sorted(set(call_ids))
     size = _chunk_size()
     done = 0
-    for index, start in enumerate(range(0, len(ids), size)):
-        claim = _claim_ids(ids[start : start + size], force=force)
-        done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
+    with _refreshing_rollups():
+        for index, start in enumerate(range(0, len(ids), size)):
+            claim = _claim_ids(ids[start : start + size], force=force)
+            done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
     return done
+
+
+@contextmanager
+def _refreshing_rollups() -> Iterator[None]:
+    """With the rollup interval 0 (no beat: the embedded default), refresh the dirty
+    buckets once the analysis is done, also when it stopped half-way (its finished chunks
+    are committed and marked). With an interval, the beat task does it."""
+    if rollups.interval_seconds() > 0:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        try:
+            rollups.refresh()
+        except Exception:  # noqa: BLE001 - the analysis error is the one to raise; the marks stay
+            logger.exception("refreshing the rollups after a failed analysis failed too")
+        raise
+    rollups.refresh()
 
 
 def _waiting(cutoff: object) -> QuerySet[Call]:
@@ -271,16 +327,17 @@ def sweep_unanalysed(
     size = _chunk_size("CTXVIEW_SWEEP_CHUNK", DEFAULT_SWEEP_CHUNK)
     analysed = claimed = chunks = 0
     cut_short = True
-    while claimed < max_calls and time.monotonic() - started < max_seconds:
-        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-        claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
-        done, taken = _analyze_chunk(
-            claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
-        )
-        if not taken:
-            cut_short = False
-            break
-        analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
+    with _refreshing_rollups():
+        while claimed < max_calls and time.monotonic() - started < max_seconds:
+            cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+            claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
+            done, taken = _analyze_chunk(
+                claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
+            )
+            if not taken:
+                cut_short = False
+                break
+            analysed, claimed, chunks = analysed + done, claimed + taken, chunks + 1
     remaining = _waiting(timezone.now() - timedelta(seconds=older_than_seconds)).count()
     if claimed or remaining:
         logger.info(

@@ -4,12 +4,22 @@ Idempotent by construction: a touched bucket is recomputed from the source rows
 (calls, their figures, items, evidence, compactions, attributions, cache events)
 and overwritten, never incremented, so analysing a call twice, or a task
 redelivered after a worker died, cannot count anything twice. A day is the sum of
-its hours. Only analysed calls count, and the analysis marks its calls analysed
-in the same transaction that recomputes their buckets.
+its hours. Only analysed calls count.
 
-Two workers recomputing one bucket at once are serialised by a row lock on the
-rollup (taken in one global order, so they cannot deadlock): the second one
-computes after the first committed and therefore sees its rows.
+Incremental: the analysis does not recompute the buckets it touches; it marks them
+dirty (:func:`mark`, one ``RollupMark`` row per hour bucket per chunk) in the same
+transaction that marks its calls analysed, so a mark commits exactly when its calls
+do and a worker killed mid-chunk leaves neither. :func:`refresh` (the beat task
+``refresh_rollups``, every ``CTXVIEW_ROLLUP_INTERVAL_SECONDS``) recomputes each dirty
+bucket once, however many batches marked it, and deletes the marks it claimed, and
+only those: a mark committed while it runs stays for the next run. With the interval
+0 (the embedded default, which has no beat) the analysis refreshes right after each
+task instead (manifests/analysis/__init__.py).
+
+Two workers refreshing at once claim different marks (``SKIP LOCKED``); two that end up
+recomputing one bucket are serialised by a row lock on the rollup (taken in one global
+order, so they cannot deadlock): the second one computes after the first committed and
+therefore sees its rows.
 """
 
 from __future__ import annotations
@@ -18,12 +28,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q, Sum
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Max, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from manifests import figures
-from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup
+from manifests.models import Attribution, CacheEvent, Call, Compaction, Item, Rollup, RollupMark
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -148,10 +160,11 @@ def day_values(project_id: int, start: datetime, agent: str, model: str) -> dict
     return values
 
 
-def recompute(keys: set[Key]) -> None:
-    """Recompute and overwrite the given buckets (hours first: days add them up)."""
+def recompute(keys: set[Key]) -> int:
+    """Recompute and overwrite the given buckets (hours first: days add them up).
+    Returns how many hour buckets were recomputed."""
     if not keys:
-        return
+        return 0
     ordered = sorted(keys)
     pks = _lock(ordered)
     now = timezone.now()
@@ -166,6 +179,77 @@ def recompute(keys: set[Key]) -> None:
             Rollup.objects.filter(pk=pk).delete()
             continue
         Rollup.objects.filter(pk=pk).update(computed_at=now, **values)
+    return sum(1 for key in ordered if key[0] == Rollup.HOUR)
+
+
+# (project_id, hour start, agent, model): an hour bucket as a mark names it.
+Mark = tuple[int, datetime, str, str]
+
+
+def interval_seconds() -> float:
+    """How often dirty buckets are refreshed; 0: right after each analysis task."""
+    return float(settings.CTXVIEW_ROLLUP_INTERVAL_SECONDS)
+
+
+def mark(rows: Iterable[tuple[int, datetime, str, str]]) -> int:
+    """Mark the hour buckets of (project_id, started_at, agent, model) rows dirty, inside the
+    caller's transaction (the one that marks the calls analysed). Returns marks written."""
+    marks = sorted({(project_id, hour_start(at), agent, model) for project_id, at, agent, model in rows})
+    RollupMark.objects.bulk_create(
+        [RollupMark(project_id=p, start=s, agent=a, model=m) for p, s, a, m in marks], batch_size=500
+    )
+    return len(marks)
+
+
+def dirty() -> set[Mark]:
+    """The hour buckets marked dirty and not refreshed yet."""
+    rows = RollupMark.objects.values_list("project_id", "start", "agent", "model").distinct()
+    return {(p, s.astimezone(UTC), a, m) for p, s, a, m in rows}
+
+
+def _claim(group: list[Mark], ceiling: int) -> list[tuple[int, Mark]]:
+    """Lock the marks of ``group`` (up to ``ceiling``) that no other refresh holds."""
+    query = Q()
+    for project_id, start, agent, model in group:
+        query |= Q(project_id=project_id, start=start, agent=agent, model=model)
+    rows = (
+        RollupMark.objects.select_for_update(skip_locked=True)
+        .filter(query, pk__lte=ceiling)
+        .order_by("pk")
+        .values_list("pk", "project_id", "start", "agent", "model")
+    )
+    return [(pk, (p, s.astimezone(UTC), a, m)) for pk, p, s, a, m in rows]
+
+
+def refresh(*, batch: int = 100) -> int:
+    """Recompute every bucket marked dirty before this run started, once each, and delete
+    the marks it claimed. Returns how many hour buckets were recomputed.
+
+    Each group of ``batch`` buckets is one transaction: claim their marks (``SKIP
+    LOCKED``: a concurrent refresh holding some leaves them to it), recompute the hours
+    and their days, delete exactly the claimed marks by primary key. The claim is a
+    statement of its own, so every call whose mark it claimed is committed and seen by the
+    recompute that follows; a mark it did not see, whatever its id, is not deleted. Marks
+    made after the run started (above ``ceiling``) wait for the next run, so a refresh
+    under a steady load ends."""
+    ceiling = RollupMark.objects.aggregate(top=Max("pk"))["top"]
+    if ceiling is None:
+        return 0
+    marked = RollupMark.objects.filter(pk__lte=ceiling).values_list("project_id", "start", "agent", "model")
+    pending = sorted(
+        {(p, s.astimezone(UTC), a, m) for p, s, a, m in marked.distinct()},
+        key=lambda k: (k[0], k[2], k[3], k[1]),  # one day's hours together: its day is summed once
+    )
+    refreshed = 0
+    for n in range(0, len(pending), batch):
+        with transaction.atomic():
+            claimed = _claim(pending[n : n + batch], ceiling)
+            if not claimed:
+                continue
+            buckets = {key for _, key in claimed}
+            refreshed += recompute(keys_for(buckets))
+            RollupMark.objects.filter(pk__in=[pk for pk, _ in claimed]).delete()
+    return refreshed
 
 
 def rebuild(*, project_id: int, start: datetime, end: datetime, batch: int = 200) -> int:

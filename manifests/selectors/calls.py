@@ -6,33 +6,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.http import Http404
 
 from ctxkit import figures
 from manifests.figures import ITEM_FIELDS
-from manifests.models import Call, Compaction, Invariant, Item, Project
+from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project
 
 
 def call_with_children(project: Project, call_id: str) -> Call:
-    call = (
-        Call.objects.filter(project=project, call_id=call_id)
-        .select_related("run")
-        .prefetch_related(
-            Prefetch("items", queryset=Item.objects.order_by("ordinal")),
-            "evidence",
-            Prefetch(
-                "compactions",
-                queryset=Compaction.objects.prefetch_related(
-                    Prefetch("invariants", queryset=Invariant.objects.order_by("pk"))
-                ).order_by("pk"),
-            ),
-            "context_edits",
-        )
-        .first()
-    )
+    # The registry's unique key gives the call's time, so that the call and each of its
+    # children are read from one day's partition (PostgreSQL), not probed in every day.
+    key = CallKey.objects.filter(project=project, call_key=call_id).values_list("call_id", "started_at").first()
+    call = None
+    if key is not None:
+        call = Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run").first()
     if call is None:
         raise Http404(f"No call {call_id!r} in this project.")
+    # The children are read with the call's time too: on PostgreSQL the tables are
+    # partitioned by it, so each query reads one day's partition (docs/scaling.md).
+    at = call.started_at
+    prefetch_related_objects(
+        [call],
+        Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
+        Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
+        Prefetch(
+            "compactions",
+            queryset=Compaction.objects.filter(started_at=at)
+            .prefetch_related(Prefetch("invariants", queryset=Invariant.objects.filter(started_at=at).order_by("pk")))
+            .order_by("pk"),
+        ),
+        Prefetch("context_edits", queryset=ContextEdit.objects.filter(started_at=at)),
+    )
     return call
 
 
@@ -162,7 +167,13 @@ def diff_with_previous(call: Call, items: list[Item]) -> Diff:
     if prev is None:
         return Diff(None, [], [], [], [], [])
     now = _snapshot(items)
-    before = _snapshot(list(Item.objects.filter(call_id=prev.pk).order_by("ordinal").only("call_id", *ITEM_FIELDS)))
+    before = _snapshot(
+        list(
+            Item.objects.filter(call_id=prev.pk, started_at=prev.started_at)
+            .order_by("ordinal")
+            .only("call_id", *ITEM_FIELDS)
+        )
+    )
     entered, left, changed = [], [], []
     for item_id, cur in now.items():
         old = before.get(item_id)
@@ -199,7 +210,7 @@ def diff_with_previous(call: Call, items: list[Item]) -> Diff:
     for name, old in old_segments.items():
         prefix_changes.append({"name": name, "before": old.get("hash"), "after": None})
 
-    old_evidence = dict(prev.evidence.values_list("key", "present"))
+    old_evidence = dict(prev.evidence.filter(started_at=prev.started_at).values_list("key", "present"))
     evidence_changes = [
         {"key": e.key, "before": old_evidence.get(e.key), "after": e.present}
         for e in call.evidence.all()

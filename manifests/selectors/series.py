@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Min, QuerySet, Sum
+from django.utils import timezone
 
 from ctxkit.figures import coverage, hit_rate
 from manifests import figures
-from manifests.models import Project, Rollup
+from manifests.models import Project, Rollup, RollupMark
 from manifests.selectors.filters import Filters
 
 SUM_FIELDS = figures.ROLLUP_SUM_FIELDS
@@ -107,3 +108,21 @@ def series(project: Project, filters: Filters, *, maps: tuple[str, ...] = ("attr
         sums={f: [by_start[s][f] for s in starts] for f in SUM_FIELDS},
         maps={m: [dict(by_start[s][m]) for s in starts] for m in maps},
     )
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Hours of the project with calls analysed but not yet in the rollups."""
+
+    hours: int
+    seconds: float  # since the oldest of their marks
+
+
+def lag(project: Project) -> Lag | None:
+    """None when every analysed call is in the rollups (the pages then say nothing)."""
+    row = RollupMark.objects.filter(project=project).aggregate(
+        hours=Count("start", distinct=True), oldest=Min("marked_at")
+    )
+    if not row["hours"]:
+        return None
+    return Lag(row["hours"], max(0.0, (timezone.now() - row["oldest"]).total_seconds()))

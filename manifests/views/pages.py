@@ -19,6 +19,7 @@ from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import evidence as evidence_sel
 from manifests.selectors import overview as overview_sel
 from manifests.selectors import runs as runs_sel
+from manifests.selectors import series as series_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
 from manifests.selectors.sorting import parse_sort, sort_list
@@ -83,6 +84,7 @@ def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "missing": overview_sel.recent_missing(project, filters),
         "compactions": compaction_sel.totals(project, filters),
         "failures": compaction_sel.failure_counts(project, filters),
+        "lag": series_sel.lag(project),
     })
 
 
@@ -201,6 +203,7 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "miss_cost": cache_sel.miss_cost(project, filters),
         "prefixes": cache_sel.prefixes(project, filters, request.GET.get("page")),
         "chart": _cache_chart(project.slug, filters, cache_sel.chart(project, filters)),
+        "lag": series_sel.lag(project),
     })
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0007_membership_viewer'),
+        ('manifests', '0008_partitioning'),
     ]
 
     operations = [
