@@ -318,7 +318,7 @@ _LOCK_TIMEOUT_SQLSTATE = "55P03"
 
 
 def _transient_kind(exc: OperationalError) -> str | None:
-    """"conflict", "lock timeout", or None when the error is not transient."""
+    """ "conflict", "lock timeout", or None when the error is not transient."""
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
     if sqlstate in _CONFLICT_SQLSTATES:
         return "conflict"
@@ -355,11 +355,15 @@ def _store_with_retries(
             with connection.wrap_database_errors:
                 # The batch's days get their partitions first, in a short transaction of
                 # their own (PostgreSQL; one catalog query when they exist already).
-                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _, _ in valid})
+                # Days this process has seen are not asked again (partitions.forget_seen).
+                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _, _ in valid}, use_seen=True)
                 return _store(project, valid, results)
         except IntegrityError:
+            # Also what a row whose day's partition was dropped meanwhile raises: ask again.
+            partitions.forget_seen()
             what = "a unique-key race"
         except OperationalError as exc:
+            partitions.forget_seen()
             what = _transient_kind(exc)
             if what is None:
                 raise
@@ -467,18 +471,21 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
 
 
 def _register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
-    """The idempotency registry's rows of the stored calls (a unique-key race raises here)."""
-    CallKey.objects.bulk_create(
+    """The idempotency registry's rows of the stored calls (a unique-key race raises here).
+    By COPY on PostgreSQL, like the calls themselves (``_insert``)."""
+    _insert(
+        CallKey,
         [
-            CallKey(
-                project=project,
-                call_key=c["call_id"],
-                content_hash=c["content_hash"],
-                call_id=pk,
-                started_at=c["started_at"],
-            )
+            {
+                "project_id": project.pk,
+                "call_key": c["call_id"],
+                "content_hash": c["content_hash"],
+                "call_id": pk,
+                "started_at": c["started_at"],
+            }
             for c, pk in zip(calls, call_pks, strict=True)
-        ]
+        ],
+        returning_ids=False,
     )
 
 

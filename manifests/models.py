@@ -219,8 +219,10 @@ class Item(models.Model):
     # Foreign keys to the partitioned tables have no database constraint (a partitioned
     # table's primary key is (id, started_at), docs/scaling.md); ingest writes a call and
     # its children in one transaction and retention deletes them together.
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="items")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # No single-column indexes of their own: item_call_ordinal and item_project_hash lead
+    # with these columns, and every index is paid by every item written (docs/performance.md).
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="items")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="+")
     # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
     started_at = models.DateTimeField(help_text="The call's time: the partition key")
     ordinal = models.IntegerField(help_text="Order in the manifest")
@@ -252,8 +254,11 @@ class Item(models.Model):
 class Evidence(models.Model):
     """A required piece of evidence and whether it reached the model."""
 
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="evidence")
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # Indexed by evidence_call and evidence_project_key (below), not twice.
+    call = models.ForeignKey(
+        Call, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="evidence"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="+")
     # The call's started_at, copied: the partition key on PostgreSQL (docs/scaling.md).
     started_at = models.DateTimeField(help_text="The call's time: the partition key")
     key = models.CharField(max_length=200)
@@ -465,10 +470,20 @@ class Regression(models.Model):
     agent = models.CharField(max_length=200)
     model = models.CharField(max_length=200)
     detected_at = models.DateTimeField(help_text="Time of the call where the drop crossed the threshold")
-    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="+",
-                             help_text="The call where the rolling rate crossed the threshold")
+    call = models.ForeignKey(
+        Call,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="+",
+        help_text="The call where the rolling rate crossed the threshold",
+    )
     first_call = models.ForeignKey(
-        Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+",
+        Call,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        related_name="+",
         help_text="The first call of the streak without the baseline prefix",
     )
     window_calls = models.PositiveIntegerField()

@@ -97,10 +97,31 @@ def _create_day(cursor, day: date) -> int:
     return created
 
 
-def ensure_days(days: Iterable[date]) -> int:
+# Days whose partitions this process saw committed, per database: ingest skips its catalog
+# query for them. Only a check made outside any transaction fills it (what it saw cannot be
+# rolled back); this process's drop_day and any failed ingest attempt forget days, so a day
+# dropped by another process costs one retried attempt, never a lost call.
+_seen: dict[str, set[date]] = {}
+
+
+def forget_seen() -> None:
+    """Forget the days seen (after a failed store: a partition may have been dropped)."""
+    _seen.clear()
+
+
+def ensure_days(days: Iterable[date], *, use_seen: bool = False) -> int:
     """Create the partitions of every day in ``days`` that lacks them; returns how many
-    tables were created. Cheap when nothing is missing (one catalog query, no lock)."""
-    missing = missing_days(days)
+    tables were created. Cheap when nothing is missing (one catalog query, no lock), and
+    with ``use_seen`` free for days this process has seen already."""
+    days = set(days)
+    if not days or not enabled():
+        return 0
+    seen = _seen.setdefault(connection.settings_dict["NAME"], set()) if use_seen else set()
+    if days <= seen:
+        return 0
+    missing = missing_days(days - seen)
+    if use_seen and not connection.in_atomic_block:
+        seen.update(days)  # present now or created below (committed before returning)
     if not missing:
         return 0
     created = 0
@@ -149,6 +170,7 @@ def partition_days(table: str = "manifests_call") -> list[date]:
 def drop_day(cursor, day: date) -> None:
     """Drop one day's partitions of every partitioned table (children first). The caller
     has deleted or cleared the rows of plain tables that point into them."""
+    _seen.get(connection.settings_dict["NAME"], set()).discard(day)
     for table in reversed(PARTITIONED_TABLES):
         cursor.execute(f'DROP TABLE IF EXISTS "{partition_name(table, day)}"')
 

@@ -188,3 +188,35 @@ def test_a_project_is_deleted_with_the_same_statements_whatever_its_size(project
     assert not Item.objects.filter(project__in=[project, other_project]).exists()
     assert not CallKey.objects.filter(project__in=[project, other_project]).exists()
     assert not Project.objects.filter(pk__in=[project.pk, other_project.pk]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stores_a_call_whose_days_partitions_another_process_dropped(api):
+    """Ingest remembers the days whose partitions it saw (no catalog query for them); a day
+    dropped behind its back (retention in another process) costs a retried attempt, not a call."""
+    day = datetime(2001, 5, 6, 7, 8, tzinfo=UTC)
+
+    def post(call_id: str):
+        m = make_manifest(call_id, run_id="dropped-day", items=3)
+        m["started_at"] = day.isoformat()
+        m["ended_at"] = (day + timedelta(seconds=1)).isoformat()
+        return api.post(m)
+
+    assert post("before-drop").json()["accepted"] == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert post("seen-day").json()["accepted"] == 1
+    if connection.vendor == "postgresql":
+        assert not [q for q in queries if "to_regclass" in q["sql"]]  # the day was seen
+        with connection.cursor() as cursor:  # as another process's retention would
+            for table in reversed(partitions.PARTITIONED_TABLES):
+                cursor.execute(f'DROP TABLE "{partitions.partition_name(table, day.date())}"')
+        CallKey.objects.all().delete()
+
+    r = post("after-drop")
+
+    assert r.status_code == 200, r.content
+    assert r.json()["accepted"] == 1
+    call = CallModel.objects.get(call_id="after-drop")
+    assert call.items.count() == 3
+    if connection.vendor == "postgresql":
+        assert partition_rows("manifests_call", day.date()) == 1
