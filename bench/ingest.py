@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+from bench.support import PG, create_database, create_key  # noqa: E402
+
 DB = "ctxview_bench"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 KINDS = ["system", "tools", "task", "history", "tool_result", "retrieval", "memory", "summary"]
@@ -99,32 +100,6 @@ def peak_rss_kib(pid: int) -> int:
         except FileNotFoundError:
             pass
     return total
-
-
-def reset_database(env: dict) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-
-
-def create_key(env: dict) -> str:
-    code = (
-        "from manifests import services;"
-        "p = services.create_project(name='bench');"
-        "print(services.create_api_key(project=p, can_ingest=True, can_read=True)[1])"
-    )
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
 
 
 def post_all(port: int, key: str, bodies: list[bytes]) -> float:
@@ -247,8 +222,8 @@ def main() -> None:
     # As in production: analysis is handed to Redis (one task per batch), not run
     # inside the request. No worker consumes this scratch queue; it is flushed after.
     env["REDIS_URL"] = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/14")
-    reset_database(env)
-    key = create_key(env)
+    create_database(DB, env)
+    key = create_key(env, "bench")
 
     def round_bodies(r: int) -> tuple[list[dict], list[bytes]]:
         docs = [manifest(r * args.manifests + n, args.items) for n in range(args.manifests)]

@@ -120,18 +120,17 @@ def ensure_days(days: Iterable[date], *, use_seen: bool = False) -> int:
     if days <= seen:
         return 0
     missing = missing_days(days - seen)
-    if use_seen and not connection.in_atomic_block:
-        seen.update(days)  # present now or created below (committed before returning)
-    if not missing:
-        return 0
     created = 0
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PARTITION_LOCK])
-        for day in missing:
-            created += _create_day(cursor, day)
-    if created:
-        logger.info("created %d partitions for %s", created, ", ".join(str(d) for d in missing))
+    if missing:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS)}")
+            lock(cursor)
+            for day in missing:
+                created += _create_day(cursor, day)
+        if created:
+            logger.info("created %d partitions for %s", created, ", ".join(str(d) for d in missing))
+    if use_seen and not connection.in_atomic_block:
+        seen.update(days)  # present now: found, or created and committed above (a failure raised)
     return created
 
 
