@@ -6,7 +6,8 @@
     .venv/bin/python bench/analysis.py --trend-db ctxview_bench_pages --trend-project bench
 
 Needs PostgreSQL and Redis (BENCH_PG, BENCH_REDIS); works on a scratch database
-(``ctxview_bench_analysis``, dropped and recreated) and a Redis key prefix of its own.
+(``<name>_bench_analysis`` for DATABASE_URL=.../<name>, else ``ctxview_bench_analysis``;
+dropped and recreated) and a Redis key prefix of its own.
 
 1. Throughput. Ingests ``batches`` batches of ``batch-size`` manifests, then
    analyses the same batches twice from the same starting state: by calling the
@@ -43,7 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/14")
-DB = "ctxview_bench_analysis"
+from bench.support import scratch_database_name  # noqa: E402
+
+DB = scratch_database_name("analysis", "ctxview_bench_analysis")
 PREFIX = f"ctxview-bench-{uuid.uuid4().hex[:8]}:"
 T0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
 KINDS = ["system", "tools", "task", "history", "tool_result", "retrieval", "memory", "summary"]
@@ -359,12 +362,15 @@ def trend_bench(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     problems = scale_data.verify_rollups(project.pk)
     built = time.perf_counter() - started
+    figure_problems = scale_data.verify_figures(project.pk)
     fast, from_rollups = timed(lambda: trend_from_rollups(project, **window), args.repeat)
     slow, from_raw = timed(lambda: trend_from_raw(project, **window), max(1, args.repeat // 2 + 1))
     same = from_rollups == from_raw
     print(f"\n2. 30-day trend on N = {n:,} items of this project ({calls:,} calls; generated in {generated:.0f} s; "
           f"sample of rollup buckets equal to rollups.py: {not problems}, checked in {built:.0f} s)")
-    for p in problems:
+    print(f"   sample of calls' figures and cache events equal to ctxkit.figures and the analysis's classify(): "
+          f"{not figure_problems}")
+    for p in problems + figure_problems:
         print("   " + p)
     print(f"   rollups   median {fast * 1000:9.1f} ms")
     print(f"   raw table median {slow * 1000:9.1f} ms")

@@ -4,7 +4,8 @@ Redis, against one of each in the same run, then an exactly-once check with a wo
     .venv/bin/python bench/cluster.py [--manifests 3000] [--items 20] [--batch 50] [--threads 8]
         [--port 8170] [--redis redis://127.0.0.1:6379/7] [--keep]
 
-Creates a scratch database (ctxview_cluster, dropped at the end unless --keep) and uses the
+Creates a scratch database (``<name>_bench_cluster`` for DATABASE_URL=.../<name>, else
+ctxview_cluster; dropped at the end unless --keep) and uses the
 given Redis database (flushed before and after). A node is what one 2-core machine would run:
 a web node is gunicorn with 2 workers, a worker node a Celery prefork worker of concurrency 2;
 one beat runs on its own. Three phases, each with a project of its own and fresh processes:
@@ -62,9 +63,10 @@ from bench.support import (  # noqa: E402
     create_key,
     drop_database,
     group_cpu_seconds,
+    scratch_database_name,
 )
 
-DB = "ctxview_cluster"
+DB = scratch_database_name("cluster", "ctxview_cluster")
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 VISIBILITY_TIMEOUT = 30
 KINDS = ["system", "task", "history", "tool_result", "retrieval"]

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/otlp.py [--spans 2000] [--batch 200] [--workers 2]
 
-Starts a real server (gunicorn) on a scratch PostgreSQL database, then:
+Starts a real server (gunicorn) on a scratch PostgreSQL database (``<name>_bench_otlp`` for
+DATABASE_URL=.../<name>, else ``ctxview_bench_otlp``), then:
 1. native: posts the manifests that the OTLP mapping makes of the spans (gzip JSON,
    ``POST /api/v1/manifests``) and reports manifests/s;
 2. OTLP: posts the same calls as GenAI inference spans (gzip protobuf, as the
@@ -28,9 +29,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.support import PG, Processes, create_database, create_key, drop_database  # noqa: E402
+from bench.support import (  # noqa: E402
+    PG,
+    Processes,
+    create_database,
+    create_key,
+    drop_database,
+    scratch_database_name,
+)
 
-DB = "ctxview_bench_otlp"
+DB = scratch_database_name("otlp", "ctxview_bench_otlp")
 SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))
 TOOLS = [{"type": "function", "name": f"tool_{n}", "description": "Look something up",
           "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}} for n in range(4)]

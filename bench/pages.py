@@ -214,6 +214,9 @@ def main() -> None:
         problems = scale_data.verify_rollups(project.pk)
         print("rollups equal to manifests/analysis/rollups.py on a sample of buckets: "
               + ("yes" if not problems else "NO\n  " + "\n  ".join(problems)))
+        problems = scale_data.verify_figures(project.pk)
+        print("figures and cache events equal to ctxkit.figures and the analysis's classify() on a sample of calls: "
+              + ("yes" if not problems else "NO\n  " + "\n  ".join(problems)))
     elif not args.keep or not Call.objects.filter(project=project).exists():
         print(f"loading {args.calls} calls x {args.items_per_call} items through ingest + analysis ...")
         seconds, stored = load(project, args.calls, args.items_per_call, args.batch)

@@ -19,20 +19,24 @@ the tables (so every query must filter by project, as in production):
   extracted, deduplicated or replaced by a reference), heavy-tailed token counts, a reason
   sentence, a 64-hex content hash stable across the steps of a run, source refs for
   retrieval, and a text snippet on ``text_share`` of the items (default 5%, 200-1,700 chars);
-- per-call analysis rows as the analysis would write them: figures (tokens in context with
-  manifests/figures.py's SQL definition, cost with ctxkit's weights), cache events,
+- per-call analysis rows as the analysis would write them: figures (tokens in context, hit
+  rate, uncached tokens and cost at the price book's weights: manifests/figures.py's SQL
+  definitions compiled by Django, no formula of their own), cache events (see
+  :func:`_event_cause` for which of the analysis's causes generated data can reach),
   attributions of every missing piece of evidence (and "not used" risks), compactions with
   invariants and their review figures, the prefix registry;
 - rollups (hour and day) computed set-based from those rows, with the same sums as
   manifests/analysis/rollups.py; :func:`verify_rollups` recomputes a sample of buckets
-  with that module and compares.
+  with that module and compares, and :func:`verify_figures` recomputes a sample of calls'
+  figures and cache events with ctxkit.figures and manifests/analysis/cache.py.
 
 Not written: the raw manifest (``calls.raw`` holds a small stub; the real ingest stores the
 canonical JSON, TOAST-compressed, see docs/performance.md), context edits, regressions.
 
 Adapting to a schema change (e.g. a time column on items, or partitioned tables): every
 table's column list is one mapping below (``*_COLUMNS``: column -> SQL expression over the
-generator's row sources); add or rename a column there. Secondary indexes and foreign keys
+generator's row sources, or a function returning one when it is compiled from the
+server's definitions at generation time); add or rename a column there. Secondary indexes and foreign keys
 of the big tables are dropped before the load and re-created afterwards from their own
 definitions (``pg_get_indexdef`` / ``pg_get_constraintdef``), whatever they are.
 """
@@ -41,17 +45,17 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ctxkit.figures import ABSENT_ACTIONS, BUDGET, COMPACTION, COST_WEIGHTS, NEVER_CANDIDATE, NOT_USED, TRUNCATED
+from ctxkit.figures import ABSENT_ACTIONS, BUDGET, COMPACTION, NEVER_CANDIDATE, NOT_USED, TRUNCATED
 
 AGENTS = ("researcher", "coder", "refund-analyst", "planner")
 MODELS = ("claude-sonnet-4-5", "gpt-5-mini")  # agent n uses MODELS[n % 2]
 EVIDENCE_KEYS = ("user_constraint", "ticket_id", "refund_policy", "error_log")
-CACHE_TTL = 300
+CACHE_TTL = 300  # what the generated agents record (Call.cache_ttl_seconds); the analysis uses it first
 # The big tables whose secondary indexes and foreign keys are built after the load.
 DEFERRED_TABLES = (
     "manifests_item",
@@ -100,12 +104,13 @@ def _evidence_present(g: str, k: int | str) -> str:
     return f"({h(f'{g} * 8 + {k}', 2, 100)} < 85)"
 
 
-# The cache outcome of call (r, s): the one rule both the usage columns and the cache
-# events follow.
-CACHE_CAUSE = (
-    "CASE WHEN s = 0 THEN 'cold_start' "
-    f"WHEN {PREFIX_VERSION.format(t=CALL_TIME)} <> {PREFIX_VERSION.format(t=PREV_TIME)} THEN 'prefix_changed' "
-    f"WHEN sr.gap > {CACHE_TTL} THEN 'ttl_expired' ELSE 'hit' END"
+# Does call (r, s) read its prefix from the cache? Not the first step of its run, the same
+# prefix as the step before, within the TTL. The usage columns follow this; the cache events
+# are then classified from the stored calls (:func:`_event_cause`), and verify_figures checks
+# them against the analysis's own classify().
+WARM = (
+    f"(s > 0 AND {PREFIX_VERSION.format(t=CALL_TIME)} = {PREFIX_VERSION.format(t=PREV_TIME)} "
+    f"AND sr.gap <= {CACHE_TTL})"
 )
 
 RUN_COLUMNS: dict[str, str] = {
@@ -143,8 +148,8 @@ CALL_COLUMNS: dict[str, str] = {
     ),
     "cache_ttl_seconds": str(CACHE_TTL),
     "input_tokens": "sr.prefix_tokens + c.item_count * (300 + " + h("g", 4, 400) + ")",
-    "cache_read_tokens": f"CASE WHEN {CACHE_CAUSE} = 'hit' THEN sr.prefix_tokens ELSE 0 END",
-    "cache_write_tokens": f"CASE WHEN {CACHE_CAUSE} = 'hit' THEN 0 ELSE sr.prefix_tokens END",
+    "cache_read_tokens": f"CASE WHEN {WARM} THEN sr.prefix_tokens ELSE 0 END",
+    "cache_write_tokens": f"CASE WHEN {WARM} THEN 0 ELSE sr.prefix_tokens END",
     "output_tokens": "200 + " + h("g", 5, 1500),
     "status": f"CASE WHEN {h('g', 6, 50)} = 0 THEN 'error' ELSE 'ok' END",
     "finish_reason": "'end_turn'",
@@ -245,16 +250,55 @@ EVIDENCE_COLUMNS: dict[str, str] = {
     "used": f"CASE WHEN {_evidence_present('c.g', 'k')} THEN {h('c.g * 8 + k', 31, 10)} < 8 ELSE NULL END",
 }
 
+
+
+def _call_figure(alias: str, build: Callable[[Any], Any]) -> Callable[[], str]:
+    """A figure of manifests/figures.py over the call row ``alias``, compiled to SQL when the
+    generator runs (it needs Django's connection): ``build`` gets the module."""
+
+    def compiled() -> str:
+        from manifests import figures
+        from manifests.models import Call
+
+        return figures.as_sql(build(figures), Call, alias)
+
+    return compiled
+
+
+def _hit_rate(alias: str) -> Callable[[], str]:
+    def build(figures: Any) -> Any:
+        from django.db.models import F
+
+        return figures.hit_rate(F("cache_read_tokens"), F("input_tokens"))
+
+    return _call_figure(alias, build)
+
+
+def _cost() -> str:
+    """The analysis's cost (manifests/analysis/figures.py): ctxkit.figures.cost_units at the
+    weights of the call's model in the price book (per 1k tokens / 1000), compiled from
+    manifests/figures.py once per generated model."""
+    from manifests import figures
+    from manifests.analysis.prices import PriceBook
+    from manifests.models import Call
+
+    book = PriceBook.load()
+    whens = " ".join(
+        f"WHEN '{m}' THEN {figures.as_sql(figures.cost_units(weights=book.for_model(m).weights), Call, 'c')}"
+        for m in MODELS
+    )
+    return f"CASE c.model {whens} END"
+
+
 # Figures: per call, from the per-call item sums in scale_item_sums (s) and the call (c).
 _OCCUPIED = "coalesce(nullif(c.input_tokens, 0), s.tokens)"
-_UNCACHED = "greatest(0, c.input_tokens - c.cache_read_tokens - c.cache_write_tokens)"
-FIGURES_COLUMNS: dict[str, str] = {
+FIGURES_COLUMNS: dict[str, str | Callable[[], str]] = {
     "call_id": "c.id",
     "project_id": "c.project_id",
     "started_at": "c.started_at",
     "context_tokens": "s.tokens",
-    "uncached_input_tokens": _UNCACHED,
-    "cache_hit_ratio": "CASE WHEN c.input_tokens > 0 THEN c.cache_read_tokens::float8 / c.input_tokens END",
+    "uncached_input_tokens": _call_figure("c", lambda f: f.uncached_tokens()),
+    "cache_hit_ratio": _hit_rate("c"),
     "window_utilization": f"{_OCCUPIED}::float8 / greatest(1, c.window)",
     "effective_limit": "greatest(1, (c.window * 0.25)::int8)",
     "effective_share": f"{_OCCUPIED}::float8 / greatest(1, (c.window * 0.25)::int8)",
@@ -266,9 +310,7 @@ FIGURES_COLUMNS: dict[str, str] = {
     "tool_tokens": "s.tool_tokens",
     "tool_share": "CASE WHEN s.tokens > 0 THEN s.tool_tokens::float8 / s.tokens ELSE 0 END",
     "untrusted_tokens": "s.untrusted_tokens",
-    "cost": f"({_UNCACHED} * {COST_WEIGHTS['input']} + c.cache_read_tokens * {COST_WEIGHTS['cache_read']}"
-    f" + c.cache_write_tokens * {COST_WEIGHTS['cache_write']} + c.output_tokens * {COST_WEIGHTS['output']})"
-    " / 1000.0",
+    "cost": _cost,
     "evidence_positions": "'{}'::jsonb",
 }
 
@@ -290,21 +332,64 @@ ATTRIBUTION_COLUMNS: dict[str, str] = {
     "started_at": "c.started_at",
 }
 
-CACHE_EVENT_COLUMNS: dict[str, str] = {
+# The gap the analysis measures: from the previous call's end (when the cache was last used).
+_GAP = "extract(epoch FROM c.started_at - coalesce(p.ended_at, p.started_at))"
+
+
+def _event_cause() -> str:
+    """The cause of call c's cache outcome, given the previous call p of its run (NULL for
+    the first): the branches of manifests/analysis/cache.py's classify() that generated data
+    can reach, in classify's order, with its names (CacheEvent's constants).
+
+    classify has no SQL form (it runs in Python per analysed chunk), so this is the subset
+    that generated calls need, not a second definition; verify_figures runs classify on a
+    sample and compares. Left out, because no generated call can reach them: "below the
+    minimum" (every prefix is 1,800+ tokens, above the default 1,024), a model change
+    within a run (a run has one model), "first call warm from another run" (a first step
+    never reads the cache), and the price book's TTL (every call records its TTL)."""
+    from manifests.models import CacheEvent as E
+
+    return (
+        f"CASE WHEN p.id IS NULL THEN '{E.COLD_START}' "
+        f"WHEN c.prefix_hash <> '' AND p.prefix_hash <> '' AND c.prefix_hash <> p.prefix_hash "
+        f"THEN '{E.PREFIX_CHANGED}' "
+        f"WHEN c.cache_read_tokens > 0 THEN '{E.HIT}' "
+        f"WHEN {_GAP} > coalesce(nullif(p.cache_ttl_seconds, 0), nullif(c.cache_ttl_seconds, 0)) "
+        f"THEN '{E.TTL_EXPIRED}' "
+        f"ELSE '{E.COLD_START}' END"
+    )
+
+
+def _event_texts() -> str:
+    from manifests.models import CacheEvent as E
+
+    return (
+        f"CASE x.cause WHEN '{E.HIT}' THEN 'same prefix as the previous call, read from the cache' "
+        f"WHEN '{E.COLD_START}' THEN 'first call of the run: nothing cached yet' "
+        f"WHEN '{E.TTL_EXPIRED}' THEN 'longer than the cache TTL since the previous call' "
+        "ELSE 'segment ''system'' changed; the cache is lost from there on' END"
+    )
+
+
+def _changed_segment() -> str:
+    from manifests.models import CacheEvent as E
+
+    # Only the system segment's hash changes (every two days): classify's first changed segment.
+    return f"CASE WHEN x.cause = '{E.PREFIX_CHANGED}' THEN 'system' ELSE '' END"
+
+
+CACHE_EVENT_COLUMNS: dict[str, str | Callable[[], str]] = {
     "project_id": "c.project_id",
     "call_id": "c.id",
     "previous_call_id": "p.id",
     "cause": "x.cause",
-    "changed_segment": "CASE WHEN x.cause = 'prefix_changed' THEN 'system' ELSE '' END",
-    "gap_seconds": "extract(epoch FROM c.started_at - p.started_at)",
-    "hit_ratio": "CASE WHEN c.input_tokens > 0 THEN c.cache_read_tokens::float8 / c.input_tokens END",
-    "previous_hit_ratio": "CASE WHEN p.input_tokens > 0 THEN p.cache_read_tokens::float8 / p.input_tokens END",
+    "changed_segment": _changed_segment,
+    "gap_seconds": _GAP,
+    "hit_ratio": _hit_rate("c"),
+    "previous_hit_ratio": _hit_rate("p"),
     "prefix_hash": "c.prefix_hash",
     "previous_prefix_hash": "coalesce(p.prefix_hash, '')",
-    "detail": "CASE x.cause WHEN 'hit' THEN 'Same prefix within the TTL' "
-    "WHEN 'cold_start' THEN 'First call of the run' "
-    "WHEN 'ttl_expired' THEN 'More than the cache TTL since the previous call' "
-    "ELSE 'The system segment of the prefix changed' END",
+    "detail": _event_texts,
     "started_at": "c.started_at",
 }
 
@@ -347,8 +432,8 @@ COMPACTION_FIGURES_COLUMNS: dict[str, str] = {
 }
 
 
-def _cols(columns: dict[str, str]) -> tuple[str, str]:
-    return ", ".join(f'"{c}"' for c in columns), ", ".join(columns.values())
+def _cols(columns: Mapping[str, str | Callable[[], str]]) -> tuple[str, str]:
+    return ", ".join(f'"{c}"' for c in columns), ", ".join(v() if callable(v) else v for v in columns.values())
 
 
 @dataclass
@@ -357,7 +442,7 @@ class Report:
     calls: int = 0
     runs: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-    sizes: dict[str, int] = field(default_factory=dict)  # pg_total_relation_size per table
+    sizes: dict[str, int] = field(default_factory=dict)  # pg_total_relation_size per table (and its partitions)
     stopped_early: str = ""
 
     @property
@@ -592,10 +677,7 @@ def generate(
                 FROM scale_calls sc
                 JOIN manifests_call c ON c.id = sc.id
                 LEFT JOIN manifests_call p ON p.run_id = c.run_id AND p.step = c.step - 1
-                CROSS JOIN LATERAL (SELECT CASE WHEN p.id IS NULL THEN 'cold_start'
-                                            WHEN c.prefix_hash <> p.prefix_hash THEN 'prefix_changed'
-                                            WHEN c.started_at - p.started_at > interval '{CACHE_TTL} seconds'
-                                            THEN 'ttl_expired' ELSE 'hit' END AS cause) x
+                CROSS JOIN LATERAL (SELECT {_event_cause()} AS cause) x
                 ORDER BY c.id
                 """
             )
@@ -907,10 +989,62 @@ def verify_rollups(project_id: int, sample: int = 12) -> list[str]:
     return problems
 
 
+def verify_figures(project_id: int, sample: int = 40) -> list[str]:
+    """Recompute a sample of the generated calls with the real code and return the
+    differences (empty: the generator wrote what the analysis would): tokens in context,
+    hit rate, uncached tokens and cost with ctxkit.figures (cost at the price book's
+    weights, as manifests/analysis/figures.py), and the cache event with
+    manifests/analysis/cache.py's classify() against the previous call of the run."""
+    from ctxkit import figures as ref
+    from manifests.analysis import cache
+    from manifests.analysis.prices import PriceBook
+    from manifests.models import CacheEvent, Call, CallFigures, Item
+
+    book = PriceBook.load()
+    pks = list(Call.objects.filter(project_id=project_id, analyzed_at__isnull=False)
+               .order_by("?").values_list("pk", flat=True)[:sample])
+    calls = {c.pk: c for c in Call.objects.filter(pk__in=pks)}
+    stored = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
+    events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
+    problems = []
+    for pk in pks:
+        call, got = calls[pk], stored.get(pk)
+        if got is None:
+            problems.append(f"call {pk}: no figures")
+            continue
+        want = {
+            "context_tokens": ref.total_context_tokens(Item.objects.filter(call_id=pk)),
+            "cache_hit_ratio": ref.hit_rate(call.cache_read_tokens, call.input_tokens),
+            "uncached_input_tokens": ref.uncached_tokens(call),
+            "cost": ref.cost_units(call, book.for_model(call.model).weights),
+        }
+        problems += [f"call {pk} {name}: generated {getattr(got, name)!r}, ctxkit.figures {value!r}"
+                     for name, value in want.items() if getattr(got, name) != value]
+        row = Call.objects.filter(pk=pk).values(*cache.NEIGHBOUR_FIELDS).get()
+        prev = (Call.objects.filter(run_id=call.run_id, step=call.step - 1).values(*cache.NEIGHBOUR_FIELDS).first()
+                if call.step > 0 else None)
+        real, event = cache.classify(row, prev, book), events.get(pk)
+        if event is None:
+            problems.append(f"call {pk}: no cache event")
+            continue
+        for name in ("cause", "changed_segment", "previous_call_id", "hit_ratio", "previous_hit_ratio"):
+            if getattr(event, name) != getattr(real, name):
+                problems.append(f"call {pk} cache {name}: generated {getattr(event, name)!r}, "
+                                f"classify {getattr(real, name)!r}")
+        gap, real_gap = event.gap_seconds, real.gap_seconds
+        if (gap is None) != (real_gap is None) or (gap is not None and abs(gap - real_gap) > 1e-6):
+            problems.append(f"call {pk} cache gap_seconds: generated {gap!r}, classify {real_gap!r}")
+    return problems
+
+
 def sizes(cursor: Any) -> dict[str, int]:
     out = {}
     for table in TABLES:
-        cursor.execute("SELECT pg_total_relation_size(%s::regclass)", [table])
+        # A partitioned table's own size is 0: its partitions hold the rows (pg_partition_tree
+        # lists a plain table as its only member).
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s::regclass)", [table]
+        )
         out[table] = cursor.fetchone()[0]
     return out
 
@@ -932,4 +1066,4 @@ def describe(report: Report) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ABSENT_ACTIONS", "Report", "describe", "generate", "rollups", "sizes", "verify_rollups"]
+__all__ = ["ABSENT_ACTIONS", "Report", "describe", "generate", "rollups", "sizes", "verify_figures", "verify_rollups"]

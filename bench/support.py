@@ -267,3 +267,18 @@ def backend_cpu_seconds(conn) -> float:
         except OSError:
             continue
     return total
+
+
+def scratch_database_name(suffix: str, default: str) -> str:
+    """A bench's scratch database, the way bench/pages.py names its own: ``<name>_bench_<suffix>``
+    when DATABASE_URL names a PostgreSQL database (so benches started by different people with
+    different DATABASE_URLs never drop each other's database), else ``default``. The server is
+    still BENCH_PG's."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("DATABASE_URL", ""))
+    name = url.path.lstrip("/") if url.scheme.startswith("postgres") else ""
+    db = f"{name}_bench_{suffix}" if name else default
+    if not db.replace("_", "").isalnum():  # it goes unquoted into DROP/CREATE DATABASE
+        raise SystemExit(f"refusing scratch database name {db!r}")
+    return db

@@ -3,14 +3,18 @@
 Every query that counts tokens in context, hit rate, uncached tokens or cost builds on
 these, so the database and Python agree (tests/test_figures_agree.py checks it on
 generated data, on PostgreSQL and SQLite). The field lists of the rollups and of an
-item live here too, written once.
+item live here too, written once. Callers that write raw SQL (bench/scale_data.py's
+``INSERT ... SELECT`` generator) take these same expressions as SQL text through
+:func:`as_sql`, never a hand-written copy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
-from django.db.models import Case, ExpressionWrapper, F, FloatField, Q, Value, When
+from django.db.models import Case, ExpressionWrapper, F, FloatField, Model, Q, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Cast, Coalesce, Greatest
 from django.db.models.lookups import GreaterThan
@@ -19,8 +23,8 @@ from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CA
 from ctxkit.figures import hit_rate as hit_rate_of
 
 __all__ = [
-    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "context_tokens", "cost_units", "hit_rate",
-    "hit_rate_of", "in_context", "uncached_tokens",
+    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "context_tokens", "cost_units",
+    "hit_rate", "hit_rate_of", "in_context", "uncached_tokens",
 ]
 
 # The additive columns of a rollup bucket (models.Rollup), summed by day buckets, the
@@ -89,3 +93,30 @@ def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) ->
         + Cast(_f(prefix, "output_tokens"), FloatField()) * Value(weights["output"]),
         output_field=FloatField(),
     )
+
+
+def as_sql(expression: Any, model: type[Model], alias: str) -> str:
+    """One of the expressions above (built with ``prefix=""``) as SQL text over the row
+    of ``model``'s table named ``alias`` in the caller's FROM clause: the same definition,
+    compiled by Django for the current database, for callers that write raw SQL. Its
+    parameters (numbers: weights, 0; words: actions) are inlined, because the text is spliced into
+    statements that carry parameters of their own."""
+    from django.db import connection
+    from django.db.models.sql import Query
+
+    query = Query(model)
+    resolved = expression.resolve_expression(query, allow_joins=False)
+    resolved = resolved.relabeled_clone({model._meta.db_table: alias})
+    sql, params = query.get_compiler(connection=connection).compile(resolved)
+    return sql % tuple(_literal(p) for p in params)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str) and not set(value) & {"'", "%", "\\"}:
+        return f"'{value}'"  # the actions of in_context: plain words
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"as_sql inlines finite numbers and plain words only, not {value!r}")
+    # int()/float() unwrap the driver's typed wrappers (psycopg's Int4); repr round-trips
+    # a float exactly; parentheses keep "- -1" from reading as a comment.
+    text = str(int(value)) if isinstance(value, int) else repr(float(value))
+    return f"({text})" if value < 0 else text
