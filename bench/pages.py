@@ -171,6 +171,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="with --items: item chunks inserted at once")
     parser.add_argument("--load-minutes", type=float, default=None,
                         help="with --items: stop loading items after this long (the report says where)")
+    parser.add_argument("--only", default="",
+                        help="measure only the pages whose label contains one of these comma-separated words "
+                             "(the baseline is always measured), e.g. --only 'call view,trend'")
     args = parser.parse_args()
 
     where = scratch_database(args.keep)
@@ -263,7 +266,10 @@ def main() -> None:
     ]
     print(f"\n{'page':<40} {'median ms':>10} {'p95 ms':>9} {'queries':>8} {'x baseline':>11}")
     base = None
+    wanted = [w.strip().lower() for w in args.only.split(",") if w.strip()]
     for name, url in pages:
+        if wanted and not name.startswith("baseline") and not any(w in name.lower() for w in wanted):
+            continue
         median, p95, queries, status = measure(client, url, args.repeat)
         if status not in (200, 302):
             print(f"{name:<40} HTTP {status}")
