@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ctxkit.context import alloc_cache, ops_dedupe, readback
 from ctxkit.context.allocator import Segment, allocate
-from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.ops_extract import LinePlan, cut_lines, plan_extract, plan_summary
 from ctxkit.context.ops_schema import RISK, is_risky
 from ctxkit.context.ops_truncate import truncate_head_tail
 from ctxkit.context.readback import KeyField, read_back
@@ -131,19 +131,19 @@ def test_it_sees_u_fffx_characters_in_long_and_short_texts() -> None:
         assert count_cjk_lines(text + "\ufffd", [text + "\ufffd"]) == (3 * size,)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab =\n429"), min_size=1, max_size=300), st.integers(min_value=1, max_value=90),
-       st.sampled_from([None, "log#3"]), st.booleans())
+       st.sampled_from([None, "log#3"]), st.booleans(), st.sampled_from([0.55, 0.1, 0.5, 0.9]))
 def test_it_truncates_ascii_text_by_arithmetic_as_the_counting_path_does(
-    text: str, budget: int, ref: str | None, marked: bool
+    text: str, budget: int, ref: str | None, marked: bool, head_ratio: float
 ) -> None:
     def counted(piece: str) -> int:  # the same counts, not recognised as the default estimator
         return estimate_tokens(piece)
 
     if marked:  # a text cut before: its marker is summed, not repeated
         text, _ = truncate_head_tail(text * 3, max(1, budget * 2), ref=ref)
-    fast_text, fast = truncate_head_tail(text, budget, ref=ref, estimate=memo_estimator())
-    slow_text, slow = truncate_head_tail(text, budget, ref=ref, estimate=counted)
+    fast_text, fast = truncate_head_tail(text, budget, ref=ref, head_ratio=head_ratio, estimate=memo_estimator())
+    slow_text, slow = truncate_head_tail(text, budget, ref=ref, head_ratio=head_ratio, estimate=counted)
     assert (fast_text, fast.to_dict()) == (slow_text, slow.to_dict())
 
 
@@ -157,3 +157,25 @@ _RISK_PIECES = ["Delete", "DROP", "pays", "Pii", "prod", "Production", "cannot b
 def test_it_finds_risk_wording_as_the_case_insensitive_pattern_does(pieces: list[str]) -> None:
     sentence = "".join(pieces)
     assert is_risky(sentence) == (RISK.search(sentence) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["退款率 3：按季度", "error=429 retry", "", "  ", "金额 100 元\uff0c",
+                                          "\ufff9x", "\U00020000字", "plain line", "不得访问外网"]),
+                         min_size=1, max_size=6), min_size=1, max_size=6),
+       st.sampled_from([(), ("plain line",), ("不得访问外网", "error=429 retry")]), st.integers(0, 3))
+def test_it_makes_line_plans_with_a_shared_line_memo_as_without(
+    texts: list[list[str]], pinned: tuple[str, ...], keep_recent: int
+) -> None:
+    # One call's memo of line CJK counts, shared by many plans, against a plan made alone; and the
+    # plan built slot by slot against the dataclass's own constructor.
+    line_cjk: dict[str, int] = {}
+    for lines in texts:
+        text = "\n".join(lines)
+        for make, kwargs in ((plan_extract, {}), (plan_summary, {"keep_recent": keep_recent})):
+            shared = make(text, pinned=pinned, estimate=memo_estimator(), line_cjk=line_cjk, **kwargs)
+            alone = make(text, pinned=pinned, estimate=estimate_tokens, **kwargs)
+            assert shared == alone
+            assert alone == LinePlan(*(getattr(alone, name) for name in LinePlan.__dataclass_fields__))
+            assert shared.cjk == tuple(count_cjk(line) for line in lines)
+            assert shared.costs == tuple(estimate_tokens(lines[n] + "\n") for n in shared.order)

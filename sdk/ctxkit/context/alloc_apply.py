@@ -32,8 +32,12 @@ POLICY_ACTION = {
 }
 
 
-def apply_policy(seg: Segment, a: Allocation, text: str, budget: int, estimate: Estimator, scorer: Scorer) -> None:
-    """Cut the segment to its grant by its policy and explain it."""
+def apply_policy(
+    seg: Segment, a: Allocation, text: str, budget: int, estimate: Estimator, scorer: Scorer,
+    line_cjk: dict[str, int] | None = None,
+) -> None:
+    """Cut the segment to its grant by its policy and explain it. ``scorer`` and ``line_cjk`` (line ->
+    CJK count) are memos for one call, shared by its segments' line plans."""
     if a.duplicate_of is not None:
         return
     if a.pinned:
@@ -49,7 +53,7 @@ def apply_policy(seg: Segment, a: Allocation, text: str, budget: int, estimate: 
         a.action = "drop"
         note = "no budget left after pinned segments and higher priorities"
     else:
-        out, rec = _run_policy(seg, text, a.granted, estimate, scorer)
+        out, rec = _run_policy(seg, text, a.granted, estimate, scorer, line_cjk)
         used = estimate(out)
         if used > a.granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
             out, rec = truncate_head_tail(out, a.granted, ref=seg.source_ref, estimate=estimate)
@@ -77,7 +81,9 @@ def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
     return OpRecord(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
 
 
-def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer) -> tuple[str, OpRecord]:
+def _run_policy(
+    seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None
+) -> tuple[str, OpRecord]:
     ref = seg.source_ref
     if seg.policy in ("extract", "summarize"):
         # Ranking lines and costing them does not depend on the grant: with the default estimator
@@ -92,10 +98,10 @@ def _run_policy(seg: Segment, text: str, grant: int, estimate: Estimator, scorer
         plan: LinePlan | None = alloc_cache.plan(key) if default else None  # type: ignore[assignment]
         if plan is None:
             if seg.policy == "extract":
-                plan = plan_extract(text, pinned=seg.pinned_lines, estimate=estimate, scorer=scorer)
+                plan = plan_extract(text, pinned=seg.pinned_lines, estimate=estimate, scorer=scorer, line_cjk=line_cjk)
             else:
                 plan = plan_summary(text, keep_recent=seg.keep_recent, pinned=seg.pinned_lines, estimate=estimate,
-                                    scorer=scorer)
+                                    scorer=scorer, line_cjk=line_cjk)
             if default:
                 alloc_cache.keep_plan(key, text, plan)
         return cut_lines(plan, grant, ref=ref, estimate=estimate)

@@ -65,15 +65,15 @@ class _Bounded:
                 oldest = next(iter(self.entries))
                 self.chars -= self.entries.pop(oldest)[0]
 
-    def put_many(self, new: dict[str, object]) -> None:
-        """``put(text, len(text), value)`` for each ``text: value`` of ``new``, under one lock."""
+    def put_sized(self, new: dict[Hashable, tuple[int, object]]) -> None:
+        """``put(key, size - 1, value)`` for each ``key: (size, value)`` of ``new``, under one lock."""
         with self.lock:
             entries = self.entries
-            for key in [key for key in new if key in entries]:  # refreshed: counted again below
-                self.chars -= entries.pop(key)[0]
-            sized = {key: (len(key) + 1, value) for key, value in new.items()}
-            entries.update(sized)
-            self.chars += sum(size for size, _ in sized.values())
+            if entries:
+                for key in [key for key in new if key in entries]:  # refreshed: counted again below
+                    self.chars -= entries.pop(key)[0]
+            entries.update(new)
+            self.chars += sum([size for size, _ in new.values()])
             while self.chars > MAX_CHARS and entries:
                 self.chars -= entries.pop(next(iter(entries)))[0]
 
@@ -105,32 +105,49 @@ def facts(text: str, repeats: bool) -> TextFacts:
     return new
 
 
+def _json_like(text: str) -> bool:
+    """``text.lstrip()[:1] in ("{", "[")`` without copying the text when it starts with no space."""
+    first = text[:1]
+    if first.isspace():
+        first = text.lstrip()[:1]
+    return first == "{" or first == "["
+
+
+_new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a Python call; the same tuple
+
+
 def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]:
     """``[facts(text, r) for text, r in zip(texts, repeats)]``; the texts not known yet are worked
     out together (one fold, one CJK scan over all of them: an agent's first call)."""
     found: list[TextFacts | None] = []
     todo: dict[str, bool] = {}  # new text -> line dedupe wanted (a text may come twice)
-    entries = _facts.entries
+    get = _facts.entries.get
     for text, wanted in zip(texts, repeats, strict=True):
-        hit = entries.get(text)
+        hit = get(text)
         if hit is not None:
             known: TextFacts = hit[1]  # type: ignore[assignment]
             if known.repeats is not None or not wanted or known.json_like:
                 found.append(known)
                 continue
         found.append(None)
-        todo[text] = todo.get(text, False) or wanted
+        if wanted or text not in todo:
+            todo[text] = wanted
     if not todo:
         return found  # type: ignore[return-value]
     new_texts = list(todo)
-    json_like = [text.lstrip()[:1] in ("{", "[") for text in new_texts]
+    json_like = [_json_like(text) for text in new_texts]
     wants = [wanted and not js for wanted, js in zip(todo.values(), json_like, strict=True)]
-    cjk = count_cjk_many(new_texts)
-    made: dict[str, object] = {}
-    for text, (key, rep), n, js in zip(new_texts, keys_and_repeats(new_texts, wants), cjk, json_like, strict=True):
-        made[text] = TextFacts(key, n, js, rep, count_cjk(rep[0]) if rep is not None and rep[1] else 0)
-    _facts.put_many(made)
-    return [f if f is not None else made[text] for f, text in zip(found, texts, strict=True)]  # type: ignore[misc]
+    keyed = keys_and_repeats(new_texts, wants)
+    # The CJK counts of the new texts and of their line-deduped forms, in one scan.
+    deduped = [rep[0] for _, rep in keyed if rep is not None and rep[1]]
+    cjk = count_cjk_many(new_texts + deduped if deduped else new_texts)
+    deduped_cjk = iter(cjk[len(new_texts):])
+    made: dict[str, tuple[int, TextFacts]] = {}  # text -> the cache's entry (size, facts)
+    for text, (key, rep), n, js in zip(new_texts, keyed, cjk, json_like, strict=False):  # cjk may be longer
+        made[text] = (len(text) + 1, _new_facts(TextFacts, (key, n, js, rep,  # type: ignore[call-overload]
+                                                            next(deduped_cjk) if rep is not None and rep[1] else 0)))
+    _facts.put_sized(made)
+    return [f if f is not None else made[text][1] for f, text in zip(found, texts, strict=True)]  # type: ignore[misc]
 
 
 def plan(key: Hashable) -> object | None:

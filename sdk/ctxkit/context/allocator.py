@@ -308,8 +308,9 @@ def _priority(
     whole_or_nothing(others)
 
     scorer = memo(score_line)
+    line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
     for seg, a in zip(segments, allocs, strict=True):
-        apply_policy(seg, a, texts[a.position], budget, estimate, scorer)
+        apply_policy(seg, a, texts[a.position], budget, estimate, scorer, line_cjk)
     if over_budget:
         for a in allocs:
             if not a.pinned and a.action == "drop" and a.requested:

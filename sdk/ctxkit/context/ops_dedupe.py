@@ -161,13 +161,13 @@ def keys_and_repeats(
         group = [i for i, is_ascii in enumerate(ascii_texts) if is_ascii is ascii_group]
         if not group:
             continue
-        joined = _SEP.join([texts[i] for i in group])
-        folded: list[str] = []
-        if joined.count(_SEP) == len(group) - 1:
-            whole = _fold(joined)
-            folded = whole.split(_SEP)
+        # The fold neither makes nor removes a separator, so one more part than texts means that a
+        # text holds one: then one by one.
+        whole = _fold(_SEP.join([texts[i] for i in group]))
+        folded = whole.split(_SEP)
+        if len(folded) == len(group):
             all_plain = _spaces_only(whole if ascii_group else whole.replace(_SEP, " "))  # then each is
-        if len(folded) != len(group):  # a text holding the separator: one by one
+        else:
             folded, all_plain = [_fold(texts[i]) for i in group], False
         for i, fold in zip(group, folded, strict=True):
             text = texts[i]

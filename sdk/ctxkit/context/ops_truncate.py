@@ -115,6 +115,12 @@ def truncate_head_tail(
     # ASCII text and ref with the default estimator: every piece below, the marker too (ASCII but
     # for its "…", which is not CJK), costs ceil(len / 4), so nothing needs a scan.
     ascii_only = text.isascii() and (ref is None or ref.isascii()) and is_default_estimator(estimate)
+    if ascii_only and not marked:  # (an ASCII text holds no marker: its "…" is not ASCII)
+        out, omitted = _cut_ascii(text, budget, before, ref, head_ratio)
+        after = -(-len(out) // CHARS_PER_TOKEN_LATIN)
+        remember(estimate, out, after)  # the caller asks for it again
+        return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+                             {"omitted_tokens": omitted, "ref": ref})
     count = _ascii_tokens if ascii_only else estimate
     body = budget - count(_marker(before + prior, ref))
     out, omitted = "", before + prior
@@ -139,6 +145,40 @@ def truncate_head_tail(
         remember(estimate, out, after)  # the caller asks for it again
     return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
                          {"omitted_tokens": omitted, "ref": ref})
+
+
+def _cut_ascii(text: str, budget: int, before: int, ref: str | None, head_ratio: float) -> tuple[str, int]:
+    """The loop of :func:`truncate_head_tail` for an unmarked ASCII text and ref with the default
+    estimator, with ``_head``, ``_tail`` and every count inline: each piece costs ceil(len / 4)
+    and a prefix or suffix within a budget is its length times 4 (tool results are cut this way
+    at every call). Returns ``(out, omitted)``."""
+    per = CHARS_PER_TOKEN_LATIN
+    size = len(text)
+    body = budget - -(-len(_marker(before, ref)) // per)
+    while body >= 0:
+        hb = int(body * head_ratio)
+        head = text[: per * hb] if hb > 0 else ""  # _head: clip, then back to a line break
+        if per * hb < size and (nl := head.rfind("\n")) >= len(head) // 2:
+            head = head[:nl]
+        head = head.rstrip("\n")
+        tb = body - hb
+        if tb > 0 and size:  # _tail: the suffix within tb, then on to a line break
+            lo = max(0, size - per * tb)
+            tail = text[lo:]
+            if lo > 0 and (nl := tail.find("\n")) != -1 and nl < len(tail) // 2:
+                tail = tail[nl + 1 :]
+            tail = tail.lstrip("\n")
+        else:
+            tail = ""
+        if len(head) + len(tail) > size:  # cannot happen for subadditive estimators
+            tail = text[len(head) :]
+        omitted = max(0, before + (-len(head) // per) + (-len(tail) // per))
+        out = head + _marker(omitted, ref) + tail
+        over = -(-len(out) // per) - budget
+        if over <= 0:
+            return out, omitted
+        body -= over
+    return "", before
 
 
 def _ascii_tokens(text: str) -> int:

@@ -65,6 +65,9 @@ WINDOW_128K = 128_000
 _FULL_BLOCKS = {0x11, 0x30, *range(0x34, 0x4D), *range(0x4E, 0xA0), *range(0xAC, 0xD7), 0xF9, 0xFA}
 _MIXED_BLOCKS = {0x31, 0x4D, 0xD7, *range(0xD8, 0xE0)}
 _BLOCK_CLASS = bytes(1 if b in _FULL_BLOCKS else 2 if b == 0xFF else 3 if b in _MIXED_BLOCKS else 0 for b in range(256))
+# _BLOCK_CLASS with classes 1 and 2 merged (U+FFxx is the high byte 0xFF): where the U+FFF0-FFFF
+# check is made on the text, one count of class 1 counts both.
+_CJK_OR_MIXED = _BLOCK_CLASS.replace(b"\x02", b"\x01")
 _SPECIALS = re.compile("[\ufff0-\uffff]")  # in U+FFxx's block but not CJK
 _SPECIAL_CHARS = tuple(map(chr, range(0xFFF0, 0x10000)))
 
@@ -99,15 +102,16 @@ def count_cjk_lines(text: str, lines: list[str]) -> tuple[int, ...]:
     encode of the whole text: one scan instead of one per line (a line feed is not CJK)."""
     if text.isascii():
         return (0,) * len(lines)
-    blocks = text.encode("utf-16-le", "surrogatepass")[1::2].translate(_BLOCK_CLASS)
-    if 3 in blocks or (2 in blocks and _has_specials(text)):  # astral, mixed blocks: per line
+    high = text.encode("utf-16-le", "surrogatepass")[1::2]
+    blocks = high.translate(_CJK_OR_MIXED)
+    if 3 in blocks or (b"\xff" in high and _has_specials(text)):  # astral, mixed blocks: per line
         return tuple(count_cjk(line) for line in lines)
     counts = []
     start = 0  # no surrogate above, so code units and characters line up
     count = blocks.count
     for line in lines:
         end = start + len(line)
-        counts.append(count(1, start, end) + count(2, start, end) if end > start else 0)
+        counts.append(count(1, start, end) if end > start else 0)
         start = end + 1
     return tuple(counts)
 
@@ -121,8 +125,9 @@ def count_cjk_many(texts: Sequence[str]) -> list[int]:
     if not wide:
         return counts
     joined = "".join([texts[i] for i in wide])
-    blocks = joined.encode("utf-16-le", "surrogatepass")[1::2].translate(_BLOCK_CLASS)
-    if 3 in blocks or (2 in blocks and _has_specials(joined)):  # code units and characters differ
+    high = joined.encode("utf-16-le", "surrogatepass")[1::2]
+    blocks = high.translate(_CJK_OR_MIXED)  # one class for 1 and 2: one count per text
+    if 3 in blocks or (b"\xff" in high and _has_specials(joined)):  # code units and characters differ
         for i in wide:
             counts[i] = count_cjk(texts[i])
         return counts
@@ -130,7 +135,7 @@ def count_cjk_many(texts: Sequence[str]) -> list[int]:
     start = 0
     for i in wide:
         end = start + len(texts[i])
-        counts[i] = count(1, start, end) + count(2, start, end)
+        counts[i] = count(1, start, end)
         start = end
     return counts
 

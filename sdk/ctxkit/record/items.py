@@ -84,18 +84,16 @@ def sanitize_item(item: Item) -> Item:
     return out
 
 
-def _in_range(value: int) -> bool:
-    return type(value) is int and 0 <= value <= MAX_TOKENS
-
-
 def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]) -> list[tuple[Item, str]]:
     """One item per allocation (in the plan's input order) and the text that reached the model."""
     out: list[tuple[Item, str]] = []
     absent = figures.ABSENT_ACTIONS
     for a in plan.allocations:
-        # The allocator's counts are ints in range: clamp only the odd one (this runs per item per call).
+        # The allocator's counts are ints in range: clamp only the odd one (this runs per item per call,
+        # so the check is inline).
         used, granted, requested = a.used, a.granted, a.requested
-        if not (_in_range(used) and _in_range(granted) and _in_range(requested)):
+        if not (type(used) is int and type(granted) is int and type(requested) is int  # noqa: E721
+                and 0 <= used <= MAX_TOKENS and 0 <= granted <= MAX_TOKENS and 0 <= requested <= MAX_TOKENS):
             used, granted, requested = clamp_tokens(used), clamp_tokens(granted), clamp_tokens(requested)
         if used > granted:  # never expected from the allocator; the server would refuse it
             warnings.append(f"item {a.name!r}: used {used} tokens > granted {granted}; recorded as granted")
