@@ -30,25 +30,26 @@ from manifests.models import (
 
 def call_with_children(project: Project, call_id: str) -> Call:
     """The call with its items, evidence, compactions (their invariants and figures) and
-    context edits (the what-if replay)."""
+    context edits, and its raw manifest (the what-if replay reads its settings there)."""
     return _call(project, call_id, items=True)
 
 
 def call_for_page(project: Project, call_id: str) -> Call:
     """The call view's call: as ``call_with_children`` but without its items (the page
     reads them as tuples: ``item_rows``), and with its figures and cache event joined
-    (``call_figures``, ``cache_event``) rather than read by two more queries."""
-    return _call(project, call_id, items=False, related=("figures", "cache_event"))
+    (``call_figures``, ``cache_event``) rather than read by two more queries. The raw
+    manifest (kilobytes, TOAST) is not read: nothing on the page shows it."""
+    return _call(project, call_id, items=False, related=("figures", "cache_event"), defer=("raw",))
 
 
-def _call(project: Project, call_id: str, *, items: bool, related: tuple[str, ...] = ()) -> Call:
+def _call(project: Project, call_id: str, *, items: bool, related: tuple[str, ...] = (),
+          defer: tuple[str, ...] = ()) -> Call:
     # The registry's unique key gives the call's time, so that the call and each of its
     # children are read from one day's partition (PostgreSQL), not probed in every day.
     key = CallKey.objects.filter(project=project, call_key=call_id).values_list("call_id", "started_at").first()
     call = None
     if key is not None:
-        # The raw manifest (kilobytes, TOAST) is for the API and exports, not for a page.
-        call = (Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run", *related).defer("raw")
+        call = (Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run", *related).defer(*defer)
                 .first())
     if call is None:
         raise Http404(f"No call {call_id!r} in this project.")
