@@ -27,7 +27,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest, ops
 from manifests.auth import HasIngestScope, HasReadScope
-from manifests.models import Attribution, Call, Compaction, Run
+from manifests.models import Attribution, Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Run
 from manifests.pagination import BoundedPagination
 from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 
@@ -273,20 +273,21 @@ class CallDetailView(generics.RetrieveAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_object(self) -> Call:
-        qs = Call.objects.select_related("run").prefetch_related(
-            Prefetch("items", queryset=_ordered_items()),
-            "evidence",
-            Prefetch("compactions", queryset=Compaction.objects.prefetch_related("invariants")),
-            "context_edits",
+        # The registry's key gives the call's time: the call and its children are read from
+        # its day's partition (PostgreSQL), as the call view reads them (docs/scaling.md).
+        project = self.request.auth.project
+        key = CallKey.objects.filter(project=project, call_key=self.kwargs["call_id"]).values_list(
+            "call_id", "started_at").first()
+        pk, at = key if key is not None else (None, None)  # None: the usual 404 below
+        qs = Call.objects.filter(started_at=at).select_related("run").prefetch_related(
+            Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
+            Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
+            Prefetch("compactions", queryset=Compaction.objects.filter(started_at=at).prefetch_related(
+                Prefetch("invariants", queryset=Invariant.objects.filter(started_at=at)))),
+            Prefetch("context_edits", queryset=ContextEdit.objects.filter(started_at=at)),
             Prefetch("attributions", queryset=Attribution.objects.select_related("lost_at").order_by("is_risk", "pk")),
         )
-        return generics.get_object_or_404(qs, project=self.request.auth.project, call_id=self.kwargs["call_id"])
-
-
-def _ordered_items() -> QuerySet:
-    from manifests.models import Item
-
-    return Item.objects.order_by("ordinal")
+        return generics.get_object_or_404(qs, project=project, pk=pk)
 
 
 @extend_schema(exclude=True)

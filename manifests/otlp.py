@@ -38,7 +38,7 @@ from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage
 from manifests import ingest
-from manifests.models import Call, Project
+from manifests.models import Call, CallKey, Project
 
 INFERENCE_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
 MANIFEST_ATTRIBUTE = "ctxview.manifest"
@@ -353,7 +353,10 @@ def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedEx
             candidates[manifest.call_id] = (span, manifest)
         else:
             candidates.setdefault(call_id, (span, None))
-    stored = set(Call.objects.filter(project=project, call_id__in=list(candidates)).values_list("call_id", flat=True))
+    # The registry of stored call ids (one unpartitioned unique index), not the calls table
+    # probed in every day's partition (PostgreSQL).
+    stored = set(CallKey.objects.filter(project=project, call_key__in=list(candidates))
+                 .values_list("call_key", flat=True))
     fresh: list[Manifest] = []
     for call_id, (span, embedded) in candidates.items():
         if call_id in stored:

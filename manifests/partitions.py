@@ -53,6 +53,17 @@ def enabled() -> bool:
     return connection.vendor == "postgresql"
 
 
+def span(times: Iterable[datetime]) -> dict[str, datetime]:
+    """Lookups bounding the partition key by the least and greatest of ``times`` (some
+    calls' times): a read of those calls' children by call id that adds them names the
+    key, so PostgreSQL plans and reads only those days' partitions, not every day's. No
+    lookup for no time (the read matches nothing anyway)."""
+    times = list(times)
+    if not times:
+        return {}
+    return {f"{PARTITION_COLUMN}__gte": min(times), f"{PARTITION_COLUMN}__lte": max(times)}
+
+
 def partition_name(table: str, day: date) -> str:
     return f"{table}_p{day:%Y%m%d}"
 

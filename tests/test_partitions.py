@@ -114,6 +114,24 @@ def test_the_call_view_reads_the_call_and_its_children_from_its_day(project):
             assert f'"{table}"."started_at" = ' in sql, sql
 
 
+def test_the_call_page_reads_every_partitioned_table_by_the_call_s_or_the_run_s_time(project, owner):
+    # A run over two days, and another run in the same days: the page's previous and next
+    # calls are read within the run's span, its items and evidence from the call's day.
+    store_and_analyse(project, [at(RECENT + timedelta(hours=20 * n), f"r-{n}", run_id="r", step=n) for n in range(3)])
+    store_and_analyse(project, [at(RECENT, "o-0", run_id="o")])
+    from django.test import Client
+
+    client = Client()
+    client.force_login(owner)
+    with CaptureQueriesContext(connection) as ctx:
+        body = client.get(f"/p/{project.slug}/calls/r-1/").content.decode()
+    assert 'id="prev-call"' in body and 'id="next-call"' in body and 'data-item="item-3"' in body
+    for table in partitions.PARTITIONED_TABLES:
+        for sql in (q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in q["sql"]):
+            assert (f'"{table}"."started_at" = ' in sql
+                    or f'"{table}"."started_at" >= ' in sql and f'"{table}"."started_at" <= ' in sql), sql
+
+
 @pytest.fixture
 def aged(project, other_project):
     store_and_analyse(project, [at(OLD, f"old-{n}", run_id="old-run", step=n) for n in range(3)])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ctxkit import figures
 from ctxkit.record.manifest import Item as ManifestItem
 from ctxkit.record.manifest import Manifest, decode_manifest
+from manifests import partitions
 from manifests.models import Call, Compaction, Evidence
 
 
@@ -47,14 +48,17 @@ def _match(keys_in_manifest: list[str], rows: list[tuple[int, str]]) -> list[int
 
 def load(calls: list[Call]) -> list[CallData]:
     pks = [c.pk for c in calls]
+    days = partitions.span(c.started_at for c in calls)  # only these calls' days' partitions
     evidence_rows: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for call_pk, pk, key in Evidence.objects.filter(call_id__in=pks).order_by("call_id", "pk").values_list(
+    for call_pk, pk, key in Evidence.objects.filter(call_id__in=pks, **days).order_by("call_id", "pk").values_list(
         "call_id", "pk", "key"
     ):
         evidence_rows[call_pk].append((pk, key))
     compaction_rows: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for call_pk, pk, event_id in Compaction.objects.filter(call_id__in=pks).order_by("call_id", "pk").values_list(
-        "call_id", "pk", "event_id"
+    for call_pk, pk, event_id in (
+        Compaction.objects.filter(call_id__in=pks, **days)
+        .order_by("call_id", "pk")
+        .values_list("call_id", "pk", "event_id")
     ):
         compaction_rows[call_pk].append((pk, event_id))
 

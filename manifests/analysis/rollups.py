@@ -124,7 +124,9 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
     values["evidence_present"] = values["evidence_total"] - values.pop("evidence_missing")
     values["cost"] = _money(values["cost"])
     ids = calls.values("pk")
-    comp = Compaction.objects.filter(call__in=ids).aggregate(n=Count("pk"), failures=Sum("failed_invariants"))
+    # The children carry their call's time: the hour names their partition (PostgreSQL).
+    hour = {"started_at__gte": start, "started_at__lt": start + HOUR}
+    comp = Compaction.objects.filter(call__in=ids, **hour).aggregate(n=Count("pk"), failures=Sum("failed_invariants"))
     values["compactions"] = comp["n"] or 0
     values["invariant_failures"] = comp["failures"] or 0
     values["attributions"] = _counts(Attribution.objects.filter(call__in=ids), "cause")
@@ -132,7 +134,7 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
     values["prefix_changes"] = values["cache_causes"].get(CacheEvent.PREFIX_CHANGED, 0)
     values["tokens_by_kind"] = {
         kind: tokens
-        for kind, tokens in Item.objects.filter(call__in=ids)
+        for kind, tokens in Item.objects.filter(call__in=ids, **hour)
         .values_list("kind")
         .annotate(t=Sum(figures.context_tokens()))
         .order_by("kind")

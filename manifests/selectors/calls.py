@@ -3,42 +3,100 @@ and what changed since the previous call of the run."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 from django.http import Http404
 
 from ctxkit import figures
 from manifests.figures import ITEM_FIELDS
-from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project
+from manifests.models import (
+    Attribution,
+    CacheEvent,
+    Call,
+    CallFigures,
+    CallKey,
+    Compaction,
+    ContextEdit,
+    Evidence,
+    Invariant,
+    Item,
+    Project,
+)
 
 
 def call_with_children(project: Project, call_id: str) -> Call:
+    """The call with its items, evidence, compactions (their invariants and figures) and
+    context edits, and its raw manifest (the what-if replay reads its settings there)."""
+    return _call(project, call_id, items=True)
+
+
+def call_for_page(project: Project, call_id: str) -> Call:
+    """The call view's call: as ``call_with_children`` but without its items (the page
+    reads them as tuples: ``item_rows``), and with its figures and cache event joined
+    (``call_figures``, ``cache_event``) rather than read by two more queries. The raw
+    manifest (kilobytes, TOAST) is not read: nothing on the page shows it."""
+    return _call(project, call_id, items=False, related=("figures", "cache_event"), defer=("raw",))
+
+
+def _call(project: Project, call_id: str, *, items: bool, related: tuple[str, ...] = (),
+          defer: tuple[str, ...] = ()) -> Call:
     # The registry's unique key gives the call's time, so that the call and each of its
     # children are read from one day's partition (PostgreSQL), not probed in every day.
     key = CallKey.objects.filter(project=project, call_key=call_id).values_list("call_id", "started_at").first()
     call = None
     if key is not None:
-        call = Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run").first()
+        call = (Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run", *related).defer(*defer)
+                .first())
     if call is None:
         raise Http404(f"No call {call_id!r} in this project.")
     # The children are read with the call's time too: on PostgreSQL the tables are
     # partitioned by it, so each query reads one day's partition (docs/scaling.md).
     at = call.started_at
-    prefetch_related_objects(
-        [call],
-        Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
+    lookups = [
         Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
         Prefetch(
             "compactions",
-            queryset=Compaction.objects.filter(started_at=at)
+            # Their figures joined here, not read one query per compaction by the view.
+            queryset=Compaction.objects.filter(started_at=at).select_related("figures")
             .prefetch_related(Prefetch("invariants", queryset=Invariant.objects.filter(started_at=at).order_by("pk")))
             .order_by("pk"),
         ),
         Prefetch("context_edits", queryset=ContextEdit.objects.filter(started_at=at)),
-    )
+    ]
+    if items:
+        lookups.insert(0, Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")))
+    prefetch_related_objects([call], *lookups)
     return call
+
+
+def call_figures(call: Call) -> CallFigures | None:
+    """The call's figures, joined by ``call_for_page``; None before its analysis."""
+    return getattr(call, "figures", None)  # a missing one-to-one raises an AttributeError
+
+
+def cache_event(call: Call) -> CacheEvent | None:
+    """The call's cache event, joined by ``call_for_page``; None before its analysis."""
+    return getattr(call, "cache_event", None)
+
+
+# An item of the call view: its stored fields as a tuple (no model instance: a call has up
+# to a few hundred items, and building instances was a good part of the page's time), and
+# whether it reached the model (ctxkit.figures.in_context), computed once.
+ItemRow = namedtuple("ItemRow", (*ITEM_FIELDS, "in_context"))
+
+
+def item_rows(call: Call) -> list[ItemRow]:
+    """The call's items in manifest order, as ``ItemRow`` tuples, from its day's partition."""
+    rows = []
+    for values in (Item.objects.filter(call_id=call.pk, started_at=call.started_at).order_by("ordinal")
+                   .values_list(*ITEM_FIELDS)):
+        row = ItemRow(*values, False)
+        rows.append(row._replace(in_context=True) if figures.in_context(row) else row)
+    return rows
 
 
 # How the allocation bar colours an item: by what the context builder did to it. Where
@@ -51,34 +109,40 @@ ACTION_GROUPS = {
 }
 
 
-def action_group(item: Item) -> str:
+def action_group(item: Item | ItemRow) -> str:
     """``whole`` (kept with all its tokens), ``cut`` (compressed, extracted, truncated,
     replaced by a reference, or kept with fewer tokens than it asked for),
     ``summarized`` (itself, or folded into a summary item), or ``dropped``."""
-    inside = figures.in_context(item)
+    return _group(item, figures.in_context(item), figures.context_tokens(item))
+
+
+def _group(item: Item | ItemRow, inside: bool, tokens: int) -> str:
     if not figures.kept_by(item.action) or (item.action == "keep" and not inside):
         return "dropped"
     if item.action == "summarize":
         return "summarized"
-    if item.action != "keep" or figures.context_tokens(item) < item.requested_tokens:
+    if item.action != "keep" or tokens < item.requested_tokens:
         return "cut"
     return "whole"
 
 
-def context_order(items: list[Item]) -> list[Item]:
+def context_order(items: list[Any]) -> list[Any]:
     """Items in the order of the final context (ctxkit.figures.context_order), then the
-    absent ones in manifest order; each marked with ``in_context`` for the template."""
+    absent ones in manifest order. ``ItemRow`` carries ``in_context``; model instances are
+    marked with it here, for the template."""
     for i in items:
-        i.in_context = figures.in_context(i)
+        if not isinstance(i, tuple):
+            i.in_context = figures.in_context(i)
     return figures.context_order(items) + [i for i in items if not i.in_context]
 
 
-def allocation(call: Call, items: list[Item], *, effective_limit: int | None = None) -> dict[str, Any]:
+def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | None = None) -> dict[str, Any]:
     """The data of the allocation bar: every item's requested / granted / used in context
-    order, grouped by zone, with the output reserve, headroom and window."""
+    order (``ordered``: ``context_order``'s list), grouped by zone, with the output
+    reserve, headroom and window."""
     rows = []
-    for item in context_order(items):
-        inside = figures.in_context(item)
+    for item in ordered:
+        inside = item.in_context
         tokens = figures.context_tokens(item)
         rows.append(
             {
@@ -87,7 +151,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
                 "zone": (item.zone or "middle") if inside else "not sent",
                 "position": item.position,
                 "action": item.action,
-                "group": action_group(item),
+                "group": _group(item, inside, tokens),
                 "requested": item.requested_tokens,
                 "granted": item.granted_tokens if item.granted_tokens is not None else tokens,
                 "used": tokens,
@@ -97,7 +161,7 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
                 "reason": item.reason[:300],
             }
         )
-    used = figures.total_context_tokens(items)
+    used = figures.total_context_tokens(ordered)
     zones: dict[str, int] = {}
     for r in rows:
         if r["in_context"]:
@@ -117,22 +181,49 @@ def allocation(call: Call, items: list[Item], *, effective_limit: int | None = N
     }
 
 
+def run_calls(run_id: int, first: datetime, last: datetime) -> QuerySet[Call]:
+    """The calls of a run, bounded by the run's time span (``Run.first_seen`` and
+    ``last_seen``: the least and greatest of its calls' times, widened by ingest under the
+    row lock), so that PostgreSQL plans and reads only the partitions of the run's days,
+    not every day's (docs/scaling.md). On SQLite the bounds are one more index condition."""
+    return Call.objects.filter(run_id=run_id, started_at__gte=first, started_at__lte=last)
+
+
+def _run_calls_of(call: Call) -> QuerySet[Call]:
+    run = call.run  # select_related by the call view and the comparison
+    return run_calls(call.run_id, run.first_seen, run.last_seen)
+
+
 def previous_call(call: Call) -> Call | None:
     return (
-        Call.objects.filter(run_id=call.run_id, step__lt=call.step)
+        _run_calls_of(call).filter(step__lt=call.step)
         .order_by("-step", "-started_at")
-        .only("pk", "call_id", "step", "prefix_hash", "prefix_segments", "run_id", "project_id")
+        .only("pk", "call_id", "step", "started_at", "prefix_hash", "prefix_segments", "run_id", "project_id")
         .first()
     )
 
 
 def next_call(call: Call) -> Call | None:
     return (
-        Call.objects.filter(run_id=call.run_id, step__gt=call.step)
+        _run_calls_of(call).filter(step__gt=call.step)
         .order_by("step", "started_at")
         .only("pk", "call_id", "step")
         .first()
     )
+
+
+def attributions(call: Call) -> list[Attribution]:
+    """The call's attributions, losses before risks, each with the earlier call of the run
+    where its evidence was lost (``lost_at``), read within the run's time span rather than
+    joined by id alone, which PostgreSQL would plan over every day's partition."""
+    rows = list(Attribution.objects.filter(call=call).order_by("is_risk", "evidence_key"))
+    lost = {a.lost_at_id for a in rows if a.lost_at_id is not None}
+    if lost:
+        at = {c.pk: c for c in _run_calls_of(call).filter(pk__in=lost).only("pk", "call_id", "step", "started_at")}
+        for a in rows:
+            if a.lost_at_id is not None:
+                a.lost_at = at.get(a.lost_at_id)
+    return rows
 
 
 @dataclass
@@ -156,48 +247,55 @@ class Diff:
         return not (self.entered or self.left or self.changed or self.prefix_changes or self.evidence_changes)
 
 
-def _snapshot(items: list[Item]) -> dict[str, dict[str, Any]]:
-    return {i.item_id: {f: getattr(i, f) for f in ITEM_FIELDS} | {"in_context": figures.in_context(i)}
-            for i in items}
+# What the diff compares of an item: read as tuples, the previous call's items need no
+# model instance and none of their other fields (reasons, texts).
+_DIFF_FIELDS = ("item_id", "kind", "action", "content_hash", "used_tokens", "granted_tokens", "zone")
+_DiffItem = namedtuple("_DiffItem", _DIFF_FIELDS)
 
 
-def diff_with_previous(call: Call, items: list[Item]) -> Diff:
-    """What entered, left or changed in the context since the previous call of the run."""
+def _by_id(items: list[Any]) -> dict[str, tuple[Any, bool]]:
+    # The last item of an id wins, in the place of its first (a dict built in manifest order).
+    return {i.item_id: (i, figures.in_context(i)) for i in items}
+
+
+def _tokens(value: int | None) -> str:
+    return str(value) if value is not None else "–"
+
+
+def diff_with_previous(call: Call, items: list[Any]) -> Diff:
+    """What entered, left or changed in the context since the previous call of the run.
+    ``items``: the call's items in manifest order (``ItemRow`` tuples or model instances)."""
     prev = previous_call(call)
     if prev is None:
         return Diff(None, [], [], [], [], [])
-    now = _snapshot(items)
-    before = _snapshot(
-        list(
-            Item.objects.filter(call_id=prev.pk, started_at=prev.started_at)
-            .order_by("ordinal")
-            .only("call_id", *ITEM_FIELDS)
-        )
-    )
+    now = _by_id(items)
+    before = _by_id([
+        _DiffItem(*row) for row in Item.objects.filter(call_id=prev.pk, started_at=prev.started_at)
+        .order_by("ordinal").values_list(*_DIFF_FIELDS)
+    ])
     entered, left, changed = [], [], []
-    for item_id, cur in now.items():
-        old = before.get(item_id)
-        if cur["in_context"] and (old is None or not old["in_context"]):
-            entered.append(Change(item_id, cur["kind"], ["new candidate" if old is None else f"was {old['action']}"]))
+    for item_id, (cur, cur_in) in now.items():
+        old, old_in = before.get(item_id, (None, False))
+        if cur_in and (old is None or not old_in):
+            entered.append(Change(item_id, cur.kind, ["new candidate" if old is None else f"was {old.action}"]))
             continue
-        if old is None or not cur["in_context"]:
+        if old is None or not cur_in:
             continue
         what = []
-        if cur["action"] != old["action"]:
-            what.append(f"action {old['action']} → {cur['action']}")
-        if cur["content_hash"] != old["content_hash"]:
+        if cur.action != old.action:
+            what.append(f"action {old.action} → {cur.action}")
+        if cur.content_hash != old.content_hash:
             what.append("content changed")
-        if cur["used_tokens"] != old["used_tokens"]:
-            what.append(f"used {old['used_tokens'] if old['used_tokens'] is not None else '–'} → "
-                        f"{cur['used_tokens'] if cur['used_tokens'] is not None else '–'}")
-        if cur["zone"] != old["zone"]:
-            what.append(f"zone {old['zone']} → {cur['zone']}")
+        if cur.used_tokens != old.used_tokens:
+            what.append(f"used {_tokens(old.used_tokens)} → {_tokens(cur.used_tokens)}")
+        if cur.zone != old.zone:
+            what.append(f"zone {old.zone} → {cur.zone}")
         if what:
-            changed.append(Change(item_id, cur["kind"], what))
-    for item_id, old in before.items():
-        cur = now.get(item_id)
-        if old["in_context"] and (cur is None or not cur["in_context"]):
-            left.append(Change(item_id, old["kind"], ["no longer a candidate" if cur is None else cur["action"]]))
+            changed.append(Change(item_id, cur.kind, what))
+    for item_id, (old, old_in) in before.items():
+        cur, cur_in = now.get(item_id, (None, False))
+        if old_in and (cur is None or not cur_in):
+            left.append(Change(item_id, old.kind, ["no longer a candidate" if cur is None else cur.action]))
 
     old_segments = {s.get("name"): s for s in prev.prefix_segments or []}
     prefix_changes = []

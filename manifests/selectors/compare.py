@@ -13,7 +13,7 @@ from typing import Any
 from ctxkit.figures import context_tokens as used_of
 from ctxkit.figures import in_context
 from manifests.figures import ITEM_FIELDS
-from manifests.models import Call, Evidence, Item, Project
+from manifests.models import Call, CallKey, Evidence, Item, Project
 from manifests.selectors.cache import segment_diff
 from manifests.selectors.calls import previous_call
 
@@ -66,18 +66,26 @@ class Comparison:
 
 
 def call_of(project: Project, call_id: str) -> Call | None:
-    return Call.objects.filter(project=project, call_id=call_id).select_related("run").defer("raw").first()
+    # By the registry's key, which gives the call's time: the call is read from its day's
+    # partition, not probed in every day (selectors.calls.call_with_children).
+    key = CallKey.objects.filter(project=project, call_key=call_id).values_list("call_id", "started_at").first()
+    if key is None:
+        return None
+    return Call.objects.filter(pk=key[0], started_at=key[1]).select_related("run").defer("raw").first()
 
 
 def default_before(call: Call) -> Call | None:
     """The call to compare ``call`` with when only one is named: the previous step of its run."""
     prev = previous_call(call)
-    return Call.objects.select_related("run").defer("raw").get(pk=prev.pk) if prev else None
+    if prev is None:
+        return None
+    return Call.objects.select_related("run").defer("raw").get(pk=prev.pk, started_at=prev.started_at)
 
 
 def _items(call: Call) -> dict[str, Item]:
     # The last item of an id wins, as in a manifest (ids are unique per call in practice).
-    return {i.item_id: i for i in Item.objects.filter(call=call).only(*ITEM_FIELDS).order_by("ordinal")}
+    items = Item.objects.filter(call=call, started_at=call.started_at).only(*ITEM_FIELDS).order_by("ordinal")
+    return {i.item_id: i for i in items}
 
 
 def _state(item: Item | None) -> str:
@@ -111,8 +119,8 @@ def compare(a: Call, b: Call) -> Comparison:
                 row.what.append("content changed")
             (changed if row.what else unchanged).append(row)
 
-    old_evidence = {e.key: e for e in Evidence.objects.filter(call=a).order_by("pk")}
-    new_evidence = {e.key: e for e in Evidence.objects.filter(call=b).order_by("pk")}
+    old_evidence = {e.key: e for e in Evidence.objects.filter(call=a, started_at=a.started_at).order_by("pk")}
+    new_evidence = {e.key: e for e in Evidence.objects.filter(call=b, started_at=b.started_at).order_by("pk")}
     evidence = []
     for key in list(new_evidence) + [k for k in old_evidence if k not in new_evidence]:
         old, new = old_evidence.get(key), new_evidence.get(key)

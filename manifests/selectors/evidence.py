@@ -8,9 +8,11 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet
 
 from ctxkit import figures
+from manifests import partitions
 from manifests.figures import MISSING_CAUSES, RISK_CAUSES
 from manifests.models import Attribution, Evidence, Item, Project, Run
 from manifests.selectors import series
+from manifests.selectors.calls import run_calls
 from manifests.selectors.filters import Filters
 
 CUT_ACTIONS = figures.CUT_ACTIONS
@@ -87,13 +89,15 @@ def runs_missing(project: Project, filters: Filters, key: str, limit: int = 20) 
 def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
     """The evidence across the calls of a run: candidate? granted? truncated? summarized?
     present? used? and the attributed cause, one row per call."""
-    calls = list(run.calls.order_by("step", "started_at").only("pk", "call_id", "step", "started_at"))
+    calls = list(run_calls(run.pk, run.first_seen, run.last_seen).order_by("step", "started_at")
+                 .only("pk", "call_id", "step", "started_at"))
     pks = [c.pk for c in calls]
-    evidence = {e.call_id: e for e in Evidence.objects.filter(call_id__in=pks, key=key)}
+    days = partitions.span(c.started_at for c in calls)  # only the run's days' partitions
+    evidence = {e.call_id: e for e in Evidence.objects.filter(call_id__in=pks, key=key, **days)}
     wanted = {e.found_in or e.expected_item for e in evidence.values()} - {None}
     items: dict[tuple[int, str], Item] = {
         (i.call_id, i.item_id): i
-        for i in Item.objects.filter(call_id__in=pks, item_id__in=wanted).only(
+        for i in Item.objects.filter(call_id__in=pks, item_id__in=wanted, **days).only(
             "call_id", "item_id", "action", "position", "requested_tokens", "granted_tokens", "used_tokens")
     }
     causes = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=False)

@@ -9,8 +9,9 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Sum
 
 from ctxkit.figures import hit_rate
-from manifests import figures
+from manifests import figures, partitions
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
+from manifests.selectors.calls import run_calls
 from manifests.selectors.filters import Filters
 from manifests.selectors.sorting import Sort
 
@@ -76,11 +77,14 @@ def runs_page(project: Project, filters: Filters, page: str | int | None, sort: 
 def run_steps(run: Run) -> list[dict[str, Any]]:
     """One row per call of the run, in step order, with everything the run view draws."""
     # The raw manifest is the largest column and nothing here reads it (a run may have thousands of calls).
-    calls = list(run.calls.defer("raw", "prefix_segments").order_by("step", "started_at"))
+    calls = list(run_calls(run.pk, run.first_seen, run.last_seen).defer("raw", "prefix_segments")
+                 .order_by("step", "started_at"))
     pks = [c.pk for c in calls]
+    # The children by call id and the calls' time span: only the run's days' partitions.
+    days = partitions.span(c.started_at for c in calls)
     tokens = defaultdict(dict)
     for row in (
-        Item.objects.filter(call_id__in=pks)
+        Item.objects.filter(call_id__in=pks, **days)
         .values("call_id", "kind")
         .annotate(tokens=Sum(figures.context_tokens()))
     ):
@@ -89,10 +93,10 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     per_call = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
     events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
     compactions = defaultdict(list)
-    for c in Compaction.objects.filter(call_id__in=pks).order_by("pk"):
+    for c in Compaction.objects.filter(call_id__in=pks, **days).order_by("pk"):
         compactions[c.call_id].append(c)
     edits = defaultdict(list)
-    for e in ContextEdit.objects.filter(call_id__in=pks).order_by("pk"):
+    for e in ContextEdit.objects.filter(call_id__in=pks, **days).order_by("pk"):
         edits[e.call_id].append(e)
     rows = []
     for c in calls:

@@ -6,9 +6,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from ctxkit.figures import in_context
 from manifests import replay
-from manifests.models import Attribution, CacheEvent, CallFigures, Project
+from manifests.models import Attribution, Project
 from manifests.selectors import calls as calls_sel
 from manifests.selectors.filters import Filters
 from manifests.views.common import json_endpoint, page, project_page
@@ -18,12 +17,11 @@ FOLD_NOT_SENT_OVER = 12
 
 @project_page
 def call_detail(request: HttpRequest, project: Project, filters: Filters, call_id: str) -> HttpResponse:
-    call = calls_sel.call_with_children(project, call_id)
-    items = list(call.items.all())
-    figures = CallFigures.objects.filter(call=call).first()
-    cache_event = CacheEvent.objects.filter(call=call).select_related("previous_call").first()
-    attributions = list(Attribution.objects.filter(call=call).select_related("lost_at")
-                        .order_by("is_risk", "evidence_key"))
+    call = calls_sel.call_for_page(project, call_id)
+    items = calls_sel.item_rows(call)
+    figures = calls_sel.call_figures(call)
+    cache_event = calls_sel.cache_event(call)
+    attributions = calls_sel.attributions(call)
     # The cause column is for evidence that did not reach the model; risks have their panel.
     by_evidence: dict[int, Attribution] = {}
     by_key: dict[str, Attribution] = {}
@@ -36,11 +34,11 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
     evidence = [{"e": e, "attribution": by_evidence.get(e.pk) or by_key.get(e.key)} for e in call.evidence.all()]
     compactions = [{"c": c, "figures": getattr(c, "figures", None), "invariants": list(c.invariants.all())}
                    for c in call.compactions.all()]
-    allocation = calls_sel.allocation(call, items, effective_limit=figures.effective_limit if figures else None)
-    diff = calls_sel.diff_with_previous(call, items)
     ordered = calls_sel.context_order(items)
+    allocation = calls_sel.allocation(call, ordered, effective_limit=figures.effective_limit if figures else None)
+    diff = calls_sel.diff_with_previous(call, items)
     # Many items not sent (folded into a summary, cleared, dropped) fold under one line.
-    not_sent = sum(1 for i in ordered if not in_context(i))
+    not_sent = sum(1 for i in ordered if not i.in_context)
     fold_at = len(ordered) - not_sent if not_sent > FOLD_NOT_SENT_OVER else None
     qs = filters.querystring()
     whatif = {
