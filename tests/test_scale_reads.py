@@ -136,3 +136,21 @@ def test_the_search_page_says_where_source_refs_were_looked_for(demo_world):
     assert 'id="search-refs-bound"' in body and f"latest {search_sel.REF_SCAN_CALLS} calls from" in body
     overview = demo_world.client(demo_world.member).get(f"/p/{demo_world.project.slug}/?range=7d").content.decode()
     assert '<input type="hidden" name="range" value="7d">' in overview  # the top bar's box carries the range
+
+
+def test_the_overview_shows_the_same_latest_missing_evidence_with_its_calls(demo_world, django_assert_max_num_queries):
+    from manifests.models import Attribution
+    from manifests.selectors import overview as overview_sel
+
+    project = demo_world.project
+    agent = Attribution.objects.filter(project=project, is_risk=False).select_related("call").first().call.agent
+    for filters in (Filters(range="all"), Filters(range="all", agent=agent)):
+        before = filters.apply(Attribution.objects.filter(project=project, is_risk=False).select_related(
+            "call", "lost_at"), agent_field="call__agent", model_field="call__model").order_by("-started_at")
+        expected = sorted((a.pk, a.call.call_id, a.lost_at.call_id if a.lost_at else None) for a in before)
+        with django_assert_max_num_queries(3):  # the attributions, their calls, the calls they were lost at
+            rows = overview_sel.recent_missing(project, filters, limit=100_000)  # all: no ties at the cut
+            got = sorted((a.pk, a.call.call_id, a.lost_at.call_id if a.lost_at else None) for a in rows)
+        assert got == expected and len(got) > 0
+        latest = [a.started_at for a in overview_sel.recent_missing(project, filters)]
+        assert latest == [a.started_at for a in before[:8]]

@@ -8,7 +8,7 @@ any kind) is where the box goes straight to.
 One exception, so that the box never scans the items table: source refs (free text with no
 index) are looked for only among the items of the latest ``REF_SCAN_CALLS`` calls of the
 selected time range (and agent / model): what is read is bounded whatever the table holds.
-The results page says so (docs/dashboard.md, "Search").
+The results page says so (docs/dashboard.md, "Find, click through, compare, export").
 """
 
 from __future__ import annotations
