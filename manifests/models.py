@@ -173,7 +173,11 @@ class Call(models.Model):
         # started_at, and a partitioned table's unique keys must hold the partition key.
         # CallKey (below) is the idempotency registry that keeps call_id unique per project.
         indexes = [
-            models.Index(fields=["project", "call_id"], name="call_project_call_id"),
+            # Pattern operators: the search box's "call id begins with" (LIKE 'x%') reads this
+            # index under any collation (a plain b-tree serves LIKE only under "C"); it still
+            # serves equality. PostgreSQL only; other databases ignore opclasses.
+            models.Index(fields=["project", "call_id"], name="call_project_call_id",
+                         opclasses=["int8_ops", "varchar_pattern_ops"]),
             models.Index(fields=["project", "started_at"], name="call_project_time"),
             models.Index(fields=["run", "step"], name="call_run_step"),
             models.Index(fields=["project", "prefix_hash"], name="call_project_prefix"),
@@ -271,7 +275,9 @@ class Evidence(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["project", "key"], name="evidence_project_key"),
+            # Pattern operators for the search box's "key begins with" (see call_project_call_id).
+            models.Index(fields=["project", "key"], name="evidence_project_key",
+                         opclasses=["int8_ops", "varchar_pattern_ops"]),
             models.Index(fields=["call"], name="evidence_call"),
         ]
 

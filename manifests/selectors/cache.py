@@ -13,7 +13,7 @@ from ctxkit.figures import hit_rate
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, PrefixEntry, Project
 from manifests.selectors import series as s
-from manifests.selectors.filters import Filters
+from manifests.selectors.filters import Filters, bound_call
 from manifests.selectors.overview import filtered_regressions, regression_markers
 
 MAX_POINTS = 5000  # per-call points on the chart; beyond that the hourly roll-up is enough
@@ -38,7 +38,7 @@ def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
     """What the misses added, per model: the prefix a miss writes (or sends uncached) instead
     of reading it from the cache. Misses below the provider's minimum could not hit anyway."""
     qs = CacheEvent.objects.filter(project=project).exclude(cause__in=[CacheEvent.HIT, CacheEvent.BELOW_MINIMUM])
-    qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
+    qs = bound_call(filters.apply(qs, agent_field="call__agent", model_field="call__model"), filters)
     book = PriceBook.load()
     rows, total = [], 0.0
     for r in (qs.values("call__model", "cause")

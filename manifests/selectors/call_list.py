@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, FilteredRelation, OuterRef, Q, QuerySet
 from django.http import QueryDict
 
 from manifests.models import Attribution, CacheEvent, Call, Project
@@ -32,6 +32,9 @@ SORTS = {
     "cost": "figures__cost",
 }
 DEFAULT_SORT = "-time"
+# The sort columns that can be NULL (a call not analysed yet has no figures row); the others
+# are ordered without NULLS LAST so that an index can serve them (sorting.Sort.order_by).
+NULLABLE_SORTS = {"hit", "cost"}
 CACHE_CAUSES = [c for c, _ in CacheEvent.CAUSES]
 MISSING_CAUSES = [c for c, _ in Attribution.CAUSES]
 
@@ -85,11 +88,44 @@ def calls(project: Project, filters: Filters, cq: CallQuery) -> QuerySet[Call]:
     return qs
 
 
+def _figures_in(project: Project, filters: Filters) -> Q:
+    cond = Q(figures__project=project)
+    if filters.since is not None:
+        cond &= Q(figures__started_at__gte=filters.since)
+    if filters.until is not None:
+        cond &= Q(figures__started_at__lt=filters.until)
+    return cond
+
+
 def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, page: str | int | None) -> Page:
-    qs = (
-        calls(project, filters, cq)
-        .select_related("run", "figures", "cache_event")
-        .defer("raw", "prefix_segments", "warnings")
-        .order_by(*sort.order_by(SORTS))
-    )
-    return Paginator(qs, CALLS_PER_PAGE).get_page(page)
+    """One page of the calls list, in two reads so that neither grows with the table:
+
+    1. the page's (pk, started_at) pairs, in the sort's order: narrow rows (no call columns
+       but the sort's), so sorting the range by a figure (hit rate, cost) sorts small tuples,
+       and sorting by time reads the first 50 from the (project, started_at) index;
+    2. those 50 calls with their run, figures and cache event, each from its own day's
+       partition (PostgreSQL prunes on the ``started_at`` list).
+    """
+    keys = calls(project, filters, cq)
+    columns = SORTS
+    if SORTS[sort.column].startswith("figures__"):
+        # Join only the range's figures rows (the figures table is not partitioned; its
+        # (project, started_at) index bounds them): a plain join reads every figures row of
+        # every project and time to hash them. Still a LEFT join: a call not analysed yet
+        # has no figures row and sorts last, as before. A call's figures carry its time.
+        keys = keys.annotate(fig=FilteredRelation("figures", condition=_figures_in(project, filters)))
+        columns = {**SORTS, sort.column: SORTS[sort.column].replace("figures__", "fig__", 1)}
+    keys = keys.order_by(*sort.order_by(columns, nullable=NULLABLE_SORTS))
+    result = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
+    pairs = list(result.object_list)
+    rows: list[Call] = []
+    if pairs:
+        by_pk = {
+            c.pk: c
+            for c in Call.objects.filter(pk__in=[pk for pk, _ in pairs], started_at__in={at for _, at in pairs})
+            .select_related("run", "figures", "cache_event")
+            .defer("raw", "prefix_segments", "warnings")
+        }
+        rows = [by_pk[pk] for pk, _ in pairs if pk in by_pk]
+    result.object_list = rows
+    return result

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -197,3 +197,16 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     now = now or timezone.now()
     since = now - span if span is not None else None
     return Filters(agent=agent, model=model, range=key, since=since, as_of=now)
+
+
+def bound_call(qs: QuerySet, filters: Filters, *, call: str = "call", own: str = "started_at") -> QuerySet:
+    """For a row that copies its call's time (``own``) and is joined to its call: bound the
+    joined call by the range too and equate the two times. On PostgreSQL the calls table is
+    partitioned by its time, and a join on the call's id alone reads every day's partition
+    (the whole table); with constant bounds the planner keeps only the range's days."""
+    qs = qs.filter(**{f"{call}__started_at": F(own)})
+    if filters.since is not None:
+        qs = qs.filter(**{f"{call}__started_at__gte": filters.since})
+    if filters.until is not None:
+        qs = qs.filter(**{f"{call}__started_at__lt": filters.until})
+    return qs

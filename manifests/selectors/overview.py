@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, prefetch_related_objects
 
 from manifests.figures import MISSING_CAUSES, RISK_CAUSES
-from manifests.models import Attribution, Project, Regression, Run
+from manifests.models import Attribution, Call, Project, Regression, Run
 from manifests.selectors import series as s
-from manifests.selectors.filters import Filters
+from manifests.selectors.filters import Filters, bound_call
 
 
 def _runs(project: Project, filters: Filters) -> int:
@@ -69,16 +69,29 @@ def regressions(project: Project, filters: Filters, limit: int = 20) -> list[Reg
 
 
 def filtered_regressions(project: Project, filters: Filters) -> QuerySet[Regression]:
-    qs = Regression.objects.filter(project=project).select_related("call", "first_call")
+    # Their calls are read afterwards for the rows shown (prefetch: one query by id each,
+    # none when there are no regressions), not joined: a join to the partitioned calls table
+    # is planned over every day's partition, whatever the range.
+    qs = Regression.objects.filter(project=project).prefetch_related("call", "first_call")
     qs = filters.apply(qs, since_field="detected_at")
     return qs.order_by("-detected_at")
 
 
-def recent_missing(project: Project, filters: Filters, limit: int = 8) -> QuerySet[Attribution]:
+def recent_missing(project: Project, filters: Filters, limit: int = 8) -> list[Attribution]:
     """The latest missing-evidence attributions (not the risk flags), for links to their calls."""
-    qs = Attribution.objects.filter(project=project, is_risk=False).select_related("call", "lost_at")
+    qs = Attribution.objects.filter(project=project, is_risk=False)
     qs = filters.apply(qs, agent_field="call__agent", model_field="call__model")
-    return qs.order_by("-started_at")[:limit]
+    if filters.agent or filters.model:
+        qs = bound_call(qs, filters)
+    rows = list(qs.order_by("-started_at")[:limit])
+    if rows:
+        # The rows' calls, each from its own day's partition (an attribution has its call's time).
+        calls = Call.objects.filter(pk__in={a.call_id for a in rows}, started_at__in={a.started_at for a in rows})
+        by_pk = {c.pk: c for c in calls.defer("raw", "prefix_segments", "warnings")}
+        for a in rows:
+            a.call = by_pk[a.call_id]
+        prefetch_related_objects(rows, "lost_at")
+    return rows
 
 
 def regression_markers(regs: list[Regression]) -> list[dict[str, Any]]:

@@ -4,6 +4,11 @@ item's content hash or a prefix hash, whole or by its beginning.
 Search ignores the time range on purpose: an id pasted from a log must be found whenever
 its call happened. Exact matches come first; a single exact match (or a single match of
 any kind) is where the box goes straight to.
+
+One exception, so that the box never scans the items table: source refs (free text with no
+index) are looked for only among the items of the latest ``REF_SCAN_CALLS`` calls of the
+selected time range (and agent / model): what is read is bounded whatever the table holds.
+The results page says so (docs/dashboard.md, "Find, click through, compare, export").
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from urllib.parse import urlencode
 from django.urls import reverse
 
 from manifests.models import Call, Evidence, Item, Project, Run
+from manifests.selectors.filters import Filters
 
 MAX_QUERY = 200
 PER_KIND = 10
 MIN_HASH_PREFIX = 4  # shorter beginnings of a hex hash match nearly everything
+REF_SCAN_CALLS = 500  # source refs: the items of at most this many calls (about 100 items each)
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,23 @@ def _hex_begins(field: str, prefix: str) -> dict[str, str]:
     return {f"{field}__gte": prefix, f"{field}__lt": upper, f"{field}__startswith": prefix}
 
 
-def find(project: Project, query: str) -> list[Match]:
+def _recent_refs(project: Project, filters: Filters, query: str) -> list[str]:
+    """Source refs beginning with ``query`` among the items of the range's latest calls."""
+    recent = list(filters.apply(Call.objects.filter(project=project)).order_by("-started_at", "-pk")
+                  .values_list("pk", "started_at")[:REF_SCAN_CALLS])
+    if not recent:
+        return []
+    # The calls' time bounds the item partitions read; the call ids the rows (item_call_ordinal).
+    items = Item.objects.filter(project=project, call_id__in=[pk for pk, _ in recent],
+                                started_at__gte=min(at for _, at in recent),
+                                started_at__lte=max(at for _, at in recent))
+    return list(items.filter(**_begins("source_ref", query)).values_list("source_ref", flat=True)
+                .distinct().order_by("source_ref")[:PER_KIND])
+
+
+def find(project: Project, query: str, filters: Filters | None = None) -> list[Match]:
+    """``filters`` bound the source-ref scan only (the module's docstring); None: no time bound
+    (still the latest ``REF_SCAN_CALLS`` calls)."""
     query = query.strip()[:MAX_QUERY]
     if not query:
         return []
@@ -71,11 +94,10 @@ def find(project: Project, query: str) -> list[Match]:
                          f"{evidence_url}?{urlencode({'key': key, 'range': 'all'})}", key == query))
 
     # Source refs have no index (they are free text of any length): searched only when no run,
-    # call or evidence key matched exactly, which is what a pasted id usually is.
+    # call or evidence key matched exactly, which is what a pasted id usually is, and only in
+    # the latest calls of the range.
     if not any(m.exact for m in out):
-        refs = (Item.objects.filter(project=project, **_begins("source_ref", query))
-                .values_list("source_ref", flat=True).distinct().order_by("source_ref")[:PER_KIND])
-        for ref in refs:
+        for ref in _recent_refs(project, filters or Filters(), query):
             out.append(Match("ref", ref, "source ref: the items that came from it",
                              f"{evidence_url}?{urlencode({'q': ref, 'range': 'all'})}", ref == query))
 

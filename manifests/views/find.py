@@ -19,12 +19,13 @@ def search(request: HttpRequest, project: Project, filters: Filters) -> HttpResp
     query = request.GET.get("q", "").strip()
     if len(query) > search_sel.MAX_QUERY:
         return bad_request(request, "q", f"at most {search_sel.MAX_QUERY} characters", project=project)
-    matches = search_sel.find(project, query)
+    matches = search_sel.find(project, query, filters)
     target = search_sel.destination(matches)
     if target is not None:
         return HttpResponseRedirect(target)
     return page(request, "manifests/search.html", project, filters, "",
-                {"query": query, "find_query": query, "matches": matches}, keep={"q": query})
+                {"query": query, "find_query": query, "matches": matches,
+                 "ref_scan_calls": search_sel.REF_SCAN_CALLS}, keep={"q": query})
 
 
 @project_page
