@@ -7,8 +7,8 @@
    ``POST /api/v1/manifests`` and reports manifests/s, items/s and the server's
    peak memory.
 2. Loads the same item rows with ``COPY`` into the same table (the physical
-   baseline), just before and just after the API's run, and prints the ratio API/COPY
-   (against the geometric mean of the two COPY timings).
+   baseline) and prints the ratio API/COPY; with ``--bracket`` also just before the
+   API's run, against the geometric mean of the two COPY timings.
 3. Separately, validation cost: decoding + validating the same bytes with the
    shared msgspec types, and with DRF-free json + msgspec.convert, as a ratio
    to ``orjson.loads`` of the same bytes.
@@ -205,8 +205,13 @@ def main() -> None:
         "--rounds",
         type=int,
         default=1,
-        help="COPY, API run, COPY again, this many times in turn (new call ids each round): on a shared "
+        help="API run then COPY run, this many times in turn (new call ids each round): on a shared "
         "machine the load changes within seconds, so each ratio pairs runs made close together",
+    )
+    parser.add_argument(
+        "--bracket",
+        action="store_true",
+        help="time the COPY just before and just after each API run too, against their geometric mean",
     )
     parser.add_argument("--validation-only", action="store_true", help="only the validation ratios (no server)")
     args = parser.parse_args()
@@ -282,13 +287,15 @@ def main() -> None:
             decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]
             rows = _item_rows(0, decoded, list(range(len(decoded))))
             before = max_call_pk()
-            # The baseline is timed just before and just after the API's run (geometric mean):
-            # on this shared machine the load drifts within seconds, and bracketing cancels a
-            # drift across the round instead of charging it all to one side.
-            copy_first = copy_baseline(rows, call_ids=list(range(before + 1, before + 1 + len(docs))))
+            # With --bracket the baseline is timed just before and just after the API's run
+            # (geometric mean): on this shared machine the load drifts within seconds, and the
+            # bracket cancels a drift across the round instead of charging it to one side.
+            copy_first = None
+            if args.bracket:
+                copy_first = copy_baseline(rows, call_ids=list(range(before + 1, before + 1 + len(docs))))
             api_seconds = post_all(port, key, bodies)
             copy_after = copy_baseline(rows, before)
-            copy_seconds = (copy_first * copy_after) ** 0.5
+            copy_seconds = (copy_first * copy_after) ** 0.5 if copy_first else copy_after
             n_items = len(rows)
             api_items = n_items / api_seconds
             copy_items = n_items / copy_seconds
@@ -297,10 +304,8 @@ def main() -> None:
                 f"API (gunicorn x{args.workers}, PostgreSQL): "
                 f"{args.manifests / api_seconds:,.0f} manifests/s, {api_items:,.0f} items/s"
             )
-            print(
-                f"COPY of the same item rows:          {copy_items:,.0f} items/s "
-                f"(before {n_items / copy_first:,.0f}, after {n_items / copy_after:,.0f})"
-            )
+            bracket = f" (before {n_items / copy_first:,.0f}, after {n_items / copy_after:,.0f})" if copy_first else ""
+            print(f"COPY of the same item rows:          {copy_items:,.0f} items/s{bracket}")
             load = os.getloadavg()[0]
             print(f"ratio API/COPY (items/s):             {api_items / copy_items:.3f}x  (load average {load:.1f})")
         peak = peak_rss_kib(server.pid)

@@ -540,16 +540,14 @@ def _sequence(cursor: Any, table: str) -> str:
 def _upsert_runs_and_register(
     project: Project, to_store: list[tuple[Manifest, bytes, str]]
 ) -> tuple[dict[str, int], list[int]]:
-    """PostgreSQL: the runs' upsert (``_upsert_runs``), the registry's rows and the evidence
-    rows, in one pipeline (one round trip, where they were four statements and two COPYs).
-    Each registry row takes its call's id from the calls' sequence as it is inserted, so the
-    ids need no query of their own, and the evidence rows find their call's id by joining
-    the registry rows just written (PostgreSQL runs a pipeline's statements in order). A
-    unique-key race raises here, before the calls are written. Returns ({run_id: pk}, the
-    calls' ids in ``to_store`` order)."""
+    """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows, in one pipeline
+    (one round trip, where they were two statements and a COPY). Each registry row takes its
+    call's id from the calls' sequence as it is inserted, so the ids need no query of their
+    own. A unique-key race raises here, before the calls are written. Returns ({run_id: pk},
+    the calls' ids in ``to_store`` order). (The evidence rows joined to these in the same
+    pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)"""
     run_sql, run_params = _runs_statement(project, [m for m, _, _ in to_store])
     keys = [_clean(m.call_id) for m, _, _ in to_store]
-    evidence = [(key, m.started_at, e) for key, (m, _, _) in zip(keys, to_store, strict=True) for e in m.evidence]
     with connection.cursor() as cursor:
         pg = cursor.connection
         sequence = _sequence(cursor, Call._meta.db_table)
@@ -562,28 +560,6 @@ def _upsert_runs_and_register(
                 "AS u(k, h, s) RETURNING call_key, call_id",
                 [project.pk, sequence, keys, [d for _, _, d in to_store], [m.started_at for m, _, _ in to_store]],
             )
-            if evidence:
-                pg.cursor().execute(
-                    f"INSERT INTO {Evidence._meta.db_table} (call_id, project_id, started_at, key, label, literal, "
-                    "expected_item, present, found_in, used) "
-                    "SELECT r.call_id, r.project_id, e.s, e.key, e.label, e.literal, e.expected, e.present, e.found, "
-                    "e.used FROM unnest(%s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], "
-                    "%s::text[], %s::boolean[], %s::text[], %s::boolean[]) "
-                    "AS e(k, s, key, label, literal, expected, present, found, used) "
-                    f"JOIN {CallKey._meta.db_table} r ON r.project_id = %s AND r.call_key = e.k",
-                    [
-                        [k for k, _, _ in evidence],
-                        [s for _, s, _ in evidence],
-                        [_clean(e.key) for _, _, e in evidence],
-                        [_clean(e.label) for _, _, e in evidence],
-                        [_clean(e.literal) for _, _, e in evidence],
-                        [_clean(e.expected_item) for _, _, e in evidence],
-                        [e.present for _, _, e in evidence],
-                        [_clean(e.found_in) for _, _, e in evidence],
-                        [e.used for _, _, e in evidence],
-                        project.pk,
-                    ],
-                )
         ids = dict(registered.fetchall())
         return dict(runs.fetchall()), [ids[k] for k in keys]
 
@@ -803,7 +779,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         for m, call_pk in zip(manifests, call_pks)
         for e in m.evidence
     ]
-    if evidence and connection.vendor != "postgresql":  # PostgreSQL: with the registry's rows
+    if evidence:
         _insert(Evidence, evidence)
 
     compactions: list[Compaction] = []
