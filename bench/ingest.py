@@ -7,7 +7,8 @@
    ``POST /api/v1/manifests`` and reports manifests/s, items/s and the server's
    peak memory.
 2. Loads the same item rows with ``COPY`` into the same table (the physical
-   baseline) and prints the ratio API/COPY.
+   baseline) and prints the ratio API/COPY; with ``--bracket`` also just before the
+   API's run, against the geometric mean of the two COPY timings.
 3. Separately, validation cost: decoding + validating the same bytes with the
    shared msgspec types, and with DRF-free json + msgspec.convert, as a ratio
    to ``orjson.loads`` of the same bytes.
@@ -32,9 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.support import PG, create_database, create_key  # noqa: E402
+from bench.support import PG, create_database, create_key, scratch_name  # noqa: E402
 
-DB = "ctxview_bench"
+# ctxview_bench, or <name>_bench for DATABASE_URL=.../<name>: concurrent runs do not collide.
+DB = scratch_name("ctxview_bench")
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 KINDS = ["system", "tools", "task", "history", "tool_result", "retrieval", "memory", "summary"]
 ACTIONS = ["keep", "keep", "keep", "summarize", "truncate", "drop", "extract", "ref"]
@@ -123,18 +125,22 @@ def max_call_pk() -> int:
         return conn.execute("SELECT coalesce(max(id), 0) FROM manifests_call").fetchone()[0]
 
 
-def copy_baseline(rows: list[tuple], after_pk: int = 0) -> float:
+def copy_baseline(rows: list[tuple], after_pk: int = 0, call_ids: list[int] | None = None) -> float:
     """COPY the same item rows into the same table (emptied first), and time it. The rows
-    belong to the calls the API stored in this round (primary key above ``after_pk``)."""
+    belong to the calls the API stored in this round (primary key above ``after_pk``), or to
+    ``call_ids`` when given (the COPY before the API's run: the item table has no foreign key
+    to the calls, so the ids are only values)."""
     import psycopg
 
     from manifests.ingest import ITEM_COLUMNS
 
     columns = ", ".join(f'"{c}"' for c in ITEM_COLUMNS)
     with psycopg.connect(f"{PG}/{DB}") as conn:
-        call_ids = [
-            r[0] for r in conn.execute("SELECT id FROM manifests_call WHERE id > %s ORDER BY id", [after_pk]).fetchall()
-        ]
+        if call_ids is None:
+            call_ids = [
+                r[0]
+                for r in conn.execute("SELECT id FROM manifests_call WHERE id > %s ORDER BY id", [after_pk]).fetchall()
+            ]
         project_id = conn.execute("SELECT id FROM manifests_project LIMIT 1").fetchone()[0]
         conn.execute("TRUNCATE manifests_item")
         conn.commit()
@@ -200,7 +206,12 @@ def main() -> None:
         type=int,
         default=1,
         help="API run then COPY run, this many times in turn (new call ids each round): on a shared "
-        "machine the load changes within seconds, so each ratio pairs two runs made close together",
+        "machine the load changes within seconds, so each ratio pairs runs made close together",
+    )
+    parser.add_argument(
+        "--bracket",
+        action="store_true",
+        help="time the COPY just before and just after each API run too, against their geometric mean",
     )
     parser.add_argument("--validation-only", action="store_true", help="only the validation ratios (no server)")
     args = parser.parse_args()
@@ -221,7 +232,7 @@ def main() -> None:
     env = dict(os.environ, DATABASE_URL=f"{PG}/{DB}", SECRET_KEY="bench", DEBUG="0", ALLOWED_HOSTS="127.0.0.1")
     # As in production: analysis is handed to Redis (one task per batch), not run
     # inside the request. No worker consumes this scratch queue; it is flushed after.
-    env["REDIS_URL"] = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/14")
+    env["REDIS_URL"] = os.environ.get("BENCH_REDIS") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
     create_database(DB, env)
     key = create_key(env, "bench")
 
@@ -264,14 +275,27 @@ def main() -> None:
             f"machine: {os.cpu_count()} cores; {args.manifests} manifests x {args.items} items in batches of "
             f"{args.batch}; load average {os.getloadavg()[0]:.1f}"
         )
+        from manifests import partitions
+
+        # The days' partitions, before the first COPY (otherwise the API's first batch makes them).
+        partitions.ensure_days(
+            {partitions.day_of(T0 + timedelta(seconds=n)) for n in range(args.rounds * args.manifests)}
+        )
         ratios = []
         for r in range(args.rounds):
             docs, bodies = round_bodies(r)
-            before = max_call_pk()
-            api_seconds = post_all(port, key, bodies)
             decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]
             rows = _item_rows(0, decoded, list(range(len(decoded))))
-            copy_seconds = copy_baseline(rows, before)
+            before = max_call_pk()
+            # With --bracket the baseline is timed just before and just after the API's run
+            # (geometric mean): on this shared machine the load drifts within seconds, and the
+            # bracket cancels a drift across the round instead of charging it to one side.
+            copy_first = None
+            if args.bracket:
+                copy_first = copy_baseline(rows, call_ids=list(range(before + 1, before + 1 + len(docs))))
+            api_seconds = post_all(port, key, bodies)
+            copy_after = copy_baseline(rows, before)
+            copy_seconds = (copy_first * copy_after) ** 0.5 if copy_first else copy_after
             n_items = len(rows)
             api_items = n_items / api_seconds
             copy_items = n_items / copy_seconds
@@ -280,8 +304,10 @@ def main() -> None:
                 f"API (gunicorn x{args.workers}, PostgreSQL): "
                 f"{args.manifests / api_seconds:,.0f} manifests/s, {api_items:,.0f} items/s"
             )
-            print(f"COPY of the same item rows:          {copy_items:,.0f} items/s")
-            print(f"ratio API/COPY (items/s):             {api_items / copy_items:.3f}x")
+            bracket = f" (before {n_items / copy_first:,.0f}, after {n_items / copy_after:,.0f})" if copy_first else ""
+            print(f"COPY of the same item rows:          {copy_items:,.0f} items/s{bracket}")
+            load = os.getloadavg()[0]
+            print(f"ratio API/COPY (items/s):             {api_items / copy_items:.3f}x  (load average {load:.1f})")
         peak = peak_rss_kib(server.pid)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -289,7 +315,10 @@ def main() -> None:
         subprocess.run(["redis-cli", "-u", env["REDIS_URL"], "flushdb"], capture_output=True)
 
     if len(ratios) > 1:
-        print(f"ratio API/COPY, median of {len(ratios)} rounds: {sorted(ratios)[len(ratios) // 2]:.3f}x")
+        print(
+            f"ratio API/COPY, median of {len(ratios)} rounds: {sorted(ratios)[len(ratios) // 2]:.3f}x "
+            f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+        )
     print(f"server peak memory (all processes):  {peak / 1024:.0f} MiB")
     for name, ratio in validation_ratios(args.items).items():
         print(f"validation, 100-item manifest, {name:<28} {ratio:.2f}x orjson.loads")

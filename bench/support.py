@@ -37,6 +37,20 @@ def wait_port(port: int, timeout: float = 30) -> None:
     raise SystemExit(f"nothing listens on port {port}")
 
 
+def scratch_name(default: str) -> str:
+    """The scratch database of a bench: ``<name>_bench`` when DATABASE_URL names a PostgreSQL
+    database (so benches started with different DATABASE_URLs never drop each other's), else
+    ``default``. Never a database another bench owns (``ctxview_bench_pages``)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("DATABASE_URL", ""))
+    name = url.path.lstrip("/") if url.scheme.startswith("postgres") else ""
+    db = f"{name}_bench" if name else default
+    if db == "ctxview_bench_pages" or not db.replace("_", "").isalnum():
+        raise SystemExit(f"refusing scratch database {db!r}")
+    return db
+
+
 def create_database(db: str, env: dict[str, str]) -> None:
     """Drop and create ``db``, then migrate it with ``env`` (whose DATABASE_URL names it)."""
     import psycopg

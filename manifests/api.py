@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import HttpResponse, UnreadablePostError
+from django.http import HttpRequest, HttpResponse, UnreadablePostError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
@@ -130,10 +130,39 @@ def chunked_body(request: Request) -> bytes:
     return ManifestBodyParser().parse(environ["wsgi.input"], parser_context={"request": request})
 
 
+def _unbuffered(stream: Any) -> Any:
+    """The reader under gunicorn's ``wsgi.input`` when nothing has been read yet, else ``stream``.
+
+    gunicorn's ``Body.read(n)`` gathers any body 1 KB at a time, each step copying what its
+    two buffers hold: about 12 ms of a worker's time for a 1.4 MB batch (measured), against
+    under 2 ms for one pass of the reader beneath it (Content-Length or chunked), which holds
+    the same bytes and the same limit. Django's stream would only add the same
+    Content-Length limit, and turns a lost connection into UnreadablePostError, as
+    ``_read_at_most`` does here."""
+    wsgi_input = stream
+    if isinstance(stream, HttpRequest):
+        if stream._read_started:
+            return stream
+        wsgi_input = stream.META.get("wsgi.input")
+    reader = getattr(wsgi_input, "reader", None)
+    buffered = getattr(wsgi_input, "buf", None)
+    if type(wsgi_input).__module__ != "gunicorn.http.body" or reader is None or buffered is None or buffered.tell():
+        return stream
+    if isinstance(stream, HttpRequest):
+        stream._read_started = True  # as Django's own read would mark it
+    return reader
+
+
 def _read_at_most(stream: Any, size: int) -> bytes:
     """Read until EOF or ``size`` bytes: a chunked stream may return less than asked."""
     parts: list[bytes] = []
     remaining = size
+    direct = _unbuffered(stream)
+    if direct is not stream:
+        try:
+            return _read_at_most(direct, size)
+        except OSError as exc:  # the client went away mid-body
+            raise UnreadablePostError(*exc.args) from exc
     while remaining > 0:
         part = stream.read(remaining)
         if not part:

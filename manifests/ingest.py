@@ -93,6 +93,14 @@ class IngestReport:
 _top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 
+
+class _Batch(msgspec.Struct, forbid_unknown_fields=True):
+    manifests: list[msgspec.Raw]
+
+
+# A well-formed batch split in one pass (the general path scans the body twice).
+_batch_decoder = msgspec.json.Decoder(_Batch)
+
 # --------------------------------------------------------------------------- #
 # Decoding: every body is turned into manifests or into 4xx errors with a path,
 # whatever the bytes hold (docs/api.md, "What the door accepts").
@@ -176,6 +184,13 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
     The body is one manifest object, or ``{"manifests": [ ... ]}``.
     """
     try:
+        raws = _batch_decoder.decode(body).manifests
+    except _DECODE_ERRORS:
+        pass  # not a plain batch: the general path below tells which error it is
+    else:
+        if body.count(b'"manifests"') == 1:
+            return _bounded(raws), "$.manifests[{}]"
+    try:
         top = _top_decoder.decode(body)
     except msgspec.ValidationError:
         raise BadRequest('the body must be a JSON object: one manifest, or {"manifests": [...]}') from None
@@ -197,6 +212,11 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
         raws = _list_decoder.decode(top["manifests"])
     except msgspec.ValidationError:
         raise BadRequest("'manifests' must be an array of manifests", path="$.manifests") from None
+    return _bounded(raws), "$.manifests[{}]"
+
+
+def _bounded(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
+    """The batch's manifests, refused when empty or over the batch limit."""
     if not raws:
         raise BadRequest("'manifests' is empty: send at least one manifest", path="$.manifests")
     limit = settings.CTXVIEW_MAX_BATCH
@@ -207,7 +227,7 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
             path="$.manifests",
             status=413,
         )
-    return raws, "$.manifests[{}]"
+    return raws
 
 
 def _rebase(errors: list[FieldError], prefix: str) -> list[FieldError]:
@@ -394,34 +414,50 @@ def _has_lz4(cursor: Any) -> bool:
     return _lz4[name]
 
 
-def _call_locks(project: Project, call_ids: list[str]) -> None:
-    """Serialise the requests that store the same call_id (PostgreSQL; SQLite's writers
-    are serialised already by its IMMEDIATE transactions). Locks are taken in ascending
-    key order in one statement, so no two requests can wait on each other in a cycle.
-    No lock wait of the batch's transaction lasts longer than the lock timeout."""
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        # SET LOCAL, in one statement. The raw manifests (kilobytes of JSON each) are compressed
-        # by the server as they are stored: lz4 does it several times faster than the default
-        # pglz, and every reader decompresses either (docs/performance.md).
-        toast = ", set_config('default_toast_compression', 'lz4', true)" if _has_lz4(cursor) else ""
-        cursor.execute(
-            f"SELECT set_config('lock_timeout', %s, true){toast}", [str(int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS))]
-        )
-    if not call_ids:
-        return
-    keys = sorted(
-        {
-            int.from_bytes(hashlib.blake2b(f"{project.pk}\x1f{c}".encode(), digest_size=8).digest(), "big", signed=True)
-            for c in call_ids
-        }
+def _lock_key(project: Project, call_id: str | None) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(f"{project.pk}\x1f{call_id}".encode(), digest_size=8).digest(), "big", signed=True
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS s",
-            [keys],
+
+
+def _lock_and_look_up(project: Project, call_ids: list[str]) -> dict[str, str]:
+    """Take the batch's locks and read the idempotency registry: {call_id: content_hash} of
+    the call_ids already stored.
+
+    On PostgreSQL, first the transaction's settings (lock timeout, lz4), then one advisory
+    lock per call_id, then the registry lookup, sent as one pipeline: one round trip instead
+    of four with the BEGIN (docs/performance.md). PostgreSQL runs them in order, so the
+    lookup still runs after the locks are held. The locks serialise the requests that store
+    the same call_id (SQLite's writers are serialised already by its IMMEDIATE transactions);
+    they are taken in ascending key order in one statement, so no two requests can wait on
+    each other in a cycle, and no lock wait lasts longer than the lock timeout."""
+    if connection.vendor != "postgresql":
+        return dict(
+            CallKey.objects.filter(project=project, call_key__in=call_ids).values_list("call_key", "content_hash")
         )
+    keys = sorted({_lock_key(project, _clean(c)) for c in call_ids})
+    with connection.cursor() as cursor:
+        pg = cursor.connection
+        # The raw manifests (kilobytes of JSON each) are compressed by the server as they are
+        # stored: lz4 does it several times faster than the default pglz, and every reader
+        # decompresses either (docs/performance.md).
+        toast = ", set_config('default_toast_compression', 'lz4', true)" if _has_lz4(cursor) else ""
+        with pg.pipeline():
+            settings_cursor, locks, lookup = pg.cursor(), pg.cursor(), pg.cursor()
+            settings_cursor.execute(
+                f"SELECT set_config('lock_timeout', %s, true){toast}",
+                [str(int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS))],
+            )
+            locks.execute(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS s",
+                [keys],
+            )
+            lookup.execute(
+                f"SELECT call_key, content_hash FROM {CallKey._meta.db_table} "
+                "WHERE project_id = %s AND call_key = ANY(%s::text[])",
+                [project.pk, call_ids],
+            )
+        return dict(lookup.fetchall())
 
 
 def _conflict(call_id: str) -> FieldError:
@@ -434,14 +470,9 @@ def _conflict(call_id: str) -> FieldError:
 
 @transaction.atomic
 def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], results: list[ManifestResult]) -> list[int]:
-    _call_locks(project, [_clean(m.call_id) for _, m, _, _ in valid])
     # The idempotency registry (CallKey: unique per project on every database) decides
     # duplicate or conflict; the calls table is partitioned by time and cannot.
-    existing = dict(
-        CallKey.objects.filter(project=project, call_key__in=[m.call_id for _, m, _, _ in valid]).values_list(
-            "call_key", "content_hash"
-        )
-    )
+    existing = _lock_and_look_up(project, [m.call_id for _, m, _, _ in valid])
     to_store: list[tuple[Manifest, bytes, str]] = []
     seen: dict[str, str] = {}
     for index, manifest, canonical, digest in valid:
@@ -460,44 +491,98 @@ def _store(project: Project, valid: list[tuple[int, Manifest, bytes, str]], resu
 
     # Rows in call_id order: any two writers meet their rows in the same order.
     to_store.sort(key=lambda row: row[0].call_id)
-    runs = _upsert_runs(project, [m for m, _, _ in to_store])
+    manifests = [m for m, _, _ in to_store]
+    if connection.vendor == "postgresql":
+        runs, call_pks = _upsert_runs_and_register(project, to_store)
+    else:
+        runs, call_pks = _upsert_runs(project, manifests), []
     now = timezone.now()
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
-    call_pks = _insert(Call, calls)
-    _register_keys(project, calls, call_pks)
-    _store_children(project, [m for m, _, _ in to_store], call_pks)
+    if call_pks:
+        _insert(Call, calls, pks=call_pks)
+    else:  # SQLite: the calls first (their ids), then their registry rows
+        call_pks = _insert(Call, calls)
+        _register_keys(project, calls, call_pks)
+    _store_children(project, manifests, call_pks)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
 
 
 def _register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
-    """The idempotency registry's rows of the stored calls (a unique-key race raises here).
-    By COPY on PostgreSQL, like the calls themselves (``_insert``)."""
-    _insert(
-        CallKey,
+    """The idempotency registry's rows of the stored calls, on SQLite (a unique-key race raises
+    here). PostgreSQL writes them with the runs (``_upsert_runs_and_register``)."""
+    CallKey.objects.bulk_create(
         [
-            {
-                "project_id": project.pk,
-                "call_key": c["call_id"],
-                "content_hash": c["content_hash"],
-                "call_id": pk,
-                "started_at": c["started_at"],
-            }
+            CallKey(
+                project_id=project.pk,
+                call_key=c["call_id"],
+                content_hash=c["content_hash"],
+                call_id=pk,
+                started_at=c["started_at"],
+            )
             for c, pk in zip(calls, call_pks, strict=True)
-        ],
-        returning_ids=False,
+        ]
     )
 
 
+_sequences: dict[tuple[str, str], str] = {}
+
+
+def _sequence(cursor: Any, table: str) -> str:
+    """The name of a table's id sequence (asked once per process and database)."""
+    key = (connection.settings_dict["NAME"], table)
+    if key not in _sequences:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+        _sequences[key] = cursor.fetchone()[0]
+    return _sequences[key]
+
+
+def _upsert_runs_and_register(
+    project: Project, to_store: list[tuple[Manifest, bytes, str]]
+) -> tuple[dict[str, int], list[int]]:
+    """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows, in one pipeline
+    (one round trip, where they were two statements and a COPY). Each registry row takes its
+    call's id from the calls' sequence as it is inserted, so the ids need no query of their
+    own. A unique-key race raises here, before the calls are written. Returns ({run_id: pk},
+    the calls' ids in ``to_store`` order). (The evidence rows joined to these in the same
+    pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)"""
+    run_sql, run_params = _runs_statement(project, [m for m, _, _ in to_store])
+    keys = [_clean(m.call_id) for m, _, _ in to_store]
+    with connection.cursor() as cursor:
+        pg = cursor.connection
+        sequence = _sequence(cursor, Call._meta.db_table)
+        with pg.pipeline():
+            runs, registered = pg.cursor(), pg.cursor()
+            runs.execute(run_sql, run_params)
+            registered.execute(
+                f"INSERT INTO {CallKey._meta.db_table} (project_id, call_key, content_hash, call_id, started_at) "
+                "SELECT %s, k, h, nextval(%s::regclass), s FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) "
+                "AS u(k, h, s) RETURNING call_key, call_id",
+                [project.pk, sequence, keys, [d for _, _, d in to_store], [m.started_at for m, _, _ in to_store]],
+            )
+        ids = dict(registered.fetchall())
+        return dict(runs.fetchall()), [ids[k] for k in keys]
+
+
 def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
-    """Create the batch's missing runs and widen the others' time span, in one statement.
+    """Create the batch's missing runs and widen the others' time span (``_runs_statement``).
+    Returns {run_id: pk}."""
+    sql, params = _runs_statement(project, manifests)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
+
+
+def _runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, list[Any]]:
+    """The runs' upsert: create the batch's missing runs and widen the others' time span, in
+    one statement.
 
     ``INSERT ... ON CONFLICT DO UPDATE`` with LEAST/GREATEST (MIN/MAX on SQLite): the
     database widens ``first_seen``/``last_seen`` against the row's current values, under
     its row lock, so two concurrent batches can never overwrite each other's times (a
     read-then-write would), and rows are written in run_id order, so two batches
     sharing runs lock them in the same order and cannot deadlock. A run's agent, model
-    and parent are those of the first batch that created it. Returns {run_id: pk}.
+    and parent are those of the first batch that created it. It returns (run_id, id) rows.
     """
     bounds: dict[str, tuple[datetime, datetime, Manifest]] = {}
     for m in manifests:
@@ -527,9 +612,7 @@ def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
         f"last_seen = {greatest}({table}.last_seen, excluded.last_seen) "
         "RETURNING run_id, id"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return dict(cursor.fetchall())
+    return sql, params
 
 
 def _clean(value: str | None) -> str | None:
@@ -621,15 +704,15 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
     ]
 
 
-def _insert(model: type[Any], rows: list[dict[str, Any]], *, returning_ids: bool = True) -> list[int]:
+def _insert(model: type[Any], rows: list[dict[str, Any]], *, pks: list[int] | None = None) -> list[int]:
     """Insert rows (column values by attribute name; missing ones take the model's default)
-    and return their primary keys (``returning_ids``).
+    with the primary keys ``pks`` (PostgreSQL; reserved from the sequence as the registry's
+    rows were written), or the table's own (``pks`` None); return the keys (SQLite: always).
 
-    On PostgreSQL: reserve the ids from the sequence in one query, then COPY plain values
-    (JSON columns as Python objects: psycopg encodes them for jsonb).
-    Django's bulk_create binds the raw manifests (kilobytes each) as quoted array literals,
-    which cost several times the COPY itself, and building model instances and preparing
-    each field through Django cost as much again (docs/performance.md).
+    On PostgreSQL: COPY plain values (JSON columns as Python objects: psycopg encodes them
+    for jsonb). Django's bulk_create binds the raw manifests (kilobytes each) as quoted array
+    literals, which cost several times the COPY itself, and building model instances and
+    preparing each field through Django cost as much again (docs/performance.md).
     """
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
@@ -638,21 +721,14 @@ def _insert(model: type[Any], rows: list[dict[str, Any]], *, returning_ids: bool
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     defaults = {f.attname: f.get_default() for f in fields}
     names = [f.attname for f in fields]
-    pks: list[int] = []
     with connection.cursor() as cursor:
-        table = model._meta.db_table
-        if returning_ids:
-            cursor.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, len(rows)]
-            )
-            pks = [pk for (pk,) in cursor.fetchall()]
         columns = [f.column for f in fields]
         values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
         if pks:
             columns.insert(0, model._meta.pk.column)
-            values = [[pk, *v] for pk, v in zip(pks, values)]
-        _copy(cursor, table, columns, values)
-    return pks
+            values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
+        _copy(cursor, model._meta.db_table, columns, values)
+    return pks or []
 
 
 _column_types: dict[tuple[str, str], dict[str, int]] = {}
@@ -704,7 +780,7 @@ def _store_children(project: Project, manifests: list[Manifest], call_pks: list[
         for e in m.evidence
     ]
     if evidence:
-        _insert(Evidence, evidence, returning_ids=False)
+        _insert(Evidence, evidence)
 
     compactions: list[Compaction] = []
     invariants_of: list[list[Any]] = []
