@@ -94,7 +94,7 @@ def new_raw_key() -> str:
 
 
 class Run(models.Model):
-    # No single-column index on project: run_unique_per_project leads with it (migration 0012).
+    # No single-column index on project: run_unique_per_project leads with it (migration 0013).
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="runs")
     run_id = models.CharField(max_length=200)
     agent = models.CharField(max_length=200, default="default")
@@ -119,7 +119,7 @@ class Call(models.Model):
     """One model call: the manifest's scalar fields, plus the raw manifest."""
 
     # No single-column indexes of their own: call_project_* and call_run_step lead with these
-    # columns, and every index is paid by every call written (migration 0012).
+    # columns, and every index is paid by every call written (migration 0013).
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="calls")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, db_index=False, related_name="calls")
     call_id = models.CharField(max_length=200)
@@ -209,7 +209,7 @@ class CallKey(models.Model):
     hash tells a retry (duplicate) from a conflict. Retention deletes a call's key with it.
     """
 
-    # Indexed by callkey_unique_per_project, which leads with it (migration 0012).
+    # Indexed by callkey_unique_per_project, which leads with it (migration 0013).
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="+")
     call_key = models.CharField(max_length=200, help_text="The manifest's call_id")
     content_hash = models.CharField(max_length=64)

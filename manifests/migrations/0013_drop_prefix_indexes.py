@@ -22,7 +22,7 @@ PREFIXES = [
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("manifests", "0011_drop_duplicate_indexes"),
+        ("manifests", "0012_scalepages_pattern_indexes"),
     ]
 
     operations = [
