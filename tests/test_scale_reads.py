@@ -109,6 +109,24 @@ def test_the_compaction_review_lists_the_same_events_with_their_call_figures_and
         project=project, invariants__ok=False).values("invariants__name").annotate(n=Count("pk", distinct=True))}
 
 
+def test_the_failure_counts_and_the_failed_filter_hold_under_an_agent_filter(demo_world):
+    # Invariants have no agent or model: the agent narrows the compactions, never the invariants
+    # themselves (it raised a FieldError, a 500 on the overview, when applied to both).
+    project = demo_world.project
+    failed = Compaction.objects.filter(project=project, invariants__ok=False).select_related("call").first()
+    assert failed is not None, "the demo has a failed invariant"
+    for agent in {failed.call.agent, "no-such-agent"}:
+        filters = Filters(range="all", agent=agent)
+        counts = {r["name"]: r["n"] for r in compaction_sel.failure_counts(project, filters)}
+        assert counts == {r["invariants__name"]: r["n"] for r in Compaction.objects.filter(
+            project=project, call__agent=agent, invariants__ok=False).values("invariants__name")
+            .annotate(n=Count("pk", distinct=True))}
+        name = failed.invariants.filter(ok=False).first().name
+        shown = [c.pk for c in compaction_sel.events(project, filters, failed=name).object_list]
+        assert shown == _compactions_before(project, filters, failed=name)[:compaction_sel.PER_PAGE]
+    assert counts == {} and shown == []
+
+
 def test_the_search_looks_for_source_refs_in_the_latest_calls_of_the_range(demo_world, monkeypatch):
     project = demo_world.project
     item = Item.objects.filter(project=project).exclude(source_ref="").exclude(source_ref=None) \

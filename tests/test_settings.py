@@ -126,3 +126,37 @@ def test_check_deploy_is_clean_with_the_documented_production_environment():
                             cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def database_options(**env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in {"DATABASE_URL", "CTXVIEW_DB_POOLER", "CTXVIEW_PG_JIT", "REDIS_URL"}}
+    clean.update({"SECRET_KEY": "k", **env})
+    code = "import json, ctxview.settings as s; print(json.dumps(s.DATABASES['default'].get('OPTIONS', {})))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_it_turns_postgresql_jit_off_unless_told():
+    pg = "postgres://u@h:5432/db"
+    assert database_options(DATABASE_URL=pg)["options"] == "-c jit=off"
+    # Options already in the URL are kept.
+    assert database_options(DATABASE_URL=pg + "?options=-c%20work_mem%3D8MB")["options"] == "-c work_mem=8MB -c jit=off"
+    assert "options" not in database_options(DATABASE_URL=pg, CTXVIEW_PG_JIT="1")
+    # PgBouncer refuses the startup option: there the database carries the setting (docs/deploy.md).
+    assert "options" not in database_options(DATABASE_URL=pg, CTXVIEW_DB_POOLER="1")
+    assert "options" not in database_options()  # SQLite
+
+
+def test_it_opens_connections_as_each_database_needs(db):
+    # PostgreSQL: JIT off (see settings). SQLite: write-ahead log.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW jit")
+            assert cursor.fetchone()[0] == "off"
+        else:
+            cursor.execute("PRAGMA journal_mode")
+            assert cursor.fetchone()[0] == "wal"

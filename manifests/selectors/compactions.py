@@ -33,8 +33,14 @@ def _base(project: Project, filters: Filters) -> QuerySet[Compaction]:
 
 
 def _invariants(filters: Filters) -> QuerySet[Invariant]:
-    """Invariants of the range's partitions (an invariant has its compaction's time)."""
-    return filters.apply(Invariant.objects.all())
+    """Invariants of the range's partitions (an invariant has its compaction's time). Only
+    the time range: invariants have no agent or model; callers narrow by compaction."""
+    qs = Invariant.objects.all()
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    return qs
 
 
 def events(project: Project, filters: Filters, *, failed: str = "", only_failed: bool = False,
