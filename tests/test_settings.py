@@ -73,11 +73,18 @@ def test_it_fails_loudly_on_a_bad_value(env, message):
 
 def rollup_schedule(**env: str) -> list:
     """(settings' interval, the beat entry's schedule or None) in a fresh process."""
-    clean = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CTXVIEW_ROLLUP_INTERVAL_SECONDS"}}
+    return settings_json(
+        "from ctxview.celery import app; e = app.conf.beat_schedule.get('refresh-rollups'); "
+        "value = [s.CTXVIEW_ROLLUP_INTERVAL_SECONDS, e and e['schedule']]",
+        drop=lambda k: k in {"REDIS_URL", "CTXVIEW_ROLLUP_INTERVAL_SECONDS"}, **env)
+
+
+def settings_json(statements: str, *, drop, **env: str):
+    """``value`` as set by ``statements`` after importing the settings (as ``s``) in a new
+    process, with the environment variables ``drop`` names removed and ``env`` added."""
+    clean = {k: v for k, v in os.environ.items() if not drop(k)}
     clean.update({"SECRET_KEY": "k", **env})
-    code = ("import json, ctxview.settings as s; from ctxview.celery import app; "
-            "e = app.conf.beat_schedule.get('refresh-rollups'); "
-            "print(json.dumps([s.CTXVIEW_ROLLUP_INTERVAL_SECONDS, e and e['schedule']]))")
+    code = f"import json, ctxview.settings as s; {statements}; print(json.dumps(value))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -92,14 +99,10 @@ def test_it_schedules_the_rollup_refresh_only_where_a_beat_runs():
 
 
 def security_settings(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SECURE_", "CTXVIEW_", "SESSION_", "CSRF_"))}
-    clean.update({"SECRET_KEY": "k", **env})
     names = ["SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS",
              "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_PROXY_SSL_HEADER", "CSRF_TRUSTED_ORIGINS"]
-    code = f"import json, ctxview.settings as s; print(json.dumps({{n: getattr(s, n, None) for n in {names!r}}}))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return settings_json(f"value = {{n: getattr(s, n, None) for n in {names!r}}}",
+                         drop=lambda k: k.startswith(("SECURE_", "CTXVIEW_", "SESSION_", "CSRF_")), **env)
 
 
 def test_ctxview_https_turns_on_hsts_ssl_redirect_and_secure_cookies():
@@ -129,13 +132,9 @@ def test_check_deploy_is_clean_with_the_documented_production_environment():
 
 
 def database_options(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in {"DATABASE_URL", "CTXVIEW_DB_POOLER", "CTXVIEW_PG_JIT", "REDIS_URL"}}
-    clean.update({"SECRET_KEY": "k", **env})
-    code = "import json, ctxview.settings as s; print(json.dumps(s.DATABASES['default'].get('OPTIONS', {})))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return settings_json("value = s.DATABASES['default'].get('OPTIONS', {})",
+                         drop=lambda k: k in {"DATABASE_URL", "CTXVIEW_DB_POOLER", "CTXVIEW_PG_JIT", "REDIS_URL"},
+                         **env)
 
 
 def test_it_turns_postgresql_jit_off_unless_told():

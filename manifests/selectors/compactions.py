@@ -9,11 +9,13 @@ reads one day's partition per row.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet, prefetch_related_objects
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, prefetch_related_objects
 
 from manifests.models import Call, Compaction, CompactionFigures, Invariant, Project
-from manifests.selectors.filters import Filters
+from manifests.selectors.filters import Filters, bound_call
 
 PER_PAGE = 50
 
@@ -24,23 +26,14 @@ def _base(project: Project, filters: Filters) -> QuerySet[Compaction]:
     if filters.agent or filters.model:
         # The joined call has the compaction's time: bound it too, so that only the range's
         # call partitions are read (the equality alone prunes nothing at plan time).
-        qs = qs.filter(call__started_at=F("started_at"))
-        if filters.since is not None:
-            qs = qs.filter(call__started_at__gte=filters.since)
-        if filters.until is not None:
-            qs = qs.filter(call__started_at__lt=filters.until)
+        qs = bound_call(qs, filters)
     return qs
 
 
 def _invariants(filters: Filters) -> QuerySet[Invariant]:
     """Invariants of the range's partitions (an invariant has its compaction's time). Only
     the time range: invariants have no agent or model; callers narrow by compaction."""
-    qs = Invariant.objects.all()
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    return qs
+    return replace(filters, agent="", model="").apply(Invariant.objects.all())
 
 
 def events(project: Project, filters: Filters, *, failed: str = "", only_failed: bool = False,
