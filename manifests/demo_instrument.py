@@ -157,14 +157,15 @@ class StandInMessagesAPI:
     """Answers ``POST /v1/messages`` like the Messages API, with a prompt cache like Anthropic's.
 
     The reply is chosen by the number of assistant turns in the request (the step). Tokens are
-    counted with ctxkit's estimator; the cacheable prefix is the tools and the system blocks up
-    to the last ``cache_control`` breakpoint (the demo's agent marks its system prompt). A prefix
-    seen before is read from the cache, a new one is written: ``input_tokens`` is the uncached rest,
-    as Anthropic reports it.
+    counted with ctxkit's estimator; the cacheable prefix is the tools, the system blocks and the
+    message blocks up to the last ``cache_control`` breakpoint (the demo's agent marks its system
+    prompt; an agent that marks its latest message moves the breakpoint at every step). As at
+    Anthropic, the cache matches block by block: the longest prefix written before that starts
+    this one is read, the rest of the prefix is written; ``input_tokens`` is the uncached rest.
     """
 
     def __init__(self) -> None:
-        self.cached: set[str] = set()
+        self.cached: set[tuple[str, ...]] = set()  # (model, block, block, ...) of each prefix written
         self.requests = 0
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
@@ -177,20 +178,29 @@ class StandInMessagesAPI:
                 "type": "invalid_request_error", "message": "the demo stand-in has no reply for this request"}})
         stop_reason, content = REPLIES[step]
         system = body.get("system") or []
-        breakpoint_at = max((i + 1 for i, b in enumerate(system) if b.get("cache_control")), default=0)
-        prefix = "\n".join([canonical_json(t) for t in body.get("tools") or []]
-                           + [b.get("text", "") for b in system[:breakpoint_at]])
-        prefix_tokens = estimate_tokens(prefix) if breakpoint_at else 0
-        rest = system[breakpoint_at:] + messages
+        # The request as blocks in cache order (tools, system, messages), without the markers.
+        blocks = [canonical_json(t) for t in body.get("tools") or []] + [b.get("text", "") for b in system]
+        marked = [bool(b.get("cache_control")) for b in system]
+        for message in messages:
+            said = message.get("content")
+            for block in [{"type": "text", "text": said}] if isinstance(said, str) else said or []:
+                blocks.append(canonical_json({k: v for k, v in block.items() if k != "cache_control"}))
+                marked.append(bool(block.get("cache_control")))
+        tools = len(body.get("tools") or [])
+        breakpoint_at = max((tools + i + 1 for i, m in enumerate(marked) if m), default=0)
+        prefix = tuple(blocks[:breakpoint_at])
+        prefix_tokens = estimate_tokens("\n".join(prefix)) if breakpoint_at > tools else 0
+        rest = blocks[breakpoint_at:] if prefix_tokens else blocks[tools:]
         usage = {"input_tokens": estimate_tokens(canonical_json(rest)), "cache_creation_input_tokens": 0,
                  "cache_read_input_tokens": 0, "output_tokens": estimate_tokens(canonical_json(content)),
                  "service_tier": "standard"}
-        key = f"{body.get('model')}\n{prefix}"
-        if prefix_tokens and key in self.cached:
-            usage["cache_read_input_tokens"] = prefix_tokens
-        elif prefix_tokens:
-            self.cached.add(key)
-            usage["cache_creation_input_tokens"] = prefix_tokens
+        if prefix_tokens:
+            model = str(body.get("model"))
+            hit = max((len(k) - 1 for k in self.cached if k[0] == model and prefix[: len(k) - 1] == k[1:]), default=0)
+            read = estimate_tokens("\n".join(prefix[:hit])) if hit else 0
+            usage["cache_read_input_tokens"] = read
+            usage["cache_creation_input_tokens"] = prefix_tokens - read
+            self.cached.add((model, *prefix))
         return httpx2.Response(200, json={
             "id": f"msg_demo{step:02d}", "type": "message", "role": "assistant", "model": RESPONSE_MODEL,
             "content": content, "stop_reason": stop_reason, "stop_sequence": None, "usage": usage})
@@ -221,9 +231,20 @@ class IngestSink:
             return b'{"manifests":[' + b",".join(self.lines) + b"]}"
 
 
-def run_agent(client: Any, clock: datetime) -> None:
+def _marking_latest(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with a ``cache_control`` breakpoint on the last block of the newest message:
+    Anthropic's advice for a conversation (each call reads what the previous one wrote)."""
+    last = messages[-1]
+    content = last["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
+def run_agent(client: Any, clock: datetime, *, mark_latest: bool = False) -> None:
     """The agent's own loop: the customer's messages, tool calls and their results, as any
-    Anthropic tool-use agent writes it. The system prompt carries the time to the minute."""
+    Anthropic tool-use agent writes it. The system prompt carries the time to the minute.
+    ``mark_latest`` also puts a cache breakpoint on the newest message at every call."""
     customer = iter(CUSTOMER)
     messages: list[dict[str, Any]] = [{"role": "user", "content": next(customer)}]
     for step in range(STEPS):
@@ -232,7 +253,7 @@ def run_agent(client: Any, clock: datetime) -> None:
         if step == 3:  # the answer must quote the duplicated invoice: ctxview checks it reached the model
             extra["ctxview"] = {"evidence": {"duplicated invoice": "INV-2611"}}
         response = client.messages.create(
-            model=MODEL, max_tokens=1024, tools=TOOLS, messages=messages,
+            model=MODEL, max_tokens=1024, tools=TOOLS, messages=_marking_latest(messages) if mark_latest else messages,
             system=[{"type": "text", "text": SYSTEM.format(now=f"{now:%Y-%m-%d %H:%M}"),
                      "cache_control": {"type": "ephemeral"}}],
             **extra,
@@ -252,8 +273,9 @@ def run_agent(client: Any, clock: datetime) -> None:
             messages.append({"role": "user", "content": next(customer)})
 
 
-def record(*, now: datetime | None = None) -> bytes:
-    """Run the agent with an instrumented ``anthropic.Anthropic`` client; the ingest body of its calls."""
+def record(*, now: datetime | None = None, mark_latest: bool = False) -> bytes:
+    """Run the agent with an instrumented ``anthropic.Anthropic`` client; the ingest body of its calls
+    (``mark_latest``: see :func:`run_agent`)."""
     sink = IngestSink()
     # The .invalid host never resolves: the transport answers in-process (and the SDK's log says so).
     client = anthropic.Anthropic(api_key="demo-key-not-sent-anywhere", base_url="http://messages-standin.invalid",
@@ -265,7 +287,7 @@ def record(*, now: datetime | None = None) -> bytes:
     instrument_steps.pop(RUN_ID, None)
     clock = (now or timezone.now()).replace(second=0, microsecond=0)
     with ctxkit.instrument.run(run_id=RUN_ID):
-        run_agent(client, clock)
+        run_agent(client, clock, mark_latest=mark_latest)
     ctxkit.instrument.flush(timeout=5.0)  # what a script does before it exits
     client.close()
     if len(sink.lines) != STEPS:  # deterministic: anything else is a bug to see, not a thinner demo

@@ -6,10 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from ctxkit.record.manifest import Usage
+from ctxkit.record.manifest import Prefix, Usage
+from ctxkit.record.prefix_lines import prefix_segment
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
-from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, store, store_and_analyse
+from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, sha, store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +163,56 @@ def test_it_keeps_a_longer_recorded_ttl_from_calling_a_pause_an_expiry(project):
     (stored, later) = store_and_analyse(project, [first, second])
     assert Call.objects.get(pk=stored.pk).cache_ttl_seconds == 3600
     assert events([stored, later])[1].cause == CacheEvent.COLD_START
+
+
+def conversation(*turns: str) -> Prefix:
+    """The stable prefix of an agent whose cache breakpoint is on its newest message: system,
+    then every message so far as the ``messages`` segment, with line hashes (as instrument() sends)."""
+    text = "\n".join(turns)
+    segments = [prefix_segment(name="system", hash=sha(SYSTEM[0]), tokens=1200, text=SYSTEM[0], include_text=False),
+                prefix_segment(name="messages", hash=sha(text), tokens=30 * len(turns), text=text, include_text=False)]
+    return Prefix(hash=sha("".join(s.hash for s in segments)), tokens=sum(s.tokens for s in segments),
+                  segments=segments)
+
+
+def test_it_calls_a_read_after_the_conversation_grew_a_hit_not_a_prefix_change(project):
+    # The breakpoint on the newest message moves at every call: the messages segment grows, but
+    # it starts with what the previous call wrote, which is read. Not a prefix change.
+    first = call("c0", 0, usage=COLD, prefix_=conversation("user: refund?"))
+    second = call("c1", 1, prefix_=conversation("user: refund?", "assistant: checking", "user: thanks"))
+    grown = events(store_and_analyse(project, [first, second]))[1]
+    assert (grown.cause, grown.changed_segment) == (CacheEvent.HIT, "")
+    assert "segment 'messages' gained 2 lines at its end" in grown.detail
+
+
+def test_it_still_names_a_changed_line_inside_the_grown_segment(project):
+    first = call("c0", 0, usage=COLD, prefix_=conversation("user: refund?", "assistant: checking"))
+    second = call("c1", 1, prefix_=conversation("user: refund?", "assistant: edited", "user: thanks"))
+    changed = events(store_and_analyse(project, [first, second]))[1]
+    assert (changed.cause, changed.changed_segment) == (CacheEvent.PREFIX_CHANGED, "messages")
+
+
+def test_it_counts_growth_without_line_hashes_as_a_change(project):
+    # Without line hashes nothing shows that the segment only grew.
+    first = call("c0", 0, usage=COLD, prefix_=prefix(system=SYSTEM, messages=("user: refund?", 30)))
+    second = call("c1", 1, prefix_=prefix(system=SYSTEM, messages=("user: refund?\nuser: thanks", 60)))
+    changed = events(store_and_analyse(project, [first, second]))[1]
+    assert (changed.cause, changed.changed_segment) == (CacheEvent.PREFIX_CHANGED, "messages")
+
+
+def test_it_calls_a_grown_prefix_a_hit_when_a_segment_was_added_after_it(project):
+    first = call("c0", 0, usage=COLD, prefix_=prefix(system=SYSTEM))
+    second = call("c1", 1, prefix_=prefix(system=SYSTEM, tools=TOOLS))
+    grown = events(store_and_analyse(project, [first, second]))[1]
+    assert grown.cause == CacheEvent.HIT and "segment 'tools' was added after it" in grown.detail
+
+
+def test_it_gives_a_miss_after_growth_the_cause_an_unchanged_prefix_would_get(project):
+    # Growth explains nothing about a miss: within the TTL the previous call did not write the
+    # cache; after the TTL the cache expired.
+    first = call("c0", 0, usage=COLD, prefix_=conversation("user: refund?"))
+    within = call("c1", 1, usage=NOTHING, prefix_=conversation("user: refund?", "user: thanks"))
+    late = call("c2", 2, seconds=3620, usage=NOTHING, prefix_=conversation("user: refund?", "user: thanks", "u: ?"))
+    _, missed, expired = events(store_and_analyse(project, [first, within, late]))
+    assert missed.cause == CacheEvent.COLD_START and "starts with the previous call's" in missed.detail
+    assert expired.cause == CacheEvent.TTL_EXPIRED

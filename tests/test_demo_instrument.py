@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.http import QueryDict
 from django.test import Client
 
-from manifests import demo_instrument, services
-from manifests.models import Call, Evidence, Item, Project
+from manifests import analysis, demo_instrument, ingest, services
+from manifests.models import CacheEvent, Call, Evidence, Item, Project
 from manifests.selectors import filters, runs
 from manifests.selectors.calls import previous_call
 from manifests.selectors.prefix_lines import line_diff
@@ -106,3 +106,21 @@ def test_it_stores_the_run_once_and_numbers_its_steps_from_zero_in_every_project
     # Same process, same run id: instrument() would go on counting from step 8.
     demo_instrument.load(project=second, now=CLOCK)
     assert [c.step for c in _calls(second)] == list(range(8))
+
+
+def test_it_calls_reads_after_the_breakpoint_moved_to_the_newest_message_hits():
+    # Anthropic's advice for a conversation: a cache breakpoint on the newest message, so each call
+    # reads what the previous one wrote. The stand-in caches block by block as Anthropic does;
+    # instrument()'s messages segment grows at every call, which is not a prefix change.
+    project = _project()
+    report = ingest.ingest_body(project=project, body=demo_instrument.record(now=CLOCK, mark_latest=True))
+    analysis.analyze_calls(report.stored_call_ids)
+    calls = _calls(project)
+    reads = [c.cache_read_tokens for c in calls]
+    assert [r > 0 for r in reads] == [False, True, True, True, True, False, True, True]
+    assert reads[1] < reads[2] < reads[3] < reads[4] and reads[6] < reads[7]  # the conversation, read back
+    steps = runs.run_steps(calls[0].run)
+    assert [(s["cache_cause"], s["cache_segment"]) for s in steps] == [
+        ("cold_start", ""), ("hit", ""), ("hit", ""), ("hit", ""), ("hit", ""),
+        ("prefix_changed", "system"), ("hit", ""), ("hit", "")]
+    assert "segment 'messages' gained" in CacheEvent.objects.get(call=calls[1]).detail

@@ -76,6 +76,35 @@ def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, An
     return "", "the prefix hash changed but its segments do not show where"
 
 
+def prefix_extension(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
+    """How ``after`` only appends to ``before`` (lines at the end of its last segment, segments
+    after it), or "" when it changes anything ``before`` held. A grown prefix still starts with
+    what the previous call wrote, so that part can be read: an agent that puts its cache
+    breakpoint on the newest message grows the ``messages`` segment at every call. Growth within
+    a segment is seen only through its line hashes; without them the change counts as a change."""
+    if not before or len(after) < len(before):
+        return ""
+    last = len(before) - 1
+    for old, new in zip(before[:last], after[:last], strict=True):
+        if old.get("name") != new.get("name") or old.get("hash") != new.get("hash"):
+            return ""
+    old, new = before[last], after[last]
+    if old.get("name") != new.get("name"):
+        return ""
+    added = [str(s.get("name")) for s in after[last + 1:]]
+    grown = ""
+    if old.get("hash") != new.get("hash"):
+        old_lines, new_lines = old.get("lines") or [], new.get("lines") or []
+        if not old_lines or len(new_lines) <= len(old_lines) or new_lines[: len(old_lines)] != old_lines:
+            return ""
+        grown = f"segment {old.get('name')!r} gained {len(new_lines) - len(old_lines)} lines at its end"
+    if len(added) == 1:
+        grown = "; ".join(filter(None, [grown, f"segment {added[0]!r} was added after it"]))
+    elif added:
+        grown = "; ".join(filter(None, [grown, f"segments {', '.join(map(repr, added))} were added after it"]))
+    return grown
+
+
 def _short(value: Any) -> str:
     return str(value or "")[:12]
 
@@ -101,6 +130,7 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
     cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
     gap = _gap(call, prev) if prev is not None else None
     segment = ""
+    grew = ""  # how the prefix grew from the previous call's, when that is all that changed
     if read == 0 and cacheable < price.min_cacheable_tokens:
         cause = CacheEvent.BELOW_MINIMUM
         detail = (
@@ -113,13 +143,16 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
     elif prev["model"] != call["model"]:
         cause, segment = CacheEvent.PREFIX_CHANGED, "model"
         detail = f"the model changed ({prev['model']} -> {call['model']}): caches are per model"
-    elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"]:
+    elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"] and not (
+        grew := prefix_extension(prev["prefix_segments"] or [], call["prefix_segments"] or [])
+    ):
         cause = CacheEvent.PREFIX_CHANGED
         segment, how = first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])
         detail = f"{how}; the cache is lost from there on"
     elif read:
         cause = CacheEvent.HIT
-        detail = "same prefix as the previous call, read from the cache"
+        detail = (f"the prefix grew ({grew}): it starts with the previous call's, read from the cache" if grew
+                  else "same prefix as the previous call, read from the cache")
     elif gap is not None and gap > (ttl := _ttl(call, prev, price)):
         cause = CacheEvent.TTL_EXPIRED
         detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({ttl}s)"
@@ -127,7 +160,8 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
             detail += ", the TTL the agent recorded: an expected miss"
     else:
         cause = CacheEvent.COLD_START
-        detail = "same prefix within the TTL but nothing was read: the previous call did not write the cache"
+        same = f"a prefix that starts with the previous call's ({grew})" if grew else "same prefix"
+        detail = f"{same} within the TTL but nothing was read: the previous call did not write the cache"
     return CacheEvent(
         project_id=call["project_id"],
         call_id=call["pk"],
