@@ -14,7 +14,7 @@ import pytest
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from bench import scale_data
+from bench import scale_columns, scale_data
 from ctxkit import figures as ref
 from manifests import figures
 from manifests.analysis.prices import PriceBook
@@ -57,13 +57,13 @@ def test_the_raw_sql_of_a_figure_is_its_one_definition(project):
 
 
 def test_the_generator_compiles_its_figures_from_the_definitions(db):
-    weights = PriceBook.load().for_model(scale_data.MODELS[0]).weights
-    columns = scale_data.FIGURES_COLUMNS
+    weights = PriceBook.load().for_model(scale_columns.MODELS[0]).weights
+    columns = scale_columns.FIGURES_COLUMNS
     assert columns["uncached_input_tokens"]() == figures.as_sql(figures.uncached_tokens(), Call, "c")
     assert columns["cache_hit_ratio"]() == figures.as_sql(
         figures.hit_rate(F("cache_read_tokens"), F("input_tokens")), Call, "c")
     assert figures.as_sql(figures.cost_units(weights=weights), Call, "c") in columns["cost"]()
-    assert scale_data.CACHE_EVENT_COLUMNS["previous_hit_ratio"]() == figures.as_sql(
+    assert scale_columns.CACHE_EVENT_COLUMNS["previous_hit_ratio"]() == figures.as_sql(
         figures.hit_rate(F("cache_read_tokens"), F("input_tokens")), Call, "p")
 
 
