@@ -38,7 +38,7 @@ from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage
 from manifests import ingest
-from manifests.models import Call, CallKey, Project
+from manifests.models import Call, CallKey, Project, Run
 
 INFERENCE_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
 MANIFEST_ATTRIBUTE = "ctxview.manifest"
@@ -377,8 +377,15 @@ def _with_steps(project: Project, manifests: list[Manifest]) -> list[Manifest]:
     mapped = [m for m in manifests if m.builder is BUILDER]
     if not mapped:
         return manifests
-    last = dict(Call.objects.filter(project=project, run__run_id__in={m.run_id for m in mapped})
-                .values("run__run_id").annotate(last=Max("step")).values_list("run__run_id", "last"))
+    runs = list(Run.objects.filter(project=project, run_id__in={m.run_id for m in mapped})
+                .values_list("pk", "run_id", "first_seen", "last_seen"))
+    last: dict[str, int] = {}
+    if runs:
+        # Bounded by the runs' first and last seen times: only their days' partitions are read.
+        names = {pk: run_id for pk, run_id, _, _ in runs}
+        days = {"started_at__gte": min(r[2] for r in runs), "started_at__lte": max(r[3] for r in runs)}
+        last = {names[pk]: step for pk, step in Call.objects.filter(run_id__in=names, **days).values("run_id")
+                .annotate(last=Max("step")).values_list("run_id", "last")}
     for m in sorted(mapped, key=lambda m: (m.started_at, m.call_id)):
         step = last.get(m.run_id)
         m.step = 0 if step is None else step + 1

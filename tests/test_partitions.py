@@ -239,3 +239,45 @@ def test_it_stores_a_call_whose_days_partitions_another_process_dropped(api):
     assert call.items.count() == 3
     if connection.vendor == "postgresql":
         assert partition_rows("manifests_call", day.date()) == 1
+
+
+def _bounded(sql: str, table: str) -> bool:
+    """Whether a read of ``table`` names its partition key with both bounds or one time."""
+    return (f'"{table}"."started_at" = ' in sql
+            or f'"{table}"."started_at" >= ' in sql and (f'"{table}"."started_at" <= ' in sql
+                                                          or f'"{table}"."started_at" < ' in sql))
+
+
+def test_exports_read_the_items_and_evidence_of_the_range_from_its_days(project):
+    from django.http import QueryDict
+
+    from manifests.selectors import exports, filters
+    from manifests.selectors.call_list import CallQuery
+
+    store_and_analyse(project, [at(RECENT, "c-0", run_id="r", items=3), at(OLD, "c-old", run_id="o", items=5)])
+    week = filters.parse(QueryDict("range=7d"), now=NOW)
+    for kind, table, count in (("items", "manifests_item", 3), ("evidence", "manifests_evidence", 1)):
+        with CaptureQueriesContext(connection) as ctx:
+            rows = list(exports.rows(project, week, CallQuery(), kind))
+        assert len(rows) == count and {r[0] for r in rows} == {"c-0"}
+        reads = [q["sql"] for q in ctx.captured_queries if f'FROM "{table}"' in q["sql"]]
+        # The range has a start and no end (up to now): the start prunes every older day.
+        assert reads and all(f'"{table}"."started_at" >= ' in sql for sql in reads), reads
+
+
+def test_tracing_missing_evidence_reads_the_run_from_its_days(project):
+    from manifests import analysis
+
+    calls = store_and_analyse(project, [at(RECENT + timedelta(hours=20 * n), f"r-{n}", run_id="r", step=n)
+                                        for n in range(3)])
+    store_and_analyse(project, [at(OLD, "o-0", run_id="o")])
+    CallModel.objects.filter(pk=calls[-1].pk).update(analyzed_at=None)
+    with CaptureQueriesContext(connection) as ctx:
+        assert analysis.analyze_calls([calls[-1].pk]) == 1
+    by_run = [q["sql"] for q in ctx.captured_queries
+              if 'FROM "manifests_call"' in q["sql"] and '"manifests_call"."run_id" IN' in q["sql"]]
+    evidence = [q["sql"] for q in ctx.captured_queries if 'FROM "manifests_evidence"' in q["sql"]]
+    assert by_run and evidence
+    assert all(_bounded(sql, "manifests_call") for sql in by_run), by_run
+    assert all(_bounded(sql, "manifests_evidence") for sql in evidence), evidence
+    assert calls[-1].attributions.count() >= 1

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime
+
+from django.db.models import Max, Min
 
 from ctxkit import figures as fig
 from ctxkit.record.manifest import Evidence as ManifestEvidence
 from ctxkit.record.manifest import Manifest, decode_manifest
+from manifests import partitions
 from manifests.analysis.data import CallData, clean
-from manifests.models import Attribution, Call, Evidence
+from manifests.models import Attribution, Call, Evidence, Run
 
 FIXES = {
     Attribution.NEVER_CANDIDATE: (
@@ -89,17 +93,26 @@ class RunHistory:
         runs = {d.call.run_id for d in data if any(not e.present for e in d.manifest.evidence)}
         self.manifests: dict[int, Manifest] = {d.call.pk: d.manifest for d in data}
         self.order: dict[int, list[tuple[int, int]]] = defaultdict(list)  # run -> [(pk, step)]
-        for pk, run_id, step in (Call.objects.filter(run_id__in=runs).order_by("run_id", "step", "started_at", "pk")
-                                 .values_list("pk", "run_id", "step")):
+        self.started: dict[int, datetime] = {}
+        # The runs' calls lie between their first and last seen times: bounded by those, the
+        # reads below touch only the runs' days' partitions (PostgreSQL), not every day's.
+        span = Run.objects.filter(pk__in=runs).aggregate(lo=Min("first_seen"), hi=Max("last_seen")) if runs else {}
+        days = {"started_at__gte": span["lo"], "started_at__lte": span["hi"]} if span.get("lo") else {}
+        for pk, run_id, step, at in (Call.objects.filter(run_id__in=runs, **days)
+                                     .order_by("run_id", "step", "started_at", "pk")
+                                     .values_list("pk", "run_id", "step", "started_at")):
             self.order[run_id].append((pk, step))
+            self.started[pk] = at
         self.present: dict[tuple[int, str], bool] = {}
-        for call_pk, key, present in (Evidence.objects.filter(call__run_id__in=runs).order_by("pk")
-                                      .values_list("call_id", "key", "present")):
+        for call_pk, key, present in (Evidence.objects.filter(call_id__in=list(self.started),
+                                                              **partitions.span(self.started.values()))
+                                      .order_by("pk").values_list("call_id", "key", "present")):
             self.present[(call_pk, key)] = self.present.get((call_pk, key), False) or present
 
     def _manifest(self, pk: int) -> Manifest:
         if pk not in self.manifests:
-            self.manifests[pk] = decode_manifest(Call.objects.values_list("raw", flat=True).get(pk=pk).encode())
+            at = {"started_at": self.started[pk]} if pk in self.started else {}  # its day's partition
+            self.manifests[pk] = decode_manifest(Call.objects.values_list("raw", flat=True).get(pk=pk, **at).encode())
         return self.manifests[pk]
 
     def _local(self, pk: int, key: str) -> Callable[[], fig.Cause]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from manifests.models import Attribution, Evidence, Item, Project
 from manifests.selectors.call_list import CallQuery, calls
-from manifests.selectors.filters import Filters
+from manifests.selectors.filters import Filters, bound_call
 
 CHUNK = 2000
 
@@ -57,10 +57,23 @@ def rows(project: Project, filters: Filters, cq: CallQuery, kind: str) -> Iterat
     if kind == "calls":
         qs = selected.order_by("started_at", "pk")
     elif kind == "items":
-        qs = Item.objects.filter(call__in=selected.values("pk")).order_by("call__started_at", "call_id", "ordinal")
+        qs = _in_range(Item.objects.filter(call__in=selected.values("pk")), filters).order_by(
+            "started_at", "call_id", "ordinal")
     else:
         # The cause of a missing evidence (not the middle-zone risk flag), from the analysis.
         cause = Attribution.objects.filter(evidence=OuterRef("pk"), is_risk=False).values("cause")[:1]
-        qs = (Evidence.objects.filter(call__in=selected.values("pk")).annotate(cause=Subquery(cause))
-              .order_by("call__started_at", "call_id", "pk"))
+        evidence = _in_range(Evidence.objects.filter(call__in=selected.values("pk")), filters)
+        qs = evidence.annotate(cause=Subquery(cause)).order_by("started_at", "call_id", "pk")
     return qs.values_list(*names).iterator(chunk_size=CHUNK)
+
+
+def _in_range(qs: QuerySet, filters: Filters) -> QuerySet:
+    """Children of the selected calls, bounded by the range on their own time (a copy of their
+    call's) and on the call they join: PostgreSQL then reads the range's days' partitions
+    only, not every day's (the call ids alone, from a subquery, prune nothing). Ordered by
+    that time, which is their call's: the same order as by the call's time."""
+    if filters.since is not None:
+        qs = qs.filter(started_at__gte=filters.since)
+    if filters.until is not None:
+        qs = qs.filter(started_at__lt=filters.until)
+    return bound_call(qs, filters)
