@@ -59,22 +59,22 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-def _resources(client: Any) -> list[tuple[Any, str, Any]]:
-    """(resource, method name, adapter) to wrap, told apart by the client's module."""
+def _resources(client: Any) -> list[tuple[Any, tuple[str, ...], Any]]:
+    """(resource, the paths of its model calls, adapter) to wrap, told apart by the client's module."""
     module = type(client).__module__.split(".")[0]
     if module == "anthropic":
         from ctxkit.instrument import anthropic as adapter
 
-        out = [(client.messages, "create", adapter.manifest)]
+        out = [(client.messages, ("/v1/messages",), adapter.manifest)]
         beta = getattr(getattr(client, "beta", None), "messages", None)
         if beta is not None:
-            out.append((beta, "create", adapter.manifest))
+            out.append((beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest))
         return out
     if module == "openai":
         from ctxkit.instrument import openai as adapter
 
-        return [(client.chat.completions, "create", adapter.chat_manifest),
-                (client.responses, "create", adapter.responses_manifest)]
+        return [(client.chat.completions, ("/chat/completions",), adapter.chat_manifest),
+                (client.responses, ("/responses",), adapter.responses_manifest)]
     raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
 
 
@@ -109,8 +109,8 @@ def instrument(
                              agent, run_id, include_text, window)
         from ctxkit.instrument._wrap import wrap
 
-        for resource, name, adapter in resources:
-            wrap(resource, name, recorder, adapter)
+        for resource, paths, adapter in resources:
+            wrap(resource, paths, recorder, adapter)
         try:
             client.__ctxkit_instrumented__ = True
         except Exception:
