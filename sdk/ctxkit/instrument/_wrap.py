@@ -77,8 +77,8 @@ def plain(obj: Any) -> Any:
         return [plain(v) for v in obj]
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
-        try:
-            return dump(mode="python", exclude_none=True)
+        try:  # warnings=False: a parse() result's generic field warns on the builder thread otherwise
+            return dump(mode="python", exclude_none=True, warnings=False)
         except TypeError:
             return dump()
     if _is_api_response(obj):
