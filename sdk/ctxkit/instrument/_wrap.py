@@ -62,8 +62,10 @@ def _response_json(obj: Any) -> Any:
 
 
 def _is_api_response(obj: Any) -> bool:
-    return hasattr(obj, "http_response") and callable(getattr(obj, "parse", None)) \
-        and not callable(getattr(obj, "model_dump", None))
+    # Looked up on the class first: a missing attribute of a pydantic model (the common result)
+    # goes through its slow __getattr__.
+    cls = type(obj)
+    return not hasattr(cls, "model_dump") and callable(getattr(cls, "parse", None)) and hasattr(obj, "http_response")
 
 
 def plain(obj: Any) -> Any:
@@ -87,16 +89,26 @@ def plain(obj: Any) -> Any:
 
 
 def _snapshot(body: Any) -> dict[str, Any]:
-    """What the call sent, without the SDK's not-given sentinels, safe from the agent's appends
-    after it (a shallow copy of lists)."""
+    """What the call sent, safe from the agent's appends after it (a shallow copy of lists)."""
     if not isinstance(body, dict):
         return {}
-    snap = {k: v for k, v in body.items() if type(v).__name__ not in _UNSET}
+    snap = dict(body)
     for name in _LIST_ARGS:
         value = snap.get(name)
         if isinstance(value, list):
             snap[name] = list(value)
     return snap
+
+
+def _given(adapter: Adapter) -> Adapter:
+    """The adapter, called on the builder thread with the SDK's not-given sentinels (``omit``,
+    ``not_given``: a body carries one per parameter the agent left out) taken out first: not on
+    the agent's thread, where it would cost a pass over every parameter of every call."""
+    @functools.wraps(adapter)
+    def build(record: CallRecord) -> Any:
+        record.kwargs = {k: v for k, v in record.kwargs.items() if type(v).__name__ not in _UNSET}
+        return adapter(record)
+    return build
 
 
 def _begin(recorder: Recorder, adapter: Adapter, body: Any, per_call: dict[str, Any] | None) -> CallRecord | None:
@@ -231,6 +243,7 @@ def _hook_post(resource: Any, paths: Collection[str], recorder: Recorder, adapte
     original = getattr(resource, "_post", None)
     if original is None or getattr(original, "__ctxkit_wrapped__", False):
         return
+    adapter = _given(adapter)
 
     async def _await(pending: Any, record: CallRecord, stream: bool) -> Any:
         # The async SDKs' post is a coroutine made where the request is prepared (for
