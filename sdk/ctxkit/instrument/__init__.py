@@ -5,10 +5,14 @@
     with ctxkit.instrument.run(run_id="ticket-4711", agent="refund-analyst", evidence={"rate": "0.0321"}):
         client.messages.create(...)                          # recorded; returns what the SDK returns
 
-Wraps, on that client instance: Anthropic ``messages.create`` and ``beta.messages.create``;
-OpenAI ``chat.completions.create`` and ``responses.create``; sync and async clients, with
-``stream=True`` too. Per call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ...,
-"window": ...}`` is taken out of the keyword arguments before the SDK sees them.
+Records, on that client instance only, every model call of Anthropic ``messages`` and
+``beta.messages`` and of OpenAI ``chat.completions`` and ``responses``, however the agent makes
+it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (Anthropic's
+``MessageStreamManager``, OpenAI's chat and responses stream managers) and
+``with_raw_response`` / ``with_streaming_response``; sync and async clients. The hook is each
+resource's ``_post``, which all of these go through (instrument/_wrap.py); every style gives the
+manifest the plain ``create`` would. Per call, ``ctxview={"run_id": ..., "agent": ...,
+"evidence": ..., "window": ...}`` is taken out of the keyword arguments before the SDK sees them.
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
