@@ -270,4 +270,5 @@ def test_an_unread_streaming_response_is_left_unread_and_other_endpoints_pass_th
     (call,) = _served(live_server, key, "unread-run")  # count_tokens is no model call
     # Recorded from its request alone: the items, no usage and no finish reason.
     assert call["status"] == "ok" and not call["finish_reason"] and call["output_tokens"] == 0
+    assert "the agent did not read the response body" in " ".join(call["warnings"])
     assert [i["kind"] for i in call["items"]] == ["tools", "system", "task", "history", "tool_result"]

@@ -48,6 +48,17 @@ def _drop_none(obj: Any) -> Any:
     return obj
 
 
+UNREAD = "the agent did not read the response body: no usage or finish reason"
+
+
+def _body_read(obj: Any) -> bool:
+    try:
+        obj.http_response.content  # noqa: B018 (raises instead of reading a streamed body)
+    except Exception:
+        return False
+    return True
+
+
 def _response_json(obj: Any) -> Any:
     """An API response object's body as the model's dump would be (``None`` left out), or None
     when the agent has not read it: ``content`` raises instead of reading a streamed body."""
@@ -107,7 +118,11 @@ def _given(adapter: Adapter) -> Adapter:
     @functools.wraps(adapter)
     def build(record: CallRecord) -> Any:
         record.kwargs = {k: v for k, v in record.kwargs.items() if type(v).__name__ not in _UNSET}
-        return adapter(record)
+        manifest = adapter(record)
+        if manifest is not None and _is_api_response(record.response) and not _body_read(record.response):
+            # with_streaming_response left without reading: the request is known, the answer is not.
+            manifest.warnings = [*manifest.warnings, UNREAD]
+        return manifest
     return build
 
 
@@ -210,9 +225,7 @@ def _watch_api_response(response: Any, record: CallRecord, recorder: Recorder, s
         _once(response, "parse", lambda parsed: _observe(parsed, record, recorder, t0))
         return
     record.response = response  # decoded on the builder thread (plain)
-    try:
-        response.http_response.content  # noqa: B018 (raises if the body is not read yet)
-    except Exception:  # with_streaming_response: recorded when the agent closes it, with what it read
+    if not _body_read(response):  # with_streaming_response: recorded when the agent closes it, with what it read
         _once(response, "close", lambda _: recorder.submit(record))
         return
     recorder.submit(record)
