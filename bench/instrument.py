@@ -77,15 +77,19 @@ def main() -> None:
         ctxkit.instrument.flush(30)
     recorded = down.stats()
 
-    # The agent's-thread part alone: the same wrapper around a method that returns at once.
+    # The agent's-thread part alone: the same wrapping (a hook on the resource's _post, create
+    # taking ctxview out) around an SDK-shaped resource whose request returns at once.
     class Resource:
+        def __init__(self) -> None:
+            self._post = lambda path, **kwargs: kwargs
+
         def create(self, **kwargs):
-            return kwargs
+            return self._post("/chat/completions", body=kwargs, stream=False)
 
     bare, wrapped = Resource(), Resource()
     sink = Recorder(down, agent="bench", run_id="bench", include_text=True, window=None, max_queue=10**7)
     sink._thread = threading.current_thread()  # records pile up unbuilt: no builder thread competes
-    wrap(wrapped, "create", sink, chat_manifest)
+    wrap(wrapped, ("/chat/completions",), sink, chat_manifest)
     n, bare_runs, wrap_runs = 2000, [], []
     for _ in range(args.rounds * 4):  # min of many short rounds: the least disturbed by a busy machine
         bare_runs.append(per_call(lambda: bare.create(**request), n))

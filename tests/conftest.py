@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -161,3 +162,22 @@ def other_key(other_project) -> str:
 @pytest.fixture
 def api(key) -> Api:
     return Api(key)
+
+
+@pytest.fixture
+def standin() -> Iterator[Any]:
+    """The local stand-in for the Anthropic and OpenAI APIs (tests/provider_standin.py)."""
+    from tests.provider_standin import StandIn
+
+    with StandIn() as server:
+        yield server
+
+
+@pytest.fixture
+def sender(live_server, key) -> Iterator[Any]:
+    """ctxkit's Client sending to the live server, flushing quickly (instrument tests)."""
+    from ctxkit import Client
+
+    client = Client(key, live_server.url, flush_interval=0.05, max_retries=1)
+    yield client
+    client.shutdown(timeout=5)

@@ -21,11 +21,18 @@ CHAT_USAGE = {"prompt_tokens": 2000, "completion_tokens": 12, "total_tokens": 20
 RESPONSES_USAGE = {"input_tokens": 1500, "input_tokens_details": {"cached_tokens": 1024}, "output_tokens": 12,
                    "output_tokens_details": {"reasoning_tokens": 4}, "total_tokens": 1512}
 TEXT = "The refund rate is 0.0321."
+JSON_TEXT = '{"rate": "0.0321"}'  # the answer when the request asks for a JSON schema (the SDKs' parse())
+
+
+def text_for(body: dict[str, Any]) -> str:
+    asks_json = (body.get("response_format") or (body.get("text") or {}).get("format")
+                 or (body.get("output_config") or {}).get("format"))
+    return JSON_TEXT if asks_json else TEXT
 
 
 def anthropic_message(body: dict[str, Any]) -> dict[str, Any]:
     message = {"id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
-               "content": [{"type": "text", "text": TEXT}], "stop_reason": "end_turn", "stop_sequence": None,
+               "content": [{"type": "text", "text": text_for(body)}], "stop_reason": "end_turn", "stop_sequence": None,
                "usage": dict(ANTHROPIC_USAGE)}
     if body.get("context_management"):
         message["context_management"] = {"applied_edits": [
@@ -43,7 +50,7 @@ def anthropic_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         ("content_block_start", {"type": "content_block_start", "index": 0,
                                  "content_block": {"type": "text", "text": ""}}),
         ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": TEXT}}),
+                                 "delta": {"type": "text_delta", "text": text_for(body)}}),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
         ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                            "usage": dict(ANTHROPIC_USAGE)}),  # cumulative, as Anthropic sends it
@@ -53,14 +60,14 @@ def anthropic_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def chat_completion(body: dict[str, Any]) -> dict[str, Any]:
     return {"id": "chatcmpl-standin", "object": "chat.completion", "created": 1764410400, "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT}, "finish_reason": "stop",
-                         "logprobs": None}], "usage": CHAT_USAGE}
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text_for(body)},
+                         "finish_reason": "stop", "logprobs": None}], "usage": CHAT_USAGE}
 
 
 def chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": 1764410400,
             "model": body.get("model")}
-    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": TEXT},
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text_for(body)},
                                     "finish_reason": None}]},
               {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
     if (body.get("stream_options") or {}).get("include_usage"):
@@ -68,24 +75,35 @@ def chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     return chunks
 
 
+def _output_message(body: dict[str, Any], status: str = "completed", text: str | None = None) -> dict[str, Any]:
+    return {"type": "message", "id": "msg_1", "status": status, "role": "assistant",
+            "content": [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]}
+
+
 def response(body: dict[str, Any], status: str = "completed") -> dict[str, Any]:
     return {"id": "resp_standin", "object": "response", "created_at": 1764410400, "model": body.get("model"),
-            "status": status, "output": [] if status != "completed" else [
-                {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                 "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}],
+            "status": status, "output": [] if status != "completed" else [_output_message(body, text=text_for(body))],
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
             "usage": RESPONSES_USAGE if status == "completed" else None}
 
 
 def response_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        ("response.created", {"type": "response.created", "sequence_number": 0,
-                              "response": response(body, "in_progress")}),
-        ("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": 1,
-                                        "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": TEXT,
-                                        "logprobs": []}),
-        ("response.completed", {"type": "response.completed", "sequence_number": 2, "response": response(body)}),
+    """The Responses event sequence (output item and content part opened before the text delta,
+    as the SDK's ``responses.stream()`` accumulator requires)."""
+    text = text_for(body)
+    part = {"type": "output_text", "text": "", "annotations": []}
+    at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    events = [
+        {"type": "response.created", "response": response(body, "in_progress")},
+        {"type": "response.output_item.added", "output_index": 0, "item": _output_message(body, "in_progress")},
+        {"type": "response.content_part.added", **at, "part": part},
+        {"type": "response.output_text.delta", **at, "delta": text, "logprobs": []},
+        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": {**part, "text": text}},
+        {"type": "response.output_item.done", "output_index": 0, "item": _output_message(body, text=text)},
+        {"type": "response.completed", "response": response(body)},
     ]
+    return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -137,6 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
                      else {"error": {"message": "internal", "type": "server_error", "code": None}})
             return self._send(500, error)
         stream = bool(body.get("stream"))
+        if path.endswith("/messages/count_tokens"):
+            return self._send(200, {"input_tokens": 1950})
         if anthropic:
             return self._sse(anthropic_events(body)) if stream else self._send(200, anthropic_message(body))
         if path.endswith("/chat/completions"):

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import anthropic
 import openai
@@ -17,7 +16,6 @@ import pytest
 
 import ctxkit
 from ctxkit import Client
-from tests.provider_standin import StandIn
 
 SYSTEM = "You are the refund analyst.\nCurrent time: {time}\nAnswer in English."
 TOOLS = [{"name": "bi_query", "description": "Query the BI warehouse",
@@ -37,19 +35,6 @@ OPENAI_MESSAGES = [
     {"role": "tool", "tool_call_id": "call_1", "content": "refund_rate=0.0321"},
     {"role": "user", "content": "Summarise for finance."},
 ]
-
-
-@pytest.fixture
-def standin() -> Iterator[StandIn]:
-    with StandIn() as server:
-        yield server
-
-
-@pytest.fixture
-def sender(live_server, key) -> Iterator[Client]:
-    client = Client(key, live_server.url, flush_interval=0.05, max_retries=1)
-    yield client
-    client.shutdown(timeout=5)
 
 
 def _get(live_server, key: str, path: str) -> dict:

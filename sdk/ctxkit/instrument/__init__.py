@@ -5,10 +5,14 @@
     with ctxkit.instrument.run(run_id="ticket-4711", agent="refund-analyst", evidence={"rate": "0.0321"}):
         client.messages.create(...)                          # recorded; returns what the SDK returns
 
-Wraps, on that client instance: Anthropic ``messages.create`` and ``beta.messages.create``;
-OpenAI ``chat.completions.create`` and ``responses.create``; sync and async clients, with
-``stream=True`` too. Per call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ...,
-"window": ...}`` is taken out of the keyword arguments before the SDK sees them.
+Records, on that client instance only, every model call of Anthropic ``messages`` and
+``beta.messages`` and of OpenAI ``chat.completions`` and ``responses``, however the agent makes
+it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (Anthropic's
+``MessageStreamManager``, OpenAI's chat and responses stream managers) and
+``with_raw_response`` / ``with_streaming_response``; sync and async clients. The hook is each
+resource's ``_post``, which all of these go through (instrument/_wrap.py); every style gives the
+manifest the plain ``create`` would. Per call, ``ctxview={"run_id": ..., "agent": ...,
+"evidence": ..., "window": ...}`` is taken out of the keyword arguments before the SDK sees them.
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
@@ -59,22 +63,22 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-def _resources(client: Any) -> list[tuple[Any, str, Any]]:
-    """(resource, method name, adapter) to wrap, told apart by the client's module."""
+def _resources(client: Any) -> list[tuple[Any, tuple[str, ...], Any]]:
+    """(resource, the paths of its model calls, adapter) to wrap, told apart by the client's module."""
     module = type(client).__module__.split(".")[0]
     if module == "anthropic":
         from ctxkit.instrument import anthropic as adapter
 
-        out = [(client.messages, "create", adapter.manifest)]
+        out = [(client.messages, ("/v1/messages",), adapter.manifest)]
         beta = getattr(getattr(client, "beta", None), "messages", None)
         if beta is not None:
-            out.append((beta, "create", adapter.manifest))
+            out.append((beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest))
         return out
     if module == "openai":
         from ctxkit.instrument import openai as adapter
 
-        return [(client.chat.completions, "create", adapter.chat_manifest),
-                (client.responses, "create", adapter.responses_manifest)]
+        return [(client.chat.completions, ("/chat/completions",), adapter.chat_manifest),
+                (client.responses, ("/responses",), adapter.responses_manifest)]
     raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
 
 
@@ -109,8 +113,8 @@ def instrument(
                              agent, run_id, include_text, window)
         from ctxkit.instrument._wrap import wrap
 
-        for resource, name, adapter in resources:
-            wrap(resource, name, recorder, adapter)
+        for resource, paths, adapter in resources:
+            wrap(resource, paths, recorder, adapter)
         try:
             client.__ctxkit_instrumented__ = True
         except Exception:
