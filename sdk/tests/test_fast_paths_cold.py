@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import ops_schema
+from ctxkit.context import ops_dedupe, ops_schema
 from ctxkit.context.ops_schema import _first_sentence, _sentences, is_risky, risk_sentences
 
 # Sentence ends (ASCII and CJK), spaces of several kinds, risk words and their near misses, word
@@ -55,3 +55,27 @@ def test_it_renders_parsed_schemas_as_json_dumps_does(value: object) -> None:
     assert tools is not None
     assert floats == _holds_float(tools)
     assert ops_schema._compact(tools, floats) == json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_it_knows_which_blocks_casefold_leaves_alone_for_this_unicode() -> None:
+    assert ops_dedupe._caseless_table() == ops_dedupe._caseless_blocks()
+
+
+# CJK text's usual characters (the fast fold), and each kind that must send it down the general path:
+# cased letters past ASCII, Latin-1, whitespace other than spaces and line feeds, U+2028, astral.
+_FOLD_ALPHABET = "ab AB\n\n退款，：。—…ＡＢ\u3000\u2003\u2028\u2029\x85\xa0\t\x1fßΣİ\u212a\U00020000ǅ\u2126"
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(_FOLD_ALPHABET), max_size=24), max_size=8),
+       st.lists(st.booleans(), min_size=8, max_size=8))
+def test_it_keys_cjk_texts_through_their_utf8_as_one_by_one(texts: list[str], wants: list[bool]) -> None:
+    wants = wants[: len(texts)]
+    for text, want, (key, rep) in zip(texts, wants, ops_dedupe.keys_and_repeats(texts, wants), strict=True):
+        assert key == ops_dedupe._digest(" ".join(ops_dedupe._fold(text).split()))
+        assert rep == (ops_dedupe.line_repeats(text) if want else None)
+    for text in texts:  # the fast fold, where it answers, is casefold's
+        folded = ops_dedupe._nfkc(text)
+        fast = ops_dedupe._plain_caseless_utf8(folded)
+        if fast is not None:
+            assert fast == folded.casefold().encode() and ops_dedupe._spaces_only(folded)
