@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxkit.context import ops_dedupe, ops_schema
+from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.ops_schema import _first_sentence, _sentences, is_risky, risk_sentences
+from ctxkit.context.tokens import estimate_tokens, memo_estimator
 
 # Sentence ends (ASCII and CJK), spaces of several kinds, risk words and their near misses, word
 # characters that could glue onto a risk word across a split.
@@ -79,3 +81,20 @@ def test_it_keys_cjk_texts_through_their_utf8_as_one_by_one(texts: list[str], wa
         fast = ops_dedupe._plain_caseless_utf8(folded)
         if fast is not None:
             assert fast == folded.casefold().encode() and ops_dedupe._spaces_only(folded)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["退款率 3：按季度", "error=429 retry", "", "金额 100 元\uff0c", "plain line",
+                                 "不得访问外网", "x" * 30]), min_size=1, max_size=8),
+       st.integers(min_value=0, max_value=80), st.sampled_from([None, "web#3", "网页#3"]),
+       st.sampled_from([plan_extract, plan_summary]))
+def test_it_cuts_a_line_plan_by_arithmetic_as_by_counting(
+    lines: list[str], budget: int, ref: str | None, make: object
+) -> None:
+    def counted(piece: str) -> int:  # the same counts, not recognised as the default estimator
+        return estimate_tokens(piece)
+
+    text = "\n".join(lines)
+    fast = cut_lines(make(text, estimate=memo_estimator()), budget, ref=ref, estimate=memo_estimator())  # type: ignore[operator]
+    slow = cut_lines(make(text, estimate=counted), budget, ref=ref, estimate=counted)  # type: ignore[operator]
+    assert (fast[0], fast[1].to_dict()) == (slow[0], slow[1].to_dict())
