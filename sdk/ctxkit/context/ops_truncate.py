@@ -108,7 +108,8 @@ def truncate_head_tail(
             return _truncate_json(value, before, budget, ref, estimate)
     prior, marked = 0, False
     head_src = tail_src = text
-    if "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:  # a plain `in` first: faster
+    # An ASCII text holds no marker (its "…" is not ASCII): no scan for one.
+    if not text.isascii() and "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
         prior, marked = int(m.group(1)), True
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
