@@ -7,7 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import ops_dedupe, ops_schema
+from ctxkit.context import alloc_share, ops_dedupe, ops_schema
+from ctxkit.context.alloc_types import Allocation
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.ops_schema import _first_sentence, _sentences, is_risky, risk_sentences
 from ctxkit.context.tokens import estimate_tokens, memo_estimator
@@ -98,3 +99,55 @@ def test_it_cuts_a_line_plan_by_arithmetic_as_by_counting(
     fast = cut_lines(make(text, estimate=memo_estimator()), budget, ref=ref, estimate=memo_estimator())  # type: ignore[operator]
     slow = cut_lines(make(text, estimate=counted), budget, ref=ref, estimate=counted)  # type: ignore[operator]
     assert (fast[0], fast[1].to_dict()) == (slow[0], slow[1].to_dict())
+
+
+def _share_reference(pool: int, others: list[Allocation]) -> None:
+    """alloc_share.share as it was written first: sort keys as tuples, the last tokens by order_key."""
+    weighted = [a for a in others if a.requested > a.granted and a.effective_priority > 0]
+    unweighted = [a for a in others if a.requested > a.granted and a.effective_priority <= 0]
+    for group, equal in ((weighted, False), (unweighted, True)):
+        if pool <= 0 or not group:
+            continue
+        needs = [a.requested - a.granted for a in group]
+        if sum(needs) <= pool:
+            for a, need in zip(group, needs, strict=True):
+                a.granted += need
+            pool -= sum(needs)
+            continue
+        weights = [1] * len(group) if equal else [a.effective_priority for a in group]
+        level_pool, level_weight = pool, sum(weights)
+        keys = [(n / w, -a.effective_priority, a.name) for n, w, a in zip(needs, weights, group, strict=True)]
+        by_ratio = sorted(range(len(group)), key=keys.__getitem__)
+        unsaturated: list[int] = []
+        for rank, i in enumerate(by_ratio):
+            if needs[i] * level_weight <= level_pool * weights[i]:
+                group[i].granted += needs[i]
+                level_pool -= needs[i]
+                level_weight -= weights[i]
+            else:
+                unsaturated = by_ratio[rank:]
+                break
+        handed = 0
+        for i in unsaturated:
+            add = level_pool * weights[i] // level_weight
+            group[i].granted += add
+            handed += add
+        for a in sorted((group[i] for i in unsaturated), key=alloc_share.order_key)[: level_pool - handed]:
+            a.granted += 1
+        pool = 0 if unsaturated else level_pool
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(min_value=0, max_value=400),
+       st.lists(st.tuples(st.integers(0, 5), st.integers(0, 60), st.integers(0, 20)), max_size=12))
+def test_it_shares_a_pool_as_the_first_written_water_filling_does(
+    pool: int, specs: list[tuple[int, int, int]]
+) -> None:
+    def allocs() -> list[Allocation]:
+        return [Allocation(f"s{k % 3}{k}", "history", "truncate", prio, prio, False, "trusted", None, None, k,
+                           need, need, granted=min(granted, need)) for k, (prio, need, granted) in enumerate(specs)]
+
+    fast, slow = allocs(), allocs()
+    alloc_share.share(pool, fast)
+    _share_reference(pool, slow)
+    assert [a.granted for a in fast] == [a.granted for a in slow]
