@@ -45,7 +45,8 @@ def apply_policy(
         a.reason = "pinned: kept whole and charged first (never compressed)"
         return
     # The reason: the lossless dedupe done before allocation, what happens here, the grant.
-    earlier = "; ".join(op.detail for op in a.operations) if a.operations else ""
+    ops = a.operations
+    earlier = ("; ".join([op.detail for op in ops]) if len(ops) > 1 else ops[0].detail) if ops else ""
     if a.requested <= a.granted:  # whole: the text is the (deduped) segment as counted
         a.text, a.action, a.used = text, ("compress" if a.operations else "keep"), a.requested
         note = "fits whole"
@@ -64,11 +65,12 @@ def apply_policy(
         a.text, a.used = out, (used if out else 0)
         a.action = POLICY_ACTION[seg.policy] if out else "drop"
         note = rec.detail if out else f"{seg.policy} could not fit anything useful"
-    reason = f"{earlier}; {note}" if earlier else note
-    reason += f"; {a.name} got {a.granted} tokens at budget {budget}"
+    if earlier:
+        note = f"{earlier}; {note}"
     if a.effective_priority != a.priority:
-        reason += f"; aged priority {a.effective_priority}"
-    a.reason = reason
+        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}; aged priority {a.effective_priority}"
+    else:
+        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}"
 
 
 def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
