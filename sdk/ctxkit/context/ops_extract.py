@@ -166,7 +166,7 @@ def _plan_extract(
         order = sorted(range(len(lines)), key=lambda n: (lines[n] not in pins, scores[n], n))
     else:  # a stable sort by score alone keeps text order among equals
         order = sorted(range(len(lines)), key=scores.__getitem__)
-    order = [n for n in order if lines[n].strip()]
+    order = [n for n in order if lines[n] and not lines[n].isspace()]  # lines[n].strip(), without the copy
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
     return _line_plan("extract", before, tuple(lines), tuple(order), costs, 0, frozenset(), frozenset(), cjk)
 

@@ -35,10 +35,12 @@ def _strip_param_docs(schema: Any) -> None:
         if risks:  # "if true, the order is deleted permanently" is the parameter's risk: kept
             schema["description"] = " ".join(risks)
         for sub in schema.values():
-            _strip_param_docs(sub)
+            if isinstance(sub, (dict, list)):  # a scalar holds nothing to strip: no call
+                _strip_param_docs(sub)
     elif isinstance(schema, list):
         for sub in schema:
-            _strip_param_docs(sub)
+            if isinstance(sub, (dict, list)):
+                _strip_param_docs(sub)
 
 
 # Seed 004 (P1): "description 可压缩，required/enums/风险和结果状态不能丢". A sentence that warns
