@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,8 +11,17 @@ from hypothesis import strategies as st
 from ctxkit.context import alloc_share, ops_dedupe, ops_schema
 from ctxkit.context.alloc_types import Allocation
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
-from ctxkit.context.ops_schema import _first_sentence, _sentences, is_risky, risk_sentences
+from ctxkit.context.ops_schema import (
+    LazySchemaPlan,
+    _first_sentence,
+    _sentences,
+    compress_schema,
+    is_risky,
+    plan_schema,
+    risk_sentences,
+)
 from ctxkit.context.tokens import estimate_tokens, memo_estimator
+from ctxkit.fixtures import TOOLS, TOOLS_SCHEMA
 
 # Sentence ends (ASCII and CJK), spaces of several kinds, risk words and their near misses, word
 # characters that could glue onto a risk word across a split.
@@ -151,3 +161,35 @@ def test_it_shares_a_pool_as_the_first_written_water_filling_does(
     alloc_share.share(pool, fast)
     _share_reference(pool, slow)
     assert [a.granted for a in fast] == [a.granted for a in slow]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=700), min_size=1, max_size=12),
+       st.sampled_from([TOOLS, json.dumps(TOOLS_SCHEMA[:2]), json.dumps([{"name": "f", "x": 1.5e16}]),
+                        "not json\nat all"]))
+def test_a_lazy_schema_plan_cuts_at_budgets_in_any_order_as_the_operator(budgets: list[int], text: str) -> None:
+    plan = LazySchemaPlan(text, estimate_tokens(text))
+    for budget in budgets:  # one plan, rendered further only when a budget needs it
+        assert plan.cut(text, budget, memo_estimator()) == compress_schema(text, budget)
+
+
+def test_a_lazy_schema_plan_shared_by_threads_renders_each_step_once() -> None:
+    budgets = list(range(0, estimate_tokens(TOOLS) + 5, 3))
+    expected = {b: compress_schema(TOOLS, b) for b in budgets}
+    for _ in range(20):
+        plan = LazySchemaPlan(TOOLS, estimate_tokens(TOOLS))
+        results: dict[int, object] = {}
+
+        def cut(mine: list[int], plan: LazySchemaPlan = plan, results: dict[int, object] = results) -> None:
+            for b in mine:
+                results[b] = plan.cut(TOOLS, b, memo_estimator())
+
+        threads = [threading.Thread(target=cut, args=(budgets[k::4][::-1] if k % 2 else budgets[k::4],))
+                   for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == expected
+        assert len(plan._rendered) == 6 and [s[0] for s in plan._rendered] == [
+            s[0] for s in plan_schema(TOOLS).steps or ()]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ctxkit.context import alloc_cache
 from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
-from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.ops_schema import LazySchemaPlan, compress_schema
 from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
 
@@ -119,10 +119,10 @@ def _run_policy(
     if seg.policy == "schema":  # every step's rendering is grant-independent too
         if not is_default_estimator(estimate):
             return compress_schema(text, grant, estimate=estimate)
-        schema: SchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
-        if schema is None:
-            schema = plan_schema(text, estimate=estimate)
+        schema: LazySchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
+        if schema is None:  # steps rendered as far as a cut needs them, here or in a later call
+            schema = LazySchemaPlan(text, estimate(text))
             alloc_cache.keep_plan(("schema", text), text, schema)
-        return cut_schema(schema, text, grant, estimate=estimate)
+        return schema.cut(text, grant, estimate)
     before = estimate(text)
     return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")

@@ -8,8 +8,8 @@ characters it holds (oldest entries leave first) and is safe to share between th
 entry is written whole, and a race at worst computes the same facts twice.
 
 The same holds for the budget-independent half of ``extract``, ``summarize`` (lines ranked,
-their costs) and ``schema`` (each step rendered and counted): ``plan`` keeps it, and only the
-cut at this call's grant is redone.
+their costs) and ``schema`` (each step rendered and counted, as far as a cut has needed):
+``plan`` keeps it, and only the cut at this call's grant is redone.
 
 ``facts(text, repeats) -> TextFacts``; ``plan(key) -> plan | None``, ``keep_plan(key, text,
 plan)``; ``stats() -> dict``; ``clear()``
@@ -145,7 +145,7 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
 
 
 def plan(key: Hashable) -> object | None:
-    """The plan (``LinePlan``, ``SchemaPlan``) kept for ``key``, or None. The key must hold
+    """The plan (``LinePlan``, ``LazySchemaPlan``) kept for ``key``, or None. The key must hold
     everything the plan depends on besides the (default) estimator: policy, text, pinned
     lines, keep_recent."""
     hit = _plans.entries.get(key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -259,6 +260,59 @@ def cut_schema(
         if tokens <= budget:
             return out, OpRecord("schema", plan.before, tokens, "; ".join(done), {"steps": done})
     return _drop_tools(list(plan.tools), budget, plan.before, done, estimate)
+
+
+class LazySchemaPlan:
+    """A :class:`SchemaPlan` whose steps are rendered only as far as a cut needs them.
+
+    The allocator keeps one per tool schema text across calls and threads. A tight budget
+    usually fits at a middle step, so the later steps (and, where the compact JSON fits, all
+    but the first) are never rendered. Steps are appended whole under a lock, one thread at a
+    time advancing the rendering; a thread reading steps already rendered takes no lock. Made
+    for the default estimator (the counts are ``estimate_tokens``'s: a memo of it is the same).
+    """
+
+    __slots__ = ("before", "_lock", "_rendered", "_steps", "_tools")
+
+    def __init__(self, text: str, before: int) -> None:
+        self.before = before
+        tools, floats = _parse_tools(text)
+        self._tools = tools
+        self._steps = _steps(tools, estimate_tokens, floats) if tools is not None else None
+        self._rendered: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+
+    def step(self, k: int) -> tuple[str, str, int] | None:
+        """The ``k``-th step (label, rendering, tokens), rendering it if needed; None past the last."""
+        rendered = self._rendered
+        if k < len(rendered):
+            return rendered[k]
+        with self._lock:
+            while len(rendered) <= k:
+                nxt = next(self._steps, None)  # type: ignore[arg-type]
+                if nxt is None:
+                    return None
+                rendered.append(nxt)
+            return rendered[k]
+
+    def cut(self, text: str, budget: int, estimate: Estimator) -> tuple[str, OpRecord]:
+        """``compress_schema(text, budget, estimate=estimate)`` (``cut_schema`` of the full plan)."""
+        before = self.before
+        if before <= budget:
+            return text, OpRecord("schema", before, before, "fits")
+        if self._steps is None:
+            return extract_lines(text, budget, estimate=estimate)
+        done: list[str] = []
+        k = 0
+        while (step := self.step(k)) is not None:
+            label, out, tokens = step
+            done.append(label)
+            if tokens <= budget:
+                return out, OpRecord("schema", before, tokens, "; ".join(done), {"steps": done})
+            k += 1
+        with self._lock:  # every step rendered: the tools no longer change
+            tools = list(self._tools)  # type: ignore[arg-type]
+        return _drop_tools(tools, budget, before, done, estimate)
 
 
 def _signatures(tools: list[dict[str, Any]]) -> str:
