@@ -8,7 +8,7 @@ import threading
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_share, ops_dedupe, ops_schema
+from ctxkit.context import alloc_share, ops_dedupe, ops_schema, ops_truncate
 from ctxkit.context.alloc_types import Allocation
 from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.ops_schema import (
@@ -193,3 +193,9 @@ def test_a_lazy_schema_plan_shared_by_threads_renders_each_step_once() -> None:
         assert results == expected
         assert len(plan._rendered) == 6 and [s[0] for s in plan._rendered] == [
             s[0] for s in plan_schema(TOOLS).steps or ()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(" \t\n\u3000\xa0\u2028{[a退"), max_size=8))
+def test_it_finds_where_a_stripped_text_starts_as_lstrip_does(text: str) -> None:
+    assert ops_truncate._first_char(text) == text.lstrip()[:1]
