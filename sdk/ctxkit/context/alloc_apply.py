@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ctxkit.context import alloc_cache
 from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
-from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.ops_schema import LazySchemaPlan, compress_schema
 from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
 
@@ -45,7 +45,8 @@ def apply_policy(
         a.reason = "pinned: kept whole and charged first (never compressed)"
         return
     # The reason: the lossless dedupe done before allocation, what happens here, the grant.
-    earlier = "; ".join(op.detail for op in a.operations) if a.operations else ""
+    ops = a.operations
+    earlier = ("; ".join([op.detail for op in ops]) if len(ops) > 1 else ops[0].detail) if ops else ""
     if a.requested <= a.granted:  # whole: the text is the (deduped) segment as counted
         a.text, a.action, a.used = text, ("compress" if a.operations else "keep"), a.requested
         note = "fits whole"
@@ -64,11 +65,12 @@ def apply_policy(
         a.text, a.used = out, (used if out else 0)
         a.action = POLICY_ACTION[seg.policy] if out else "drop"
         note = rec.detail if out else f"{seg.policy} could not fit anything useful"
-    reason = f"{earlier}; {note}" if earlier else note
-    reason += f"; {a.name} got {a.granted} tokens at budget {budget}"
+    if earlier:
+        note = f"{earlier}; {note}"
     if a.effective_priority != a.priority:
-        reason += f"; aged priority {a.effective_priority}"
-    a.reason = reason
+        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}; aged priority {a.effective_priority}"
+    else:
+        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}"
 
 
 def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
@@ -117,10 +119,10 @@ def _run_policy(
     if seg.policy == "schema":  # every step's rendering is grant-independent too
         if not is_default_estimator(estimate):
             return compress_schema(text, grant, estimate=estimate)
-        schema: SchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
-        if schema is None:
-            schema = plan_schema(text, estimate=estimate)
+        schema: LazySchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
+        if schema is None:  # steps rendered as far as a cut needs them, here or in a later call
+            schema = LazySchemaPlan(text, estimate(text))
             alloc_cache.keep_plan(("schema", text), text, schema)
-        return cut_schema(schema, text, grant, estimate=estimate)
+        return schema.cut(text, grant, estimate)
     before = estimate(text)
     return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")

@@ -8,8 +8,8 @@ characters it holds (oldest entries leave first) and is safe to share between th
 entry is written whole, and a race at worst computes the same facts twice.
 
 The same holds for the budget-independent half of ``extract``, ``summarize`` (lines ranked,
-their costs) and ``schema`` (each step rendered and counted): ``plan`` keeps it, and only the
-cut at this call's grant is redone.
+their costs) and ``schema`` (each step rendered and counted, as far as a cut has needed):
+``plan`` keeps it, and only the cut at this call's grant is redone.
 
 ``facts(text, repeats) -> TextFacts``; ``plan(key) -> plan | None``, ``keep_plan(key, text,
 plan)``; ``stats() -> dict``; ``clear()``
@@ -105,14 +105,7 @@ def facts(text: str, repeats: bool) -> TextFacts:
     return new
 
 
-def _json_like(text: str) -> bool:
-    """``text.lstrip()[:1] in ("{", "[")`` without copying the text when it starts with no space."""
-    first = text[:1]
-    if first.isspace():
-        first = text.lstrip()[:1]
-    return first == "{" or first == "["
-
-
+_JSON_START = ("{", "[")
 _new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a Python call; the same tuple
 
 
@@ -135,7 +128,8 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
     if not todo:
         return found  # type: ignore[return-value]
     new_texts = list(todo)
-    json_like = [_json_like(text) for text in new_texts]
+    # text.lstrip()[:1] in ("{", "[") as facts() has it, without copying a text that starts with no space
+    json_like = [(text.lstrip()[:1] if text[:1].isspace() else text[:1]) in _JSON_START for text in new_texts]
     wants = [wanted and not js for wanted, js in zip(todo.values(), json_like, strict=True)]
     keyed = keys_and_repeats(new_texts, wants)
     # The CJK counts of the new texts and of their line-deduped forms, in one scan.
@@ -151,7 +145,7 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
 
 
 def plan(key: Hashable) -> object | None:
-    """The plan (``LinePlan``, ``SchemaPlan``) kept for ``key``, or None. The key must hold
+    """The plan (``LinePlan``, ``LazySchemaPlan``) kept for ``key``, or None. The key must hold
     everything the plan depends on besides the (default) estimator: policy, text, pinned
     lines, keep_recent."""
     hit = _plans.entries.get(key)

@@ -32,7 +32,9 @@ def share(pool: int, others: list[Allocation]) -> None:
             continue
         weights = [1] * len(group) if equal else [a.effective_priority for a in group]
         level_pool, level_weight = pool, sum(weights)
-        keys = [(n / w, -a.effective_priority, a.name) for n, w, a in zip(needs, weights, group, strict=True)]
+        # order_key of each, and the ratio before it: built by zip, sorted by C-level key lookups
+        priority_order = list(zip([-a.effective_priority for a in group], [a.name for a in group], strict=True))
+        keys = list(zip([n / w for n, w in zip(needs, weights, strict=True)], priority_order, strict=True))
         by_ratio = sorted(range(len(group)), key=keys.__getitem__)
         unsaturated: list[int] = []
         for rank, i in enumerate(by_ratio):
@@ -48,9 +50,10 @@ def share(pool: int, others: list[Allocation]) -> None:
             add = level_pool * weights[i] // level_weight
             group[i].granted += add
             handed += add
-        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order
-        for a in sorted((group[i] for i in unsaturated), key=order_key)[:rest]:
-            a.granted += 1
+        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order (order_key)
+        if rest > 0:
+            for i in sorted(unsaturated, key=priority_order.__getitem__)[:rest]:
+                group[i].granted += 1
         pool = 0 if unsaturated else level_pool
 
 

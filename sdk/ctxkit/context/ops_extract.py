@@ -166,7 +166,7 @@ def _plan_extract(
         order = sorted(range(len(lines)), key=lambda n: (lines[n] not in pins, scores[n], n))
     else:  # a stable sort by score alone keeps text order among equals
         order = sorted(range(len(lines)), key=scores.__getitem__)
-    order = [n for n in order if lines[n].strip()]
+    order = [n for n in order if lines[n] and not lines[n].isspace()]  # lines[n].strip(), without the copy
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
     return _line_plan("extract", before, tuple(lines), tuple(order), costs, 0, frozenset(), frozenset(), cjk)
 
@@ -266,24 +266,25 @@ def cut_lines(
     if cjk is None:
         room = budget - estimate(marker(len(lines), total)) - 1
     else:  # the default estimator: CJK counts add up, and the marker templates hold none
-        ref_cjk = count_cjk(shown_ref)
+        ref_cjk = 0 if shown_ref.isascii() else count_cjk(shown_ref)
         first = marker(len(lines), total)
-        room = budget - tokens_from_cjk(len(first), ref_cjk) - 1
+        room = budget - (ref_cjk + -(-(len(first) - ref_cjk) // CHARS_PER_TOKEN_LATIN)) - 1  # tokens_from_cjk
     kept: list[int] = []
     for n, cost in zip(plan.order, plan.costs, strict=True):
         if cost <= room:
             kept.append(n)
             room -= cost
-    out, chosen, omitted = "", [], total
+    out, chosen, omitted, after = "", [], total, 0
     while kept or ref is not None:
         chosen = sorted(kept)
         body = [lines[n] for n in chosen]
         omitted = 0
+        chosen_cjk = sum(map(cjk.__getitem__, chosen)) if cjk is not None else 0
         if len(chosen) < len(lines):
             if cjk is None:
                 shown = estimate("\n".join(body))
             elif body:  # the join of the chosen lines, counted without building it
-                shown = tokens_from_cjk(sum(map(len, body)) + len(body) - 1, sum(map(cjk.__getitem__, chosen)))
+                shown = tokens_from_cjk(sum(map(len, body)) + len(body) - 1, chosen_cjk)
             else:
                 shown = 0
             omitted = max(0, total - shown)
@@ -294,20 +295,21 @@ def cut_lines(
                 body.append(marker(len(chosen), omitted))
         out = "\n".join(body)
         if cjk is None:
-            fits = estimate(out) <= budget
+            after = estimate(out)
+            fits = after <= budget
         else:
-            n = tokens_from_cjk(len(out), sum(map(cjk.__getitem__, chosen)) + (ref_cjk if omitted else 0))
-            remember(estimate, out, n)  # asked for again by the record and by the allocator
-            fits = n <= budget
+            after = tokens_from_cjk(len(out), chosen_cjk + (ref_cjk if omitted else 0))
+            remember(estimate, out, after)  # asked for again by the allocator
+            fits = after <= budget
         if fits:
             break
         if not kept:  # not even the marker alone fits
-            out, chosen, omitted = "", [], total
+            out, chosen, omitted, after = "", [], total, 0
             break
         kept.pop()  # the lowest-ranked line taken
     else:  # no line fits and no ref for a marker alone: nothing at all
-        out, chosen, omitted = "", [], total
-    return out, _lines_record(plan, chosen, omitted, estimate(out))
+        out, chosen, omitted, after = "", [], total, 0
+    return out, _lines_record(plan, chosen, omitted, after if out else estimate(out))
 
 
 def _lines_record(plan: LinePlan, chosen: list[int], omitted: int, after: int) -> OpRecord:

@@ -98,8 +98,8 @@ def truncate_head_tail(
     before = estimate(text)
     if before <= budget:
         return text, OpRecord("truncate", before, before, "fits")
-    first = _NON_SPACE.search(text)  # where text.strip() would start, without copying the text
-    if first is None or first.group() in "{[":
+    start = _first_char(text)
+    if not start or start in "{[":
         try:
             value = json.loads(text.strip())
         except ValueError:
@@ -108,7 +108,8 @@ def truncate_head_tail(
             return _truncate_json(value, before, budget, ref, estimate)
     prior, marked = 0, False
     head_src = tail_src = text
-    if "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:  # a plain `in` first: faster
+    # An ASCII text holds no marker (its "…" is not ASCII): no scan for one.
+    if not text.isascii() and "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
         prior, marked = int(m.group(1)), True
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
@@ -145,6 +146,16 @@ def truncate_head_tail(
         remember(estimate, out, after)  # the caller asks for it again
     return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
                          {"omitted_tokens": omitted, "ref": ref})
+
+
+def _first_char(text: str) -> str:
+    """``text.lstrip()[:1]`` without copying the text, and without a regex call when it starts with
+    no space (most texts)."""
+    start = text[:1]
+    if start.isspace():
+        first = _NON_SPACE.search(text)
+        return "" if first is None else first.group()
+    return start
 
 
 def _cut_ascii(text: str, budget: int, before: int, ref: str | None, head_ratio: float) -> tuple[str, int]:

@@ -404,7 +404,7 @@ def _items(
             if redact is not None:
                 redacted = redact(text, item)
                 text = redacted if isinstance(redacted, str) else ""
-            item.text = clip(text, MAX_TEXT) if text else None
+            item.text = (text if len(text) <= MAX_TEXT else clip(text, MAX_TEXT)) if text else None  # clip, inline
         else:
             item.text = None
         items.append(item)
