@@ -16,6 +16,7 @@ import logging
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -609,12 +610,18 @@ def _store(
         runs, call_pks = _upsert_runs(project, manifests), []
     now = timezone.now()
     calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
+    item_rows: list[tuple[Any, ...]] = []
     if call_pks:
-        _insert(Call, calls, pks=call_pks)
+        # The item rows are built while the server still stores the calls (their raw manifests,
+        # 1.4 MB per 100, take it longer than their COPY takes this process to send).
+        _insert(
+            Call, calls, pks=call_pks, meanwhile=lambda: item_rows.extend(_item_rows(project.pk, manifests, call_pks))
+        )
     else:  # SQLite: the calls first (their ids), then their registry rows
         call_pks = _insert(Call, calls)
         _register_keys(project, calls, call_pks)
-    _store_children(project, manifests, call_pks)
+        item_rows = _item_rows(project.pk, manifests, call_pks)
+    _store_children(project, manifests, call_pks, item_rows)
     _prove_while_checking(unproven, wrote=True)
     transaction.on_commit(partial(_enqueue_analysis, call_pks))
     return call_pks
@@ -819,7 +826,13 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
     ]
 
 
-def _insert(model: type[Any], rows: list[dict[str, Any]], *, pks: list[int] | None = None) -> list[int]:
+def _insert(
+    model: type[Any],
+    rows: list[dict[str, Any]],
+    *,
+    pks: list[int] | None = None,
+    meanwhile: Callable[[], Any] | None = None,
+) -> list[int]:
     """Insert rows (column values by attribute name; missing ones take the model's default)
     with the primary keys ``pks`` (PostgreSQL; reserved from the sequence as the registry's
     rows were written), or the table's own (``pks`` None); return the keys (SQLite: always).
@@ -828,6 +841,7 @@ def _insert(model: type[Any], rows: list[dict[str, Any]], *, pks: list[int] | No
     for jsonb). Django's bulk_create binds the raw manifests (kilobytes each) as quoted array
     literals, which cost several times the COPY itself, and building model instances and
     preparing each field through Django cost as much again (docs/performance.md).
+    ``meanwhile`` (PostgreSQL) runs once the rows are sent, before waiting for the server.
     """
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
@@ -842,17 +856,20 @@ def _insert(model: type[Any], rows: list[dict[str, Any]], *, pks: list[int] | No
         if pks:
             columns.insert(0, model._meta.pk.column)
             values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
-        _copy(cursor, model._meta.db_table, columns, values)
+        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
     return pks or []
 
 
 _column_types: dict[tuple[str, str], dict[str, int]] = {}
 
 
-def _copy(cursor: Any, table: str, columns: list[str], rows: Any) -> None:
+def _copy(
+    cursor: Any, table: str, columns: list[str], rows: Any, *, meanwhile: Callable[[], Any] | None = None
+) -> None:
     """COPY rows into a table in PostgreSQL's binary format: psycopg writes each value with
     its C dumper (about a quarter of the client time of the text format, and no text for the
-    server to parse). The column types are asked once per process."""
+    server to parse). The column types are asked once per process. ``meanwhile`` runs after
+    the rows are sent and before the COPY's end waits for the server to have stored them."""
     key = (connection.settings_dict["NAME"], table)
     if key not in _column_types:
         cursor.execute(
@@ -866,10 +883,15 @@ def _copy(cursor: Any, table: str, columns: list[str], rows: Any) -> None:
         copy.set_types([types[c] for c in columns])
         for row in rows:
             copy.write_row(row)
+        if meanwhile is not None:
+            meanwhile()
 
 
-def _store_children(project: Project, manifests: list[Manifest], call_pks: list[int]) -> None:
-    rows = _item_rows(project.pk, manifests, call_pks)
+def _store_children(
+    project: Project, manifests: list[Manifest], call_pks: list[int], rows: list[tuple[Any, ...]]
+) -> None:
+    """The calls' children: ``rows`` are their item rows (``_item_rows``), then evidence,
+    compactions with their invariants, context edits."""
     if rows:
         if connection.vendor == "postgresql":
             # COPY is the physical baseline: about 10x bulk_create for item rows.
