@@ -75,10 +75,18 @@ _encoder = msgspec.json.Encoder()
 def no_duplicate_keys(raw: bytes) -> bool:
     """True only if no JSON object in ``raw`` (a manifest that decoded and validated as
     ``Manifest``) holds the same key twice. False means: look the slow way."""
-    if b"\\u003" in raw:  # maybe an escaped colon (\\u003a): not judged here
+    # Every escape starts with a backslash: one memchr settles most bodies (a search for the
+    # five-byte escape itself cost as much as a tenth of this check).
+    if b"\\" in raw and b"\\u003" in raw:  # maybe an escaped colon (\\u003a): not judged here
         return False
     try:
         keys = _decoder.decode(raw)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return False  # e.g. a dropped duplicate's value of another type
-    return raw.count(b":") == _encoder.encode(keys).count(b":")
+    return _colons(raw) == _colons(_encoder.encode(keys))
+
+
+def _colons(data: bytes) -> int:
+    # The same count as ``data.count(b":")``; in CPython 3.11 ``count`` walks a single byte
+    # in a plain loop, while ``replace`` finds it with memchr: about 1.6x faster here.
+    return len(data) - len(data.replace(b":", b""))
