@@ -11,6 +11,7 @@ import logging
 import re
 import zlib
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -212,7 +213,8 @@ class ManifestIngestView(APIView):
         body = request.data or chunked_body(request)
         if not body:
             raise ingest.BadRequest('the body is empty: send one manifest or {"manifests": [...]}')
-        report = ingest.ingest_body(project=request.auth.project, body=body)
+        with ingest.analysis_after_response() as held:
+            report = ingest.ingest_body(project=request.auth.project, body=body)
         rejected = report.count(ingest.REJECTED)
         if rejected == 0:
             code = status.HTTP_200_OK
@@ -220,7 +222,12 @@ class ManifestIngestView(APIView):
             code = status.HTTP_400_BAD_REQUEST
         else:
             code = status.HTTP_207_MULTI_STATUS
-        return Response(report.to_dict(), status=code)
+        response = Response(report.to_dict(), status=code)
+        if held:
+            # The WSGI server closes the response once it is sent: the batch's analysis is
+            # enqueued then, while the client goes on (Django's own hook for what a response holds).
+            response._resource_closers.append(partial(ingest.enqueue_analyses, held))
+        return response
 
 
 def _parse_time(request: Request, name: str) -> datetime | None:

@@ -11,11 +11,13 @@ the good ones beside it. The decoding, validation and duplicate-key rules live i
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -407,7 +409,7 @@ def _store(
         item_rows = _item_rows(project.pk, manifests, call_pks)
     _store_children(project, manifests, call_pks, item_rows)
     _prove_while_checking(unproven, wrote=True)
-    transaction.on_commit(partial(_enqueue_analysis, call_pks))
+    transaction.on_commit(partial(_on_commit_analysis, call_pks))
     return call_pks
 
 
@@ -756,6 +758,51 @@ def _store_children(
     ]
     if edits:
         ContextEdit.objects.bulk_create(edits)
+
+
+# The analysis batches of a request whose view hands them to the broker after its response
+# (``analysis_after_response``); None: enqueued when the transaction commits.
+_held_analysis: contextvars.ContextVar[list[list[int]] | None] = contextvars.ContextVar(
+    "ctxview_held_analysis", default=None
+)
+
+
+@contextmanager
+def analysis_after_response() -> Iterator[list[list[int]]]:
+    """Inside, the analysis of each committed batch is held in the list yielded instead of
+    being enqueued; the caller enqueues it (``enqueue_analyses``) once its response is sent:
+    publishing to the broker is a few ms a batch that the client need not wait for. A worker
+    that dies in between loses nothing: the calls stay unanalysed and the periodic sweep
+    analyses them. Without a broker (Celery eager) the analysis runs at commit, as always."""
+    from manifests.tasks import analyze_calls
+
+    if analyze_calls.app.conf.task_always_eager:
+        yield []
+        return
+    held: list[list[int]] = []
+    token = _held_analysis.set(held)
+    try:
+        yield held
+    except BaseException:
+        enqueue_analyses(held)  # no response will be sent to hand them over
+        raise
+    finally:
+        _held_analysis.reset(token)
+
+
+def enqueue_analyses(held: list[list[int]]) -> None:
+    """Enqueue what ``analysis_after_response`` held (one task per stored batch)."""
+    for call_pks in held:
+        _enqueue_analysis(call_pks)
+    held.clear()
+
+
+def _on_commit_analysis(call_pks: list[int]) -> None:
+    held = _held_analysis.get()
+    if held is not None:
+        held.append(call_pks)
+    else:
+        _enqueue_analysis(call_pks)
 
 
 def _enqueue_analysis(call_pks: list[int]) -> None:

@@ -135,3 +135,23 @@ def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(proj
     assert Call.objects.count() == 0  # the next task's queries work on a fresh connection
     store(project, [make_manifest("after")])
     assert Call.objects.filter(call_id="after").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_holds_the_analysis_of_a_request_until_its_response_is_sent(project, redis_prefix):  # noqa: F811
+    # The API view enqueues once the WSGI server closes its response: the client does not wait
+    # for the broker. Until then the committed batch's task is held, not published.
+    from manifests import ingest
+
+    client = require_redis()
+    body = json.dumps({"manifests": [make_manifest(f"c{n}", step=n) for n in range(3)]}).encode()
+    with broker(REDIS_URL, redis_prefix):
+        with ingest.analysis_after_response() as held:
+            report = ingest.ingest_body(project=project, body=body)
+        assert client.llen(f"{redis_prefix}celery") == 0
+        assert [sorted(pks) for pks in held] == [sorted(report.stored_call_ids)]
+        ingest.enqueue_analyses(held)
+    messages = client.lrange(f"{redis_prefix}celery", 0, -1)
+    assert len(messages) == 1 and held == []
+    args, _, _ = json.loads(base64.b64decode(json.loads(messages[0])["body"]))
+    assert sorted(args[0]) == sorted(report.stored_call_ids)
