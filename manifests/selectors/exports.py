@@ -7,6 +7,7 @@ constant memory; columns are named once here for both formats.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -72,8 +73,4 @@ def _in_range(qs: QuerySet, filters: Filters) -> QuerySet:
     call's) and on the call they join: PostgreSQL then reads the range's days' partitions
     only, not every day's (the call ids alone, from a subquery, prune nothing). Ordered by
     that time, which is their call's: the same order as by the call's time."""
-    if filters.since is not None:
-        qs = qs.filter(started_at__gte=filters.since)
-    if filters.until is not None:
-        qs = qs.filter(started_at__lt=filters.until)
-    return bound_call(qs, filters)
+    return bound_call(replace(filters, agent="", model="").apply(qs), filters)
