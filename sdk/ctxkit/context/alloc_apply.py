@@ -47,30 +47,42 @@ def apply_policy(
     # The reason: the lossless dedupe done before allocation, what happens here, the grant.
     ops = a.operations
     earlier = ("; ".join([op.detail for op in ops]) if len(ops) > 1 else ops[0].detail) if ops else ""
-    if a.requested <= a.granted:  # whole: the text is the (deduped) segment as counted
-        a.text, a.action, a.used = text, ("compress" if a.operations else "keep"), a.requested
+    granted = a.granted
+    if a.requested <= granted:  # whole: the text is the (deduped) segment as counted
+        a.text, a.action, a.used = text, ("compress" if ops else "keep"), a.requested
         note = "fits whole"
-    elif a.granted <= 0:
+    elif granted <= 0:
         a.action = "drop"
         note = "no budget left after pinned segments and higher priorities"
+    elif (policy := seg.policy) in _LINE_POLICIES and "\n" not in text and seg.source_ref is None \
+            and is_default_estimator(estimate):
+        # _run_policy's first case and what follows it here, inline (the dropped history turns of a
+        # tight budget): one line that does not fit, no ref, nothing kept; no plan is made.
+        ops.append(_nothing_fits(policy, text, estimate))
+        a.text, a.used, a.action = "", 0, "drop"
+        note = _NOTHING_USEFUL[policy]
     else:
-        out, rec = _run_policy(seg, text, a.granted, estimate, scorer, line_cjk)
+        out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk)
         used = estimate(out)
-        if used > a.granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
-            out, rec = truncate_head_tail(out, a.granted, ref=seg.source_ref, estimate=estimate)
+        if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
+            out, rec = truncate_head_tail(out, granted, ref=seg.source_ref, estimate=estimate)
             used = estimate(out)
-        if out and used > a.granted:
+        if out and used > granted:
             out = ""
-        a.operations.append(rec)
+        ops.append(rec)
         a.text, a.used = out, (used if out else 0)
         a.action = POLICY_ACTION[seg.policy] if out else "drop"
         note = rec.detail if out else f"{seg.policy} could not fit anything useful"
     if earlier:
         note = f"{earlier}; {note}"
     if a.effective_priority != a.priority:
-        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}; aged priority {a.effective_priority}"
+        a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}; aged priority {a.effective_priority}"
     else:
-        a.reason = f"{note}; {a.name} got {a.granted} tokens at budget {budget}"
+        a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}"
+
+
+_LINE_POLICIES = frozenset({"extract", "summarize"})
+_NOTHING_USEFUL = {policy: f"{policy} could not fit anything useful" for policy in _LINE_POLICIES}
 
 
 def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:

@@ -249,17 +249,19 @@ def _priority(
 
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
-    for a in order:
-        if not a.content_hash or not dedupe_across:
-            continue
-        if a.content_hash in seen and not a.pinned:
-            _mark_duplicate(a, seen[a.content_hash], "identical (normalized) to")
-        else:
-            seen.setdefault(a.content_hash, a)
+    if dedupe_across:
+        for a in order:
+            if not (content_hash := a.content_hash):
+                continue
+            first = seen.get(content_hash)
+            if first is None:  # the first with this content (pinned ones first) is the one kept
+                seen[content_hash] = a
+            elif not a.pinned:
+                _mark_duplicate(a, first, "identical (normalized) to")
     near = [
         a for a in order
         if segments[a.position].near_dupes and not a.pinned and a.duplicate_of is None and texts[a.position]
-    ] if any(s.near_dupes for s in segments) else []
+    ] if any([s.near_dupes for s in segments]) else []
     if len(near) > 1:
         _, record = merge_near_duplicates([(a.name, texts[a.position]) for a in near])
         alloc_by_name = {a.name: a for a in allocs}
@@ -267,15 +269,15 @@ def _priority(
             _mark_duplicate(alloc_by_name[dup], alloc_by_name[info["into"]],
                             f"near-duplicate (5-gram jaccard {info['jaccard']:.2f}) of")
     saved = 0
-    for seg, a in zip(segments, allocs, strict=True):  # allocs[i] is segments[i]'s
+    for seg, a, found in zip(segments, allocs, repeats, strict=True):  # allocs[i] is segments[i]'s
         a.requested = a.raw_tokens
         if a.duplicate_of is not None:
             saved += a.raw_tokens
             continue
-        if a.pinned or not seg.text:
+        if a.pinned or not seg.text or (found is None and not seg.near_dupes):  # nothing lossless to do
             continue
         text = seg.text
-        if (found := repeats[a.position]) is not None:  # never for JSON: line dedupe would break it
+        if found is not None:  # never for JSON: line dedupe would break it
             a.operations.append(dedupe_record(text, *found, estimate))
             text = found[0]
         if seg.near_dupes:
@@ -288,7 +290,7 @@ def _priority(
         saved += a.raw_tokens - a.requested
 
     # Pinned first, then floors, then weighted shares.
-    pinned_tokens = sum(a.requested for a in allocs if a.pinned)
+    pinned_tokens = sum([a.requested for a in allocs if a.pinned])
     over_budget = pinned_tokens > cap
     if over_budget:
         warnings.append(f"pinned segments need {pinned_tokens} tokens but the input cap is {cap}: "
@@ -329,10 +331,10 @@ def _plan(
     mode: Literal["priority", "naive"], allocs: list[Allocation], budget: int, reserve: int, margin: int,
     cap: int, over_budget: bool, saved: int, warnings: list[str],
 ) -> Plan:
-    used = sum(a.used for a in allocs)
+    used = sum([a.used for a in allocs])
     return Plan(
         mode=mode, budget=budget, reserve=reserve, safety_margin=margin, cap=cap, allocations=allocs,
-        over_budget=over_budget, requested=sum(a.requested for a in allocs),
-        granted=sum(a.granted for a in allocs), used=used, headroom=cap - used, dedupe_saved=saved,
+        over_budget=over_budget, requested=sum([a.requested for a in allocs]),
+        granted=sum([a.granted for a in allocs]), used=used, headroom=cap - used, dedupe_saved=saved,
         starvation={}, warnings=warnings,
     )

@@ -370,11 +370,13 @@ def _candidates(
         pairs += layout_items(layout, by_id, untrusted_kinds=untrusted_kinds)
     pairs += [(i, "") for i in record_items(records, skip=by_id, untrusted_kinds=untrusted_kinds, estimate=estimate)]
     pairs += [(sanitize_item(i), i.text or "") for i in extra_items]
-    seen: set[str] = set()
-    for item, _ in pairs:
-        if item.id in seen:
-            raise ValueError(f"duplicate item id {item.id!r}: segment, block, record and extra item ids must differ")
-        seen.add(item.id)
+    ids = [item.id for item, _ in pairs]
+    if len(set(ids)) != len(ids):  # name the first repeated id
+        seen: set[str] = set()
+        for item_id in ids:
+            if item_id in seen:
+                raise ValueError(f"duplicate item id {item_id!r}: segment, block, record and extra item ids must differ")
+            seen.add(item_id)
     return pairs
 
 
@@ -386,8 +388,16 @@ def _items(
     positions = layout.positions() if layout is not None else None
     position = 0
     items: list[Item] = []
+    absent = figures.ABSENT_ACTIONS
     for item, text in pairs:
-        present = figures.in_context(item) and bool(text or item.used_tokens)
+        # figures.in_context(item), inline (this runs per item per call): kept by its action, and
+        # some token sent (used, else granted; neither recorded counts as sent)
+        if item.action in absent:
+            present = False
+        else:
+            used = item.used_tokens
+            sent = used if used is not None else item.granted_tokens
+            present = (sent is None or sent > 0) and bool(text or used)
         if positions is not None:
             placed = positions.get(item.id) if present else None
             item.zone, item.position = placed if placed is not None else (item.zone, item.position)

@@ -17,7 +17,7 @@ import msgspec
 
 from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item
+from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, ItemAllocation
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Plan
@@ -88,6 +88,7 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
     """One item per allocation (in the plan's input order) and the text that reached the model."""
     out: list[tuple[Item, str]] = []
     absent = figures.ABSENT_ACTIONS
+    append = out.append
     for a in plan.allocations:
         # The allocator's counts are ints in range: clamp only the odd one (this runs per item per call,
         # so the check is inline).
@@ -101,11 +102,11 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
         reason = a.reason
         if a.merged_sources:
             reason += f"; provenance merged from {', '.join(a.merged_sources)}"
-        name, source_ref, priority = a.name, a.source_ref, a.priority
+        name, source_ref, priority, effective, action = a.name, a.source_ref, a.priority, a.effective_priority, a.action
         item = Item(
             id=name if 0 < len(name) <= MAX_ID else short_id(name),
             kind=a.kind,  # type: ignore[arg-type]
-            action=a.action,  # type: ignore[arg-type]
+            action=action,  # type: ignore[arg-type]
             requested_tokens=requested,
             granted_tokens=granted,
             used_tokens=used,
@@ -114,11 +115,18 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             trust="untrusted" if a.trust == "untrusted" or a.kind in untrusted_kinds else "trusted",  # trust_for
             zone=a.zone,  # type: ignore[arg-type]
             reason=reason if len(reason) <= MAX_REASON else clip(reason, MAX_REASON),
-            source_ref=clip(source_ref, MAX_SOURCE_REF) if source_ref else None,
+            # clip, inline: most refs are short
+            source_ref=(source_ref if len(source_ref) <= MAX_SOURCE_REF else clip(source_ref, MAX_SOURCE_REF))
+            if source_ref else None,
             content_hash=a.content_hash or None,
-            allocation=a.replay_settings(),
+            allocation=ItemAllocation(  # a.replay_settings(), inline
+                policy=a.policy,  # type: ignore[arg-type]
+                min_tokens=a.floor,
+                effective_priority=effective if effective != priority else None,
+                lossless=a.lossless,
+            ),
         )
-        out.append((item, "" if a.action in absent else a.text))  # figures.kept_by
+        append((item, "" if action in absent else a.text))  # figures.kept_by
     return out
 
 
