@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.ops_common import OpRecord, op_record
 from ctxkit.context.tokens import (
     CHARS_PER_TOKEN_LATIN,
     Estimator,
@@ -253,21 +253,12 @@ def cut_lines(
         # without a ref there is no marker alone to give: nothing (the loop below would agree).
         return "", _lines_record(plan, [], total, estimate(""))
     shown_ref = ref or "ref:unknown"
-    if op == "extract":
-
-        def marker(kept: int, omitted: int) -> str:
-            return f"…[extracted {kept}/{len(lines)} lines; omitted {omitted} tokens; ref={shown_ref}]"
-    else:
-        head = f"[summary: {plan.older} earlier turns condensed, failure evidence kept"
-
-        def marker(kept: int, omitted: int) -> str:
-            return f"{head}; omitted {omitted} tokens; ref={shown_ref}]"
-
+    n_lines, older = len(lines), plan.older
     if cjk is None:
-        room = budget - estimate(marker(len(lines), total)) - 1
+        room = budget - estimate(_marker(op, n_lines, older, n_lines, total, shown_ref)) - 1
     else:  # the default estimator: CJK counts add up, and the marker templates hold none
         ref_cjk = 0 if shown_ref.isascii() else count_cjk(shown_ref)
-        first = marker(len(lines), total)
+        first = _marker(op, n_lines, older, n_lines, total, shown_ref)
         room = budget - (ref_cjk + -(-(len(first) - ref_cjk) // CHARS_PER_TOKEN_LATIN)) - 1  # tokens_from_cjk
     kept: list[int] = []
     for n, cost in zip(plan.order, plan.costs, strict=True):
@@ -280,28 +271,26 @@ def cut_lines(
         body = [lines[n] for n in chosen]
         omitted = 0
         chosen_cjk = sum(map(cjk.__getitem__, chosen)) if cjk is not None else 0
-        if len(chosen) < len(lines):
+        if len(chosen) < n_lines:
             if cjk is None:
                 shown = estimate("\n".join(body))
-            elif body:  # the join of the chosen lines, counted without building it
-                shown = tokens_from_cjk(sum(map(len, body)) + len(body) - 1, chosen_cjk)
+            elif body:  # the join of the chosen lines, counted without building it (tokens_from_cjk, inline)
+                shown = chosen_cjk + -(-(sum(map(len, body)) + len(body) - 1 - chosen_cjk) // CHARS_PER_TOKEN_LATIN)
             else:
                 shown = 0
-            omitted = max(0, total - shown)
+            omitted = total - shown if total > shown else 0
         if omitted:
             if op == "summarize":
-                body.insert(0, marker(len(chosen), omitted))
+                body.insert(0, _marker(op, n_lines, older, len(chosen), omitted, shown_ref))
             else:
-                body.append(marker(len(chosen), omitted))
+                body.append(_marker(op, n_lines, older, len(chosen), omitted, shown_ref))
         out = "\n".join(body)
         if cjk is None:
             after = estimate(out)
-            fits = after <= budget
         else:
             after = tokens_from_cjk(len(out), chosen_cjk + (ref_cjk if omitted else 0))
             remember(estimate, out, after)  # asked for again by the allocator
-            fits = after <= budget
-        if fits:
+        if after <= budget:
             break
         if not kept:  # not even the marker alone fits
             out, chosen, omitted, after = "", [], total, 0
@@ -312,6 +301,13 @@ def cut_lines(
     return out, _lines_record(plan, chosen, omitted, after if out else estimate(out))
 
 
+def _marker(op: str, n_lines: int, older: int, kept: int, omitted: int, ref: str) -> str:
+    """The marker :func:`cut_lines` puts with the kept lines (``older``: the plan's earlier turns)."""
+    if op == "extract":
+        return f"…[extracted {kept}/{n_lines} lines; omitted {omitted} tokens; ref={ref}]"
+    return f"[summary: {older} earlier turns condensed, failure evidence kept; omitted {omitted} tokens; ref={ref}]"
+
+
 def _lines_record(plan: LinePlan, chosen: list[int], omitted: int, after: int) -> OpRecord:
     if plan.op == "extract":
         detail = f"kept {len(chosen)}/{len(plan.lines)} lines by score (numbers, negations, units, refs, failures)"
@@ -319,8 +315,8 @@ def _lines_record(plan: LinePlan, chosen: list[int], omitted: int, after: int) -
         n_recent = len(plan.recent.intersection(chosen))
         n_fail = sum(1 for n in chosen if n in plan.failure)
         detail = f"kept {n_fail} failure-evidence lines and the last {n_recent} turns"
-    return OpRecord(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
-                                                          "omitted_tokens": omitted})
+    return op_record(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
+                                                           "omitted_tokens": omitted})
 
 
 def extract_lines(

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.ops_common import OpRecord, op_record
 from ctxkit.context.ops_dedupe import content_key
 from ctxkit.context.tokens import (
     CHARS_PER_TOKEN_LATIN,
@@ -98,8 +98,8 @@ def truncate_head_tail(
     before = estimate(text)
     if before <= budget:
         return text, OpRecord("truncate", before, before, "fits")
-    start = _first_char(text)
-    if not start or start in "{[":
+    start = text[:1]  # _first_char(text), whose regex runs only for text that starts with a space
+    if not start or start in "{[" or (start.isspace() and _first_char(text) in "{["):
         try:
             value = json.loads(text.strip())
         except ValueError:
@@ -108,20 +108,21 @@ def truncate_head_tail(
             return _truncate_json(value, before, budget, ref, estimate)
     prior, marked = 0, False
     head_src = tail_src = text
+    is_ascii = text.isascii()
     # An ASCII text holds no marker (its "…" is not ASCII): no scan for one.
-    if not text.isascii() and "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
+    if not is_ascii and "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
         prior, marked = int(m.group(1)), True
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
     # ASCII text and ref with the default estimator: every piece below, the marker too (ASCII but
     # for its "…", which is not CJK), costs ceil(len / 4), so nothing needs a scan.
-    ascii_only = text.isascii() and (ref is None or ref.isascii()) and is_default_estimator(estimate)
+    ascii_only = is_ascii and (ref is None or ref.isascii()) and is_default_estimator(estimate)
     if ascii_only and not marked:  # (an ASCII text holds no marker: its "…" is not ASCII)
         out, omitted = _cut_ascii(text, budget, before, ref, head_ratio)
         after = -(-len(out) // CHARS_PER_TOKEN_LATIN)
         remember(estimate, out, after)  # the caller asks for it again
-        return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
-                             {"omitted_tokens": omitted, "ref": ref})
+        return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+                              {"omitted_tokens": omitted, "ref": ref})
     count = _ascii_tokens if ascii_only else estimate
     body = budget - count(_marker(before + prior, ref))
     out, omitted = "", before + prior
@@ -144,8 +145,8 @@ def truncate_head_tail(
     after = count(out)
     if ascii_only:
         remember(estimate, out, after)  # the caller asks for it again
-    return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
-                         {"omitted_tokens": omitted, "ref": ref})
+    return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+                          {"omitted_tokens": omitted, "ref": ref})
 
 
 def _first_char(text: str) -> str:
@@ -165,7 +166,8 @@ def _cut_ascii(text: str, budget: int, before: int, ref: str | None, head_ratio:
     at every call). Returns ``(out, omitted)``."""
     per = CHARS_PER_TOKEN_LATIN
     size = len(text)
-    body = budget - -(-len(_marker(before, ref)) // per)
+    shown_ref = ref or "ref:unknown"  # _marker(omitted, ref), inline below
+    body = budget - -(-len(f"\n…[omitted {before} tokens; ref={shown_ref}; fetch_ref to retrieve]\n") // per)
     while body >= 0:
         hb = int(body * head_ratio)
         head = text[: per * hb] if hb > 0 else ""  # _head: clip, then back to a line break
@@ -184,7 +186,7 @@ def _cut_ascii(text: str, budget: int, before: int, ref: str | None, head_ratio:
         if len(head) + len(tail) > size:  # cannot happen for subadditive estimators
             tail = text[len(head) :]
         omitted = max(0, before + (-len(head) // per) + (-len(tail) // per))
-        out = head + _marker(omitted, ref) + tail
+        out = f"{head}\n…[omitted {omitted} tokens; ref={shown_ref}; fetch_ref to retrieve]\n{tail}"
         over = -(-len(out) // per) - budget
         if over <= 0:
             return out, omitted
