@@ -8,6 +8,7 @@ only the cut at this call's grant is redone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxkit.context import alloc_cache
@@ -38,47 +39,57 @@ def apply_policy(
 ) -> None:
     """Cut the segment to its grant by its policy and explain it. ``scorer`` and ``line_cjk`` (line ->
     CJK count) are memos for one call, shared by its segments' line plans."""
-    if a.duplicate_of is not None:
-        return
-    if a.pinned:
-        a.granted, a.text, a.used, a.action = a.requested, text, a.requested, "keep"
-        a.reason = "pinned: kept whole and charged first (never compressed)"
-        return
-    # The reason: the lossless dedupe done before allocation, what happens here, the grant.
-    ops = a.operations
-    earlier = ("; ".join([op.detail for op in ops]) if len(ops) > 1 else ops[0].detail) if ops else ""
-    granted = a.granted
-    if a.requested <= granted:  # whole: the text is the (deduped) segment as counted
-        a.text, a.action, a.used = text, ("compress" if ops else "keep"), a.requested
-        note = "fits whole"
-    elif granted <= 0:
-        a.action = "drop"
-        note = "no budget left after pinned segments and higher priorities"
-    elif (policy := seg.policy) in _LINE_POLICIES and "\n" not in text and seg.source_ref is None \
-            and is_default_estimator(estimate):
-        # _run_policy's first case and what follows it here, inline (the dropped history turns of a
-        # tight budget): one line that does not fit, no ref, nothing kept; no plan is made.
-        ops.append(_nothing_fits(policy, text, estimate))
-        a.text, a.used, a.action = "", 0, "drop"
-        note = _NOTHING_USEFUL[policy]
-    else:
-        out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk)
-        used = estimate(out)
-        if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
-            out, rec = truncate_head_tail(out, granted, ref=seg.source_ref, estimate=estimate)
+    apply_policies((seg,), (a,), (text,), budget, estimate, scorer, line_cjk)
+
+
+def apply_policies(
+    segments: Sequence[Segment], allocs: Sequence[Allocation], texts: Sequence[str], budget: int,
+    estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None,
+) -> None:
+    """:func:`apply_policy` for each segment, its allocation and its (deduped) text, in one loop (the
+    allocator's step 7 for every segment of a call: one Python call for all)."""
+    default = is_default_estimator(estimate)
+    for seg, a, text in zip(segments, allocs, texts, strict=True):
+        if a.duplicate_of is not None:
+            continue
+        if a.pinned:
+            a.granted, a.text, a.used, a.action = a.requested, text, a.requested, "keep"
+            a.reason = "pinned: kept whole and charged first (never compressed)"
+            continue
+        # The reason: the lossless dedupe done before allocation, what happens here, the grant.
+        ops = a.operations
+        earlier = ("; ".join([op.detail for op in ops]) if len(ops) > 1 else ops[0].detail) if ops else ""
+        granted = a.granted
+        if a.requested <= granted:  # whole: the text is the (deduped) segment as counted
+            a.text, a.action, a.used = text, ("compress" if ops else "keep"), a.requested
+            note = "fits whole"
+        elif granted <= 0:
+            a.action = "drop"
+            note = "no budget left after pinned segments and higher priorities"
+        elif default and (policy := seg.policy) in _LINE_POLICIES and "\n" not in text and seg.source_ref is None:
+            # _run_policy's first case and what follows it here, inline (the dropped history turns of a
+            # tight budget): one line that does not fit, no ref, nothing kept; no plan is made.
+            ops.append(_nothing_fits(policy, text, estimate))
+            a.text, a.used, a.action = "", 0, "drop"
+            note = _NOTHING_USEFUL[policy]
+        else:
+            out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk, default)
             used = estimate(out)
-        if out and used > granted:
-            out = ""
-        ops.append(rec)
-        a.text, a.used = out, (used if out else 0)
-        a.action = POLICY_ACTION[seg.policy] if out else "drop"
-        note = rec.detail if out else f"{seg.policy} could not fit anything useful"
-    if earlier:
-        note = f"{earlier}; {note}"
-    if a.effective_priority != a.priority:
-        a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}; aged priority {a.effective_priority}"
-    else:
-        a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}"
+            if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
+                out, rec = truncate_head_tail(out, granted, ref=seg.source_ref, estimate=estimate)
+                used = estimate(out)
+            if out and used > granted:
+                out = ""
+            ops.append(rec)
+            a.text, a.used = out, (used if out else 0)
+            a.action = POLICY_ACTION[seg.policy] if out else "drop"
+            note = rec.detail if out else f"{seg.policy} could not fit anything useful"
+        if earlier:
+            note = f"{earlier}; {note}"
+        if a.effective_priority != a.priority:
+            a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}; aged priority {a.effective_priority}"
+        else:
+            a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}"
 
 
 _LINE_POLICIES = frozenset({"extract", "summarize"})
@@ -96,13 +107,17 @@ def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
 
 
 def _run_policy(
-    seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None
+    seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None,
+    default: bool | None = None,
 ) -> tuple[str, OpRecord]:
+    """The policy's cut of ``text`` to ``grant`` and its record. ``default``: whether ``estimate`` is the
+    default estimator (:func:`is_default_estimator`), when the caller knows."""
     ref = seg.source_ref
     if seg.policy in ("extract", "summarize"):
         # Ranking lines and costing them does not depend on the grant: with the default estimator
         # (whose costs are then part of the plan) it is kept across calls and only the cut is redone.
-        default = is_default_estimator(estimate)
+        if default is None:
+            default = is_default_estimator(estimate)
         if default and ref is None and "\n" not in text:
             # One line that does not fit and no ref for a marker alone: cut_lines gives nothing
             # (the line costs estimate(line + "\n") >= the whole text's, over the grant), so the

@@ -18,8 +18,9 @@ def order_key(a: Allocation) -> tuple[int, str]:
 
 def share(pool: int, others: list[Allocation]) -> None:
     """Water-fill ``pool`` over the segments' remaining needs by effective priority."""
-    weighted = [a for a in others if a.requested > a.granted and a.effective_priority > 0]
-    unweighted = [a for a in others if a.requested > a.granted and a.effective_priority <= 0]
+    short = [a for a in others if a.requested > a.granted]
+    weighted = [a for a in short if a.effective_priority > 0]
+    unweighted = [a for a in short if a.effective_priority <= 0] if len(weighted) < len(short) else []
     for group, equal in ((weighted, False), (unweighted, True)):
         if pool <= 0 or not group:
             continue
@@ -32,9 +33,10 @@ def share(pool: int, others: list[Allocation]) -> None:
             continue
         weights = [1] * len(group) if equal else [a.effective_priority for a in group]
         level_pool, level_weight = pool, sum(weights)
-        # order_key of each, and the ratio before it: built by zip, sorted by C-level key lookups
-        priority_order = list(zip([-a.effective_priority for a in group], [a.name for a in group], strict=True))
-        keys = list(zip([n / w for n, w in zip(needs, weights, strict=True)], priority_order, strict=True))
+        # (ratio, *order_key) of each: built by zip, sorted by C-level key lookups
+        negated = [-a.effective_priority for a in group]
+        names = [a.name for a in group]
+        keys = list(zip([n / w for n, w in zip(needs, weights, strict=True)], negated, names, strict=True))
         by_ratio = sorted(range(len(group)), key=keys.__getitem__)
         unsaturated: list[int] = []
         for rank, i in enumerate(by_ratio):
@@ -52,6 +54,7 @@ def share(pool: int, others: list[Allocation]) -> None:
             handed += add
         rest = level_pool - handed  # < len(unsaturated): one token each, in priority order (order_key)
         if rest > 0:
+            priority_order = list(zip(negated, names, strict=True))  # order_key of each
             for i in sorted(unsaturated, key=priority_order.__getitem__)[:rest]:
                 group[i].granted += 1
         pool = 0 if unsaturated else level_pool

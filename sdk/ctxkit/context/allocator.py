@@ -58,7 +58,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxkit.context import alloc_cache
-from ctxkit.context.alloc_apply import POLICY_ACTION, apply_policy  # noqa: F401  (POLICY_ACTION: re-exported)
+from ctxkit.context.alloc_apply import (  # noqa: F401  (POLICY_ACTION, apply_policy: re-exported)
+    POLICY_ACTION,
+    apply_policies,
+    apply_policy,
+)
 from ctxkit.context.alloc_share import share, whole_or_nothing
 from ctxkit.context.alloc_types import Allocation, Segment
 from ctxkit.context.operators import (
@@ -200,11 +204,12 @@ def allocate(
             repeats.append(None)
             raw, key = 0, ""
         # Positional, in field order (name ... requested, granted, used, action, reason, text,
-        # content_hash): keyword construction of this 21-field class costs several times more.
+        # content_hash, operations, merged_sources): keyword construction of this 23-field class
+        # costs several times more, and a list display less than the default factory's call.
         allocs.append(Allocation(
             s.name, s.kind, s.policy, s.priority,
             s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
-            pinned, s.trust, s.zone, s.source_ref, i, raw, 0, 0, 0, "keep", "", "", key,
+            pinned, s.trust, s.zone, s.source_ref, i, raw, 0, 0, 0, "keep", "", "", key, [], [],
         ))
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
@@ -311,8 +316,7 @@ def _priority(
 
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
-    for seg, a in zip(segments, allocs, strict=True):
-        apply_policy(seg, a, texts[a.position], budget, estimate, scorer, line_cjk)
+    apply_policies(segments, allocs, texts, budget, estimate, scorer, line_cjk)  # texts[i] is allocs[i]'s
     if over_budget:
         for a in allocs:
             if not a.pinned and a.action == "drop" and a.requested:
