@@ -16,8 +16,11 @@ def order_key(a: Allocation) -> tuple[int, str]:
     return (-a.effective_priority, a.name)
 
 
-def share(pool: int, others: list[Allocation]) -> None:
-    """Water-fill ``pool`` over the segments' remaining needs by effective priority."""
+def share(pool: int, others: list[Allocation], ordered: bool = False) -> None:
+    """Water-fill ``pool`` over the segments' remaining needs by effective priority.
+
+    ``ordered``: ``others`` is sorted by :func:`order_key` already (the allocator's are), so ties
+    are broken by position and only the ratios are sorted (a stable sort keeps that order)."""
     short = [a for a in others if a.requested > a.granted]
     weighted = [a for a in short if a.effective_priority > 0]
     unweighted = [a for a in short if a.effective_priority <= 0] if len(weighted) < len(short) else []
@@ -33,11 +36,14 @@ def share(pool: int, others: list[Allocation]) -> None:
             continue
         weights = [1] * len(group) if equal else [a.effective_priority for a in group]
         level_pool, level_weight = pool, sum(weights)
-        # (ratio, *order_key) of each: built by zip, sorted by C-level key lookups
-        negated = [-a.effective_priority for a in group]
-        names = [a.name for a in group]
-        keys = list(zip([n / w for n, w in zip(needs, weights, strict=True)], negated, names, strict=True))
-        by_ratio = sorted(range(len(group)), key=keys.__getitem__)
+        ratios = [n / w for n, w in zip(needs, weights, strict=True)]
+        if ordered:  # group is in order_key order, as others is: a stable sort by ratio alone
+            by_ratio = sorted(range(len(group)), key=ratios.__getitem__)
+        else:  # (ratio, *order_key) of each: built by zip, sorted by C-level key lookups
+            negated = [-a.effective_priority for a in group]
+            names = [a.name for a in group]
+            keys = list(zip(ratios, negated, names, strict=True))
+            by_ratio = sorted(range(len(group)), key=keys.__getitem__)
         unsaturated: list[int] = []
         for rank, i in enumerate(by_ratio):
             if needs[i] * level_weight <= level_pool * weights[i]:  # capped below its share
@@ -54,13 +60,17 @@ def share(pool: int, others: list[Allocation]) -> None:
             handed += add
         rest = level_pool - handed  # < len(unsaturated): one token each, in priority order (order_key)
         if rest > 0:
-            priority_order = list(zip(negated, names, strict=True))  # order_key of each
-            for i in sorted(unsaturated, key=priority_order.__getitem__)[:rest]:
+            if ordered:  # index order is order_key order
+                last = sorted(unsaturated)
+            else:
+                priority_order = list(zip(negated, names, strict=True))  # order_key of each
+                last = sorted(unsaturated, key=priority_order.__getitem__)
+            for i in last[:rest]:
                 group[i].granted += 1
         pool = 0 if unsaturated else level_pool
 
 
-def whole_or_nothing(others: list[Allocation]) -> None:
+def whole_or_nothing(others: list[Allocation], ordered: bool = False) -> None:
     """Give ``drop`` segments (all or nothing) their whole need or nothing, wasting no budget.
 
     A proportional share below a drop segment's need buys nothing: many equal-priority small
@@ -68,7 +78,8 @@ def whole_or_nothing(others: list[Allocation]) -> None:
     grants of those segments are pooled, the segments granted whole from the pool in
     ``(-effective_priority, name)`` order while they fit (skipping one that does not), and what
     is left water-fills the segments that can shrink. Budget the shares gave to other segments
-    is never taken back for this. ``others`` is in that order.
+    is never taken back for this. ``others`` is in that order; ``ordered=True`` lets :func:`share`
+    rely on it.
     """
     short = [a for a in others if a.policy == "drop" and a.granted < a.requested]
     pool = sum(a.granted for a in short)
@@ -80,4 +91,4 @@ def whole_or_nothing(others: list[Allocation]) -> None:
         if a.requested <= pool:
             a.granted = a.requested
             pool -= a.requested
-    share(pool, [a for a in others if a.policy != "drop"])
+    share(pool, [a for a in others if a.policy != "drop"], ordered)

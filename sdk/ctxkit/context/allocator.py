@@ -249,8 +249,15 @@ def _priority(
     if reserve + margin > budget:
         warnings.append(f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget}); input cap is 0")
     texts = [s.text for s in segments]  # by position (allocs[i] is segments[i]'s), after lossless dedupe
-    keys = [(not a.pinned, -a.effective_priority, a.name) for a in allocs]
-    order = [allocs[i] for i in sorted(range(len(allocs)), key=keys.__getitem__)]
+    # Sorted by (not pinned, -effective priority, name): by name, then stably by priority (one
+    # type per sort: C-level compares instead of tuples'), then the pinned ones first.
+    names = [a.name for a in allocs]
+    negated = [-a.effective_priority for a in allocs]
+    ranked = sorted(range(len(allocs)), key=names.__getitem__)
+    ranked.sort(key=negated.__getitem__)
+    order = [allocs[i] for i in ranked]
+    if any([a.pinned for a in allocs]):
+        order = [a for a in order if a.pinned] + [a for a in order if not a.pinned]
 
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
@@ -311,8 +318,8 @@ def _priority(
             a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
-    share(left, others)
-    whole_or_nothing(others)
+    share(left, others, ordered=True)
+    whole_or_nothing(others, ordered=True)
 
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
