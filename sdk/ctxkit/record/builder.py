@@ -289,7 +289,9 @@ def build_manifest(
         _candidates(plan, layout, records, extra_items, untrusted_kinds, estimate, notes),
         layout, include_text, redact, notes,
     )
-    evidence = _evidence_of_items(_evidence(readback, outcome), {i.id for i in items}, notes)
+    evidence = _evidence(readback, outcome)
+    if evidence:  # (the item ids are needed only to check some)
+        evidence = _evidence_of_items(evidence, {i.id for i in items}, notes)
     if prefix is None and layout is not None and layout.segments:
         # Segment text follows the items' rule; a redacting agent gets line hashes only.
         prefix = layout.to_prefix(include_text=include_text and redact is None)
@@ -365,10 +367,13 @@ def _candidates(
     does not know (a restated constraint, the question), then cleared/folded history records,
     then the caller's own. Ids must differ."""
     pairs = plan_items(plan, untrusted_kinds, notes) if plan is not None else []
-    by_id = {item.id: item for item, _ in pairs}
-    if layout is not None:
-        pairs += layout_items(layout, by_id, untrusted_kinds=untrusted_kinds)
-    pairs += [(i, "") for i in record_items(records, skip=by_id, untrusted_kinds=untrusted_kinds, estimate=estimate)]
+    records = list(records)  # (iterated once, as before)
+    if layout is not None or records:  # the plan's items by id: what the layout and records must not repeat
+        by_id = {item.id: item for item, _ in pairs}
+        if layout is not None:
+            pairs += layout_items(layout, by_id, untrusted_kinds=untrusted_kinds)
+        pairs += [(i, "") for i in record_items(records, skip=by_id, untrusted_kinds=untrusted_kinds,
+                                                estimate=estimate)]
     pairs += [(sanitize_item(i), i.text or "") for i in extra_items]
     ids = [item.id for item, _ in pairs]
     if len(set(ids)) != len(ids):  # name the first repeated id
