@@ -253,15 +253,7 @@ def _priority(
     if reserve + margin > budget:
         warnings.append(f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget}); input cap is 0")
     texts = [s.text for s in segments]  # by position (allocs[i] is segments[i]'s), after lossless dedupe
-    # Sorted by (not pinned, -effective priority, name): by name, then stably by priority (one
-    # type per sort: C-level compares instead of tuples'), then the pinned ones first.
-    names = [a.name for a in allocs]
-    negated = [-a.effective_priority for a in allocs]
-    ranked = sorted(range(len(allocs)), key=names.__getitem__)
-    ranked.sort(key=negated.__getitem__)
-    order = [allocs[i] for i in ranked]
-    if any([a.pinned for a in allocs]):
-        order = [a for a in order if a.pinned] + [a for a in order if not a.pinned]
+    order = priority_order(allocs)
 
     # Lossless first: duplicates across segments, then repeated lines inside each segment.
     seen: dict[str, Allocation] = {}
@@ -333,6 +325,20 @@ def _priority(
             if not a.pinned and a.action == "drop" and a.requested:
                 a.reason = f"pinned segments ({pinned_tokens} tokens) exceed the input cap {cap}; " + a.reason
     return _plan("priority", allocs, budget, reserve, margin, cap, over_budget, saved, warnings)
+
+
+def priority_order(allocs: Sequence[Allocation]) -> list[Allocation]:
+    """``sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))`` for allocations of
+    distinct names: by name, then stably by priority (one type per sort, so C-level compares instead
+    of tuples', a fifth of this sort's cost), then the pinned ones first."""
+    names = [a.name for a in allocs]
+    negated = [-a.effective_priority for a in allocs]
+    ranked = sorted(range(len(allocs)), key=names.__getitem__)
+    ranked.sort(key=negated.__getitem__)
+    order = [allocs[i] for i in ranked]
+    if any([a.pinned for a in allocs]):
+        order = [a for a in order if a.pinned] + [a for a in order if not a.pinned]
+    return order
 
 
 def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:

@@ -98,8 +98,7 @@ def truncate_head_tail(
     before = estimate(text)
     if before <= budget:
         return text, OpRecord("truncate", before, before, "fits")
-    start = text[:1]  # _first_char(text), whose regex runs only for text that starts with a space
-    if not start or start in "{[" or (start.isspace() and _first_char(text) in "{["):
+    if _may_be_json(text):
         try:
             value = json.loads(text.strip())
         except ValueError:
@@ -147,6 +146,13 @@ def truncate_head_tail(
         remember(estimate, out, after)  # the caller asks for it again
     return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
                           {"omitted_tokens": omitted, "ref": ref})
+
+
+def _may_be_json(text: str) -> bool:
+    """``not (first := _first_char(text)) or first in "{["``: blank, or starts like a JSON object or
+    list after any space; ``_first_char`` (and its regex) only for text that starts with a space."""
+    start = text[:1]
+    return not start or start in "{[" or (start.isspace() and _first_char(text) in "{[")
 
 
 def _first_char(text: str) -> str:

@@ -380,7 +380,9 @@ def _candidates(
         seen: set[str] = set()
         for item_id in ids:
             if item_id in seen:
-                raise ValueError(f"duplicate item id {item_id!r}: segment, block, record and extra item ids must differ")
+                raise ValueError(
+                    f"duplicate item id {item_id!r}: segment, block, record and extra item ids must differ"
+                )
             seen.add(item_id)
     return pairs
 
