@@ -409,6 +409,39 @@ scan(scratch_t *sx, const int kind, const int ascii, const void *data, Py_ssize_
     return 1;
 }
 
+/* (text, []): line_repeats' answer when no line repeats. */
+static PyObject *
+no_repeats(PyObject *text)
+{
+    PyObject *removed = PyList_New(0);
+    if (removed == NULL)
+        return NULL;
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL) {
+        Py_DECREF(removed);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(text));
+    PyTuple_SET_ITEM(t, 1, removed);
+    return t;
+}
+
+/* The cache's entry (len(text) + 1, facts); steals facts. */
+static PyObject *
+cache_entry(PyObject *text, PyObject *facts)
+{
+    PyObject *size = PyLong_FromSsize_t(PyUnicode_GET_LENGTH(text) + 1);
+    PyObject *t = size == NULL ? NULL : PyTuple_New(2);
+    if (t == NULL) {
+        Py_XDECREF(size);
+        Py_DECREF(facts);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, size);
+    PyTuple_SET_ITEM(t, 1, facts);
+    return t;
+}
+
 /* The facts of one text, or Py_None (borrowed, not handled), or NULL on error. */
 static PyObject *
 facts_of(scratch_t *sx, PyObject *text, int wanted, Py_ssize_t min_chars)
@@ -455,7 +488,7 @@ facts_of(scratch_t *sx, PyObject *text, int wanted, Py_ssize_t min_chars)
         if (found)
             repeats = dedupe(sx, text, buf, sx->lines, nlines, min_chars, &deduped_cjk);
         else
-            repeats = Py_BuildValue("(O[])", text);
+            repeats = no_repeats(text);
         if (repeats == NULL) {
             Py_DECREF(key);
             return NULL;
@@ -501,7 +534,7 @@ text_facts(PyObject *self, PyObject *args)
                 goto fail;
             continue;
         }
-        PyObject *entry = Py_BuildValue("(nN)", PyUnicode_GET_LENGTH(text) + 1, facts);
+        PyObject *entry = cache_entry(text, facts);
         if (entry == NULL || PyDict_SetItem(made, text, entry) < 0) {
             Py_XDECREF(entry);
             goto fail;
@@ -581,7 +614,7 @@ facts_many(PyObject *self, PyObject *args)
                 goto fail;
             continue;
         }
-        PyObject *entry = Py_BuildValue("(nN)", PyUnicode_GET_LENGTH(text) + 1, facts);
+        PyObject *entry = cache_entry(text, facts);
         if (entry == NULL || PyDict_SetItem(made, text, entry) < 0) {
             Py_XDECREF(entry);
             goto fail;
