@@ -4,6 +4,7 @@ the pure path taking over where the module is absent or switched off."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -108,6 +109,27 @@ def test_a_text_given_twice_gets_its_line_dedupe_and_the_cache_answers_after(bot
     assert alloc_cache.facts_many([text], [True]) == [first]  # from the cache, not made again
     astral = "\U00020000 line that is long enough\n\U00020000 line that is long enough"
     assert _facts([astral, text], [True, True], True) == [_definition(astral, True), first]  # C and Python mixed
+
+
+def test_keys_hashed_by_the_cpu_and_by_hashlib_equal_hashlib_s(both_paths: None) -> None:
+    # Every length up to three blocks (the padding takes one or two blocks) and some longer ones;
+    # by the CPU's SHA extensions where it has them (sha_ni() is then True) and through hashlib.
+    from ctxkit import _speedups
+
+    text_native.use_native(True)
+    text_native._configure(alloc_cache.TextFacts)
+    rnd = random.Random(5)
+    data = [bytes(rnd.randrange(256) for _ in range(n)) for n in [*range(200), 1000, 4095, 4096, 70_000]]
+    expected = [hashlib.sha256(d).hexdigest()[:16] for d in data]
+    had = _speedups.sha_ni()
+    try:
+        for on in (True, False):
+            assert _speedups.sha_ni(on) is (on and had)
+            assert [_speedups.key(d) for d in data] == expected
+            texts = ["同一行，足够长的内容。\nrow=1", "ascii  text\n\nmore", ""]
+            assert _facts(texts, [True] * 3, True) == [_definition(text, True) for text in texts]
+    finally:
+        _speedups.sha_ni(had)
 
 
 def test_the_built_in_table_is_the_one_worked_out_from_the_unicode_database() -> None:
