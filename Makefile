@@ -10,7 +10,8 @@ PORT ?= 8000
 
 .PHONY: run test lint bench clean browser
 
-$(STAMP): requirements.txt sdk/pyproject.toml
+# setup.py and the C source too: a changed accelerator is rebuilt (in place) by the editable install.
+$(STAMP): requirements.txt sdk/pyproject.toml sdk/setup.py sdk/ctxkit/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt

@@ -129,7 +129,9 @@ class CallDetailSerializer(CallSummarySerializer):
     evidence = EvidenceSerializer(many=True, read_only=True)
     compactions = CompactionSerializer(many=True, read_only=True)
     context_edits = ContextEditSerializer(many=True, read_only=True)
-    attributions = AttributionSerializer(many=True, read_only=True)
+    # Set by the view from selectors.calls.attributions: losses before risks, each with its
+    # lost-at call read within the run's time span.
+    attributions = AttributionSerializer(source="attribution_rows", many=True, read_only=True)
     context_tokens = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):

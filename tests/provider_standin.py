@@ -3,6 +3,7 @@
 
 Answers JSON or server-sent events (``"stream": true``) with usage that carries cache fields;
 model ``rate-limited`` gets a 429 and model ``broken`` a 500, in each provider's error shape.
+``GET /v1/responses/<id>`` answers the last Responses request again (``?stream=true``: its events).
 Sets TCP_NODELAY, so Nagle's delay does not hide per-call costs.
 """
 
@@ -83,7 +84,8 @@ def _output_message(body: dict[str, Any], status: str = "completed", text: str |
 def response(body: dict[str, Any], status: str = "completed") -> dict[str, Any]:
     return {"id": "resp_standin", "object": "response", "created_at": 1764410400, "model": body.get("model"),
             "status": status, "output": [] if status != "completed" else [_output_message(body, text=text_for(body))],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": body.get("tools") or [],
+            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
             "usage": RESPONSES_USAGE if status == "completed" else None}
 
 
@@ -144,6 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         path = self.path.split("?")[0]
         self.server.requests.append((path, body))
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
         anthropic = path.endswith("/messages")
         model = body.get("model")
         if model == "rate-limited":
@@ -163,8 +166,20 @@ class _Handler(BaseHTTPRequestHandler):
             return self._sse([(None, c) for c in chat_chunks(body)], done=True) if stream else self._send(
                 200, chat_completion(body))
         if path.endswith("/responses"):
+            self.server.last_response = body
             return self._sse(response_events(body)) if stream else self._send(200, response(body))
         return self._send(404, {"error": {"message": f"no route {path}"}})
+
+    def do_GET(self) -> None:  # noqa: N802
+        # GET /v1/responses/<id>: the last Responses request's response (a stored response), as
+        # JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
+        path, _, query = self.path.partition("?")
+        self.server.requests.append((path, {}))
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
+        if "/responses/" not in path:
+            return self._send(404, {"error": {"message": f"no route {path}"}})
+        body = self.server.last_response
+        return self._sse(response_events(body)) if "stream=true" in query else self._send(200, response(body))
 
 
 class StandIn(ThreadingHTTPServer):
@@ -173,6 +188,8 @@ class StandIn(ThreadingHTTPServer):
     def __init__(self, port: int = 0) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []  # each request's (names in lower case), in order
+        self.last_response: dict[str, Any] = {"model": "gpt-4o"}
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

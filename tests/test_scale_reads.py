@@ -3,6 +3,7 @@ same rows in the same order as the plain queries they replace, on the demo data.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -172,3 +173,41 @@ def test_the_overview_shows_the_same_latest_missing_evidence_with_its_calls(demo
         assert got == expected and len(got) > 0
         latest = [a.started_at for a in overview_sel.recent_missing(project, filters)]
         assert latest == [a.started_at for a in before[:8]]
+
+
+def _unbounded_call_reads(queries) -> list[str]:
+    """The queries that join calls on an attribution's lost-at id, or read calls by a list of
+    ids with no bound on the partition column."""
+    lost_join = re.compile(r'JOIN "manifests_call" \S+ ON \("manifests_attribution"\."lost_at_id"')
+    joins = [q["sql"] for q in queries if lost_join.search(q["sql"])]
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().startswith("SELECT")
+             and 'FROM "manifests_call"' in q["sql"] and '"manifests_call"."id" IN' in q["sql"]]
+    return joins + [sql for sql in reads if '"manifests_call"."started_at"' not in sql.split("WHERE", 1)[1]]
+
+
+def test_the_calls_where_evidence_was_lost_are_read_within_the_run_s_time_span(demo_world):
+    """A lost-at call is found by id: unbounded, PostgreSQL plans that read over every day's
+    partition; the API, the evidence timeline and the overview each bound it by time."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from manifests import services
+    from manifests.selectors import overview as overview_sel
+    from tests.conftest import Api
+
+    api = Api(services.create_api_key(project=demo_world.project, can_ingest=False, can_read=True)[1])
+    with CaptureQueriesContext(connection) as seen:
+        body = api.get("/api/v1/calls/coder-list-endpoint/step-8").json()
+    assert [a["lost_at_step"] for a in body["attributions"] if a["lost_at_call_id"]] == [6]
+    assert _unbounded_call_reads(seen.captured_queries) == []
+
+    with CaptureQueriesContext(connection) as seen:
+        page = demo_world.client(demo_world.member).get(
+            f"/p/{demo_world.project.slug}/evidence/?key=api_compat&run=coder-list-endpoint").content.decode()
+    assert 'class="lost-at"' in page
+    assert _unbounded_call_reads(seen.captured_queries) == []
+
+    with CaptureQueriesContext(connection) as seen:
+        rows = overview_sel.recent_missing(demo_world.project, Filters(range="all"), limit=100_000)
+    assert any(a.lost_at is not None and a.lost_at.step == 6 for a in rows)
+    assert _unbounded_call_reads(seen.captured_queries) == []

@@ -100,8 +100,11 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
         for i in Item.objects.filter(call_id__in=pks, item_id__in=wanted, **days).only(
             "call_id", "item_id", "action", "position", "requested_tokens", "granted_tokens", "used_tokens")
     }
-    causes = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=False)
-              .select_related("lost_at")}
+    causes = {a.call_id: a for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=False)}
+    by_pk = {c.pk: c for c in calls}
+    for a in causes.values():  # lost at an earlier call of this run: one already read, no join
+        if a.lost_at_id is not None:
+            a.lost_at = by_pk.get(a.lost_at_id)
     risks: dict[int, list[Attribution]] = defaultdict(list)
     for a in Attribution.objects.filter(call_id__in=pks, evidence_key=key, is_risk=True).order_by("pk"):
         risks[a.call_id].append(a)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet, prefetch_related_objects
+from django.db.models import QuerySet
 
 from manifests.figures import MISSING_CAUSES, RISK_CAUSES
 from manifests.models import Attribution, Call, Project, Regression, Run
@@ -87,10 +87,20 @@ def recent_missing(project: Project, filters: Filters, limit: int = 8) -> list[A
     if rows:
         # The rows' calls, each from its own day's partition (an attribution has its call's time).
         calls = Call.objects.filter(pk__in={a.call_id for a in rows}, started_at__in={a.started_at for a in rows})
-        by_pk = {c.pk: c for c in calls.defer("raw", "prefix_segments", "warnings")}
+        by_pk = {c.pk: c for c in calls.select_related("run").defer("raw", "prefix_segments", "warnings")}
         for a in rows:
             a.call = by_pk[a.call_id]
-        prefetch_related_objects(rows, "lost_at")
+        lost = {a.lost_at_id for a in rows if a.lost_at_id is not None}
+        if lost:
+            # Each lost-at call is an earlier call of its row's run: read within the runs'
+            # time span, not joined by id over every day's partition.
+            first = min(a.call.run.first_seen for a in rows if a.lost_at_id is not None)
+            last = max(a.started_at for a in rows if a.lost_at_id is not None)
+            at = {c.pk: c for c in Call.objects.filter(pk__in=lost, started_at__gte=first, started_at__lte=last)
+                  .only("pk", "call_id", "step", "started_at")}
+            for a in rows:
+                if a.lost_at_id is not None:
+                    a.lost_at = at.get(a.lost_at_id)
     return rows
 
 

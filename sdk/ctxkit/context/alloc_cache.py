@@ -23,6 +23,7 @@ import threading
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
+from ctxkit.context import text_native
 from ctxkit.context.ops_dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
 
@@ -111,7 +112,18 @@ _new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a 
 
 def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]:
     """``[facts(text, r) for text, r in zip(texts, repeats)]``; the texts not known yet are worked
-    out together (one fold, one CJK scan over all of them: an agent's first call)."""
+    out together (one fold, one CJK scan over all of them: an agent's first call); with the native
+    accelerator (text_native), this loop and the facts of the texts it handles run in C."""
+    if text_native.enabled():
+        out, made, rest, rest_wanted = text_native.facts_many(
+            _facts.entries, texts if type(texts) is list else list(texts),
+            repeats if type(repeats) is list else list(repeats), TextFacts)
+        if rest:  # what the C module does not handle (astral, cased non-ASCII, marks, ...)
+            _python_facts(rest, rest_wanted, made)
+            out = [f if f is not None else made[text][1] for f, text in zip(out, texts, strict=True)]
+        if made:
+            _facts.put_sized(made)
+        return out
     found: list[TextFacts | None] = []
     todo: dict[str, bool] = {}  # new text -> line dedupe wanted (a text may come twice)
     get = _facts.entries.get
@@ -127,21 +139,26 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
             todo[text] = wanted
     if not todo:
         return found  # type: ignore[return-value]
-    new_texts = list(todo)
+    made: dict[Hashable, tuple[int, object]] = {}
+    _python_facts(list(todo), list(todo.values()), made)
+    _facts.put_sized(made)
+    return [f if f is not None else made[text][1] for f, text in zip(found, texts, strict=True)]  # type: ignore[misc]
+
+
+def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable, tuple[int, object]]) -> None:
+    """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)``
+    entries: the pure-Python definition, and the path of what the native helper leaves."""
     # text.lstrip()[:1] in ("{", "[") as facts() has it, without copying a text that starts with no space
     json_like = [(text.lstrip()[:1] if text[:1].isspace() else text[:1]) in _JSON_START for text in new_texts]
-    wants = [wanted and not js for wanted, js in zip(todo.values(), json_like, strict=True)]
+    wants = [want and not js for want, js in zip(wanted, json_like, strict=True)]
     keyed = keys_and_repeats(new_texts, wants)
     # The CJK counts of the new texts and of their line-deduped forms, in one scan.
     deduped = [rep[0] for _, rep in keyed if rep is not None and rep[1]]
     cjk = count_cjk_many(new_texts + deduped if deduped else new_texts)
     deduped_cjk = iter(cjk[len(new_texts):])
-    made: dict[str, tuple[int, TextFacts]] = {}  # text -> the cache's entry (size, facts)
     for text, (key, rep), n, js in zip(new_texts, keyed, cjk, json_like, strict=False):  # cjk may be longer
         made[text] = (len(text) + 1, _new_facts(TextFacts, (key, n, js, rep,  # type: ignore[call-overload]
                                                             next(deduped_cjk) if rep is not None and rep[1] else 0)))
-    _facts.put_sized(made)
-    return [f if f is not None else made[text][1] for f, text in zip(found, texts, strict=True)]  # type: ignore[misc]
 
 
 def plan(key: Hashable) -> object | None:

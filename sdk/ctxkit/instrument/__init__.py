@@ -9,10 +9,12 @@ Records, on that client instance only, every model call of Anthropic ``messages`
 ``beta.messages`` and of OpenAI ``chat.completions`` and ``responses``, however the agent makes
 it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (Anthropic's
 ``MessageStreamManager``, OpenAI's chat and responses stream managers) and
-``with_raw_response`` / ``with_streaming_response``; sync and async clients. The hook is each
-resource's ``_post``, which all of these go through (instrument/_wrap.py); every style gives the
-manifest the plain ``create`` would. Per call, ``ctxview={"run_id": ..., "agent": ...,
-"evidence": ..., "window": ...}`` is taken out of the keyword arguments before the SDK sees them.
+``with_raw_response`` / ``with_streaming_response``; sync and async clients; OpenAI's
+``responses.stream(response_id=...)`` resuming a response; and the clients made from it with
+``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
+through (instrument/_wrap.py); every style gives the manifest the plain ``create`` would. Per
+call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
+the keyword arguments before the SDK sees them.
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
@@ -22,6 +24,7 @@ given). See docs/integrations.md.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import sys
@@ -63,23 +66,68 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-def _resources(client: Any) -> list[tuple[Any, tuple[str, ...], Any]]:
-    """(resource, the paths of its model calls, adapter) to wrap, told apart by the client's module."""
+def _resources(client: Any) -> list[tuple[str, Any, tuple[str, ...], Any, Any]]:
+    """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
+    client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
     module = type(client).__module__.split(".")[0]
     if module == "anthropic":
         from ctxkit.instrument import anthropic as adapter
 
-        out = [(client.messages, ("/v1/messages",), adapter.manifest)]
+        out = [("messages", client.messages, ("/v1/messages",), adapter.manifest, None)]
         beta = getattr(getattr(client, "beta", None), "messages", None)
         if beta is not None:
-            out.append((beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest))
+            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest, None))
         return out
     if module == "openai":
         from ctxkit.instrument import openai as adapter
 
-        return [(client.chat.completions, ("/chat/completions",), adapter.chat_manifest),
-                (client.responses, ("/responses",), adapter.responses_manifest)]
+        return [("chat.completions", client.chat.completions, ("/chat/completions",), adapter.chat_manifest, None),
+                ("responses", client.responses, ("/responses",), adapter.responses_manifest,
+                 ("/responses/", adapter.resumed_manifest))]
     raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
+
+
+def _hook(client: Any, recorder: Recorder) -> None:
+    """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
+    from ctxkit.instrument._wrap import warn_once, wrap
+
+    for name, resource, paths, adapter, resumed in _resources(client):
+        if not wrap(resource, paths, recorder, adapter, resumed):
+            warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
+                      "unrecorded", type(client).__name__, name)
+    for name in _DERIVES:
+        _derive(client, name, recorder)
+    try:
+        client.__ctxkit_instrumented__ = True
+    except Exception:
+        pass
+
+
+# copy() and its alias with_options() make a new client (new resources, never hooked): the new
+# client is hooked with the same recorder, so it records like its parent, once.
+_DERIVES = ("copy", "with_options")
+
+
+def _derive(client: Any, name: str, recorder: Recorder) -> None:
+    original = getattr(client, name, None)
+    if not callable(original):
+        return
+
+    @functools.wraps(original)
+    def derive(*args: Any, **kwargs: Any) -> Any:
+        derived = original(*args, **kwargs)
+        try:
+            if derived is not client and not getattr(derived, "__ctxkit_instrumented__", False):
+                _hook(derived, recorder)
+        except Exception:
+            logger.warning("ctxkit.instrument: could not instrument the client from %s(); it runs unrecorded",
+                           name, exc_info=True)
+        return derived
+
+    try:
+        setattr(client, name, derive)
+    except Exception:
+        logger.warning("ctxkit.instrument: clients from %s() are not recorded", name)
 
 
 def instrument(
@@ -108,17 +156,10 @@ def instrument(
         if not key and ctxkit_client is None:
             logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
             return client
-        resources = _resources(client)
+        _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
         recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
                              agent, run_id, include_text, window)
-        from ctxkit.instrument._wrap import wrap
-
-        for resource, paths, adapter in resources:
-            wrap(resource, paths, recorder, adapter)
-        try:
-            client.__ctxkit_instrumented__ = True
-        except Exception:
-            pass
+        _hook(client, recorder)
     except Exception:
         logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)
     return client

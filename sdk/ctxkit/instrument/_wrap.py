@@ -6,7 +6,10 @@ instance), through which every entry point makes its request: ``create`` and ``p
 ``self.create`` (OpenAI) on enter; ``with_raw_response`` / ``with_streaming_response``, which
 call ``create`` / ``parse`` with a header that makes ``_post`` return an API response object.
 Only the model-call paths are recorded (``count_tokens``, ``update`` ... pass through), and
-only on this instance: the SDK's classes are never patched.
+only on this instance: the SDK's classes are never patched. OpenAI's ``responses`` also has its
+``_get`` hooked, for the one streamed GET that is model output: ``responses.stream(response_id=...)``
+resuming an existing response. A private attribute missing in another SDK version leaves that
+resource unrecorded (wrap() returns False; instrument() logs a warning), never failing a call.
 
 The public methods are wrapped only to take the ``ctxview={...}`` keyword out before the SDK
 sees it; it reaches the hook through a context variable (carried into the coroutine or stream
@@ -24,6 +27,7 @@ import contextvars
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from types import CoroutineType
@@ -34,10 +38,20 @@ from ctxkit.instrument._recorder import CallRecord, Recorder
 Adapter = Callable[[CallRecord], Any]
 _LIST_ARGS = ("messages", "input", "tools", "system")
 _UNSET = ("Omit", "NotGiven")  # the SDKs' "argument not given" sentinels, left in the body dict
-PUBLIC_METHODS = ("create", "parse", "stream")
+PUBLIC_METHODS = ("create", "parse", "stream", "retrieve")
 
 _per_call: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "ctxkit_instrument_per_call", default=None)
+logger = logging.getLogger("ctxkit")
+_warned: set[str] = set()
+
+
+def warn_once(message: str, *args: Any) -> None:
+    """Log a warning once per process (a with_options() client made per request would repeat it)."""
+    text = message % args
+    if text not in _warned:
+        _warned.add(text)
+        logger.warning(text)
 
 
 def _drop_none(obj: Any) -> Any:
@@ -252,10 +266,22 @@ def _failed(record: CallRecord, recorder: Recorder, exc: BaseException, t0: floa
         pass
 
 
-def _hook_post(resource: Any, paths: Collection[str], recorder: Recorder, adapter: Adapter) -> None:
-    original = getattr(resource, "_post", None)
-    if original is None or getattr(original, "__ctxkit_wrapped__", False):
-        return
+def _resumes(path: Any, prefix: str, kwargs: dict[str, Any]) -> bool:
+    """A GET of ``<prefix><id>`` streamed: OpenAI's ``responses.stream(response_id=...)`` (and
+    ``responses.retrieve(id, stream=True)``), resuming the events of an existing response."""
+    return bool(kwargs.get("stream")) and isinstance(path, str) and path.startswith(prefix) \
+        and "/" not in path[len(prefix):]
+
+
+def _hook(resource: Any, attr: str, paths: Collection[str], recorder: Recorder, adapter: Adapter,
+          resumes: str = "") -> bool:
+    """Hook ``resource.<attr>`` (``_post``, or ``_get`` with ``resumes``); False if it cannot be
+    (an SDK without that private attribute, or one that will not take an instance attribute)."""
+    original = getattr(resource, attr, None)
+    if original is None:
+        return False
+    if getattr(original, "__ctxkit_wrapped__", False):
+        return True
     adapter = _given(adapter)
 
     async def _await(pending: Any, record: CallRecord, stream: bool) -> Any:
@@ -272,7 +298,7 @@ def _hook_post(resource: Any, paths: Collection[str], recorder: Recorder, adapte
 
     @functools.wraps(original)
     def post(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if path not in paths:
+        if path not in paths and not (resumes and _resumes(path, resumes, kwargs)):
             return original(path, *args, **kwargs)
         record = _begin(recorder, adapter, kwargs.get("body"), _per_call.get())
         stream = bool(kwargs.get("stream"))
@@ -291,7 +317,12 @@ def _hook_post(resource: Any, paths: Collection[str], recorder: Recorder, adapte
         return result
 
     post.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
-    resource._post = post
+    try:
+        setattr(resource, attr, post)
+        # A property in another SDK version may refuse the instance attribute, or ignore it.
+        return getattr(resource, attr, None) is post
+    except Exception:
+        return False
 
 
 async def _scoped_await(per_call: dict[str, Any], pending: Any) -> Any:
@@ -318,12 +349,18 @@ def _carry(result: Any, per_call: dict[str, Any]) -> Any:
     awaits, or a stream manager's pending request (its private ``__api_request``)."""
     if type(result) is CoroutineType:
         return _scoped_await(per_call, result)
+    found = False
     for name, value in list(vars(result).items()) if hasattr(result, "__dict__") else ():
         if name.endswith("__api_request"):
+            found = True
             if inspect.isawaitable(value):
                 setattr(result, name, _scoped_await(per_call, value))
             elif callable(value):
                 setattr(result, name, _scoped_call(per_call, value))
+    kind = type(result).__name__
+    if not found and kind.endswith("StreamManager"):
+        # Another SDK version: the call is still recorded, under the scope's settings.
+        warn_once("ctxkit.instrument: %s keeps no __api_request; ctxview={...} does not reach its request", kind)
     return result
 
 
@@ -348,11 +385,21 @@ def _take_ctxview(resource: Any, name: str) -> None:
             return result
 
     method.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
-    setattr(resource, name, method)
+    try:
+        setattr(resource, name, method)
+    except Exception:  # ctxview={...} then reaches the SDK, which rejects it: as without ctxkit
+        pass
 
 
-def wrap(resource: Any, paths: Collection[str], recorder: Recorder, adapter: Adapter) -> None:
-    """Record ``resource``'s model calls (requests to ``paths``), on this instance."""
-    _hook_post(resource, paths, recorder, adapter)
+def wrap(resource: Any, paths: Collection[str], recorder: Recorder, adapter: Adapter,
+         resumed: tuple[str, Adapter] | None = None) -> bool:
+    """Record ``resource``'s model calls (requests to ``paths``), on this instance; with
+    ``resumed=(prefix, adapter)`` also the streamed GETs of ``<prefix><id>``. False if the
+    resource's ``_post`` could not be hooked: its calls then go unrecorded, unchanged."""
+    ok = _hook(resource, "_post", paths, recorder, adapter)
+    if resumed is not None and not _hook(resource, "_get", (), recorder, resumed[1], resumes=resumed[0]):
+        warn_once("ctxkit.instrument: %s has no _get to hook; resumed streams are not recorded",
+                  type(resource).__name__)
     for name in PUBLIC_METHODS:
         _take_ctxview(resource, name)
+    return ok

@@ -5,6 +5,8 @@ system / developer instructions, the tool definitions, and the conversation befo
 user turn (what the next call repeats). Usage: ``prompt_tokens`` / ``input_tokens`` already
 include the cached tokens. A streamed Chat Completion reports usage only when the agent asks
 for it (``stream_options={"include_usage": True}``); instrument() does not change the request.
+A resumed Responses stream (``responses.stream(response_id=...)``) has no request body: it is
+recorded from the response the events carry (model, instructions, tools, usage, status).
 """
 
 from __future__ import annotations
@@ -172,3 +174,23 @@ def responses_manifest(record: CallRecord) -> Manifest:
         finish = details["reason"]
     return _build(record, parts, segments, model=response.get("model"), usage=response.get("usage"),
                   flavour="openai_responses", finish=finish, reserve=kw.get("max_output_tokens"))
+
+
+RESUMED = ("a resumed stream of response {id}: its input is not known here, only the response's own "
+           "instructions and tools")
+
+
+def resumed_manifest(record: CallRecord) -> Manifest:
+    """``responses.stream(response_id=...)`` / ``responses.retrieve(id, stream=True)``: the
+    request was made earlier (perhaps by another process); what it sent beyond the instructions
+    and tools the response echoes is unknown. Usage is the response's own, as its events report it."""
+    response: dict[str, Any] = {}
+    for event in record.stream_events or ():
+        got = getattr(event, "response", None)
+        if got is not None:
+            response = plain(got) or {}
+    record.kwargs = {k: response[k] for k in ("model", "instructions", "tools", "max_output_tokens")
+                     if response.get(k)}
+    m = responses_manifest(record)
+    m.warnings = [*m.warnings, RESUMED.format(id=response.get("id") or "?")]
+    return m
