@@ -268,3 +268,37 @@ def test_no_input_causes_a_500(api, mutation, value):
     m[mutation] = value
     r = api.post({"manifests": [m]})
     assert r.status_code in (200, 207, 400), r.content
+
+
+def test_the_collector_is_paused_for_a_batch_and_running_again_after(project):
+    import gc
+
+    from manifests import ingest
+
+    collections: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    body = json.dumps({"manifests": [make_manifest(f"gc-{n}", step=n, items=40) for n in range(60)]}).encode()
+    gc.callbacks.append(count)
+    try:
+        # The same batch without the pause sets the collector off (so the check below can fail).
+        ingest.ingest_body.__wrapped__(project=project, body=body)
+        assert collections
+        collections.clear()
+        report = ingest.ingest_body(project=project, body=body.replace(b'"gc-', b'"gc2-'))
+        assert report.count(ingest.ACCEPTED) == 60 and collections == []
+        assert gc.isenabled()
+        with pytest.raises(ingest.BadRequest):
+            ingest.ingest_body(project=project, body=b"[")
+        assert gc.isenabled()  # also after an error
+        gc.disable()  # a caller that paused it itself: left paused
+        try:
+            ingest.ingest_body(project=project, body=body)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)
