@@ -457,32 +457,38 @@ def _store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_p
 
     The items first (nothing references them, and they reference no call by key): while the
     server stores them, the longest step of a batch (4,000 rows per 100 manifests), this
-    process computes the content hashes and builds the calls' and the evidence's rows, work
-    that otherwise kept the server waiting (docs/performance.md, fifth pass). Then the runs
-    and the registry (one pipeline, ``_upsert_runs_and_register``; a unique-key race raises
-    there), the calls, the evidence and the rest of the children."""
+    process computes the content hashes and builds the calls' and the evidence's rows and the
+    runs' statement, work that otherwise kept the server waiting (docs/performance.md, fifth
+    pass). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
+    unique-key race raises there), the calls, the evidence and the rest of the children."""
     manifests = [m for m, _ in to_store]
     digests: list[str] = []
-    calls: list[dict[str, Any]] = []
-    evidence: list[dict[str, Any]] = []
+    made: dict[str, Any] = {}
 
     def meanwhile() -> None:
         digests.extend(_digest(canonical) for _, canonical in to_store)
         now = timezone.now()
         # The run's id is filled in once the runs' upsert has answered.
-        calls.extend(_call_row(project, 0, m, c, d, now) for (m, c), d in zip(to_store, digests))
-        evidence.extend(_evidence_rows(project, manifests, call_pks))
+        calls = [_call_row(project, 0, m, c, d, now) for (m, c), d in zip(to_store, digests)]
+        made["calls"] = _values(Call, calls, call_pks)
+        made["evidence"] = _values(Evidence, _evidence_rows(project, manifests, call_pks))
+        made["runs"] = _runs_statement(project, manifests)
 
     with connection.cursor() as cursor:
         # COPY is the physical baseline (about 10x bulk_create for item rows). The rows are
         # made as they are sent: the server, not this process, sets the pace.
         rows = _iter_item_rows(project.pk, manifests, call_pks)
         _copy(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows, meanwhile=meanwhile)
-    runs = _upsert_runs_and_register(project, manifests, digests, call_pks)
-    for call, m in zip(calls, manifests):
-        call["run_id"] = runs[_clean(m.run_id)]
-    _insert(Call, calls, pks=call_pks)
-    _store_children(project, manifests, call_pks, evidence)
+        runs = _upsert_runs_and_register(project, manifests, digests, call_pks, made["runs"])
+        columns, values = made["calls"]
+        run_column = columns.index(Call._meta.get_field("run").column)
+        for row, m in zip(values, manifests):
+            row[run_column] = runs[_clean(m.run_id)]
+        _copy(cursor, Call._meta.db_table, columns, values)
+        columns, values = made["evidence"]
+        if values:
+            _copy(cursor, Evidence._meta.db_table, columns, values)
+    _store_children(project, manifests, call_pks, [])
     return call_pks
 
 
@@ -516,13 +522,18 @@ def _sequence(cursor: Any, table: str) -> str:
 
 
 def _upsert_runs_and_register(
-    project: Project, manifests: list[Manifest], digests: list[str], call_pks: list[int]
+    project: Project,
+    manifests: list[Manifest],
+    digests: list[str],
+    call_pks: list[int],
+    runs_statement: tuple[str, list[Any]],
 ) -> dict[str, int]:
     """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows (each with its
     call's reserved id) in one pipeline: one round trip, where they were two statements and
     a COPY. A unique-key race raises here. Returns {run_id: pk}. (The evidence rows joined to
-    these in the same pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)"""
-    run_sql, run_params = _runs_statement(project, manifests)
+    these in the same pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)
+    ``runs_statement`` is ``_runs_statement``'s for these manifests."""
+    run_sql, run_params = runs_statement
     keys = [_clean(m.call_id) for m in manifests]
     with connection.cursor() as cursor:
         pg = cursor.connection
@@ -706,17 +717,26 @@ def _insert(
         objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs)
         return [obj.pk for obj in objs]
+    columns, values = _values(model, rows, pks)
+    with connection.cursor() as cursor:
+        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
+    return pks or []
+
+
+def _values(
+    model: type[Any], rows: list[dict[str, Any]], pks: list[int] | None = None
+) -> tuple[list[str], list[list[Any]]]:
+    """The columns of ``model`` (its primary key first when ``pks`` are given) and each row's
+    values in their order, for ``_copy``; a missing value takes the field's default."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     defaults = {f.attname: f.get_default() for f in fields}
     names = [f.attname for f in fields]
-    with connection.cursor() as cursor:
-        columns = [f.column for f in fields]
-        values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
-        if pks:
-            columns.insert(0, model._meta.pk.column)
-            values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
-        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
-    return pks or []
+    columns = [f.column for f in fields]
+    values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
+    if pks:
+        columns.insert(0, model._meta.pk.column)
+        values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
+    return columns, values
 
 
 _column_types: dict[tuple[str, str], dict[str, int]] = {}
