@@ -12,6 +12,8 @@ the good ones beside it. The decoding, validation and duplicate-key rules live i
 from __future__ import annotations
 
 import contextvars
+import functools
+import gc
 import hashlib
 import logging
 import random
@@ -50,6 +52,15 @@ logger = logging.getLogger(__name__)
 ACCEPTED = "accepted"
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
+
+
+# A manifest that passed the door: its index in the request, the manifest, its canonical bytes
+# (their SHA-256 is its content hash, computed while the server stores the batch's items).
+Valid = tuple[int, Manifest, bytes]
+
+
+def _digest(canonical: bytes) -> str:
+    return hashlib.sha256(canonical).hexdigest()
 
 
 class Busy(Exception):
@@ -93,11 +104,36 @@ class IngestReport:
         }
 
 
+def _collector_paused(fn: Callable[..., IngestReport]) -> Callable[..., IngestReport]:
+    """Run ``fn`` with Python's cyclic garbage collector paused (when it was running).
+
+    A batch of 100 manifests allocates tens of thousands of container objects that live
+    until the batch is stored (the decoded manifests, the rows of each COPY), none of them
+    in a cycle: the collector ran about 15 times per batch and found ≈ 140 objects (psycopg's
+    cursors and adapters), ≈ 10 % of the worker's CPU per batch (docs/performance.md,
+    "Ingest", fifth pass). Reference counting frees everything as usual; a cycle made
+    meanwhile waits for the next collection.
+    Process-wide: with threads, a batch may run paused or not, which changes nothing but time."""
+
+    @functools.wraps(fn)
+    def paused(*args: Any, **kwargs: Any) -> IngestReport:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@_collector_paused
 def ingest_body(*, project: Project, body: bytes) -> IngestReport:
     """Validate and store every manifest of a request body; see module docstring."""
     raws, prefix = split_body(body)
     results: list[ManifestResult] = []
-    valid: list[tuple[int, Manifest, bytes, str]] = []
+    valid: list[Valid] = []
     # PostgreSQL: the duplicate-key proofs of non-canonical bytes are owed until the store,
     # which runs them while the server checks the batch's foreign keys (_prove_while_checking).
     defer = connection.vendor == "postgresql"
@@ -107,7 +143,7 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
         if manifest is None:
             results.append(ManifestResult(index, call_id, REJECTED, rebase(errors, _path_prefix(prefix, index))))
             continue
-        valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
+        valid.append((index, manifest, canonical))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
         if owed is not None:
             unproven[index] = owed
@@ -119,11 +155,12 @@ def _path_prefix(prefix: str, index: int) -> str:
     return prefix.format(index) if "{}" in prefix else prefix
 
 
+@_collector_paused
 def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestReport:
     """Store manifests that are already decoded (OTLP spans mapped by manifests/otlp.py): the
     same checks, de-duplication and storage as a JSON body, without the JSON round trip."""
     results: list[ManifestResult] = []
-    valid: list[tuple[int, Manifest, bytes, str]] = []
+    valid: list[Valid] = []
     for index, built in enumerate(manifests):
         # Through the same door as a JSON body: a Struct made in Python skips msgspec's range
         # and length checks, and the NUL rule applies to the bytes.
@@ -131,14 +168,14 @@ def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestRe
         if manifest is None:
             results.append(ManifestResult(index, call_id or built.call_id, REJECTED, errors))
             continue
-        valid.append((index, manifest, canonical, hashlib.sha256(canonical).hexdigest()))
+        valid.append((index, manifest, canonical))
         results.append(ManifestResult(index, manifest.call_id, ACCEPTED))
     return _store_valid(project, valid, results)
 
 
 def _store_valid(
     project: Project,
-    valid: list[tuple[int, Manifest, bytes, str]],
+    valid: list[Valid],
     results: list[ManifestResult],
     *,
     unproven: dict[int, bytes] | None = None,
@@ -181,7 +218,7 @@ class _Unproven(Exception):
 
 def _store_with_retries(
     project: Project,
-    valid: list[tuple[int, Manifest, bytes, str]],
+    valid: list[Valid],
     results: list[ManifestResult],
     unproven: dict[int, bytes],
     prefix: str,
@@ -212,7 +249,7 @@ def _store_with_retries(
                 # The batch's days get their partitions first, in a short transaction of
                 # their own (PostgreSQL; one catalog query when they exist already).
                 # Days this process has seen are not asked again (partitions.forget_seen).
-                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _, _ in valid}, use_seen=True)
+                partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _ in valid}, use_seen=True)
                 return _store(project, valid, results, unproven)
         except _Unproven as exc:
             # Rare (a client that repeats keys): nothing was stored. Judge those manifests the
@@ -262,30 +299,33 @@ def _lock_key(project: Project, call_id: str | None) -> int:
     )
 
 
-def _lock_and_look_up(project: Project, call_ids: list[str]) -> dict[str, str]:
-    """Take the batch's locks and read the idempotency registry: {call_id: content_hash} of
-    the call_ids already stored.
+def _lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, str], list[int]]:
+    """Take the batch's locks and read the idempotency registry: ({call_id: content_hash} of
+    the call_ids already stored, ids for the calls to store: one per call_id, ascending,
+    from the calls' sequence; none on SQLite).
 
     On PostgreSQL, first the transaction's settings (lock timeout, lz4), then one advisory
-    lock per call_id, then the registry lookup, sent as one pipeline: one round trip instead
-    of four with the BEGIN (docs/performance.md). PostgreSQL runs them in order, so the
-    lookup still runs after the locks are held. The locks serialise the requests that store
-    the same call_id (SQLite's writers are serialised already by its IMMEDIATE transactions);
-    they are taken in ascending key order in one statement, so no two requests can wait on
-    each other in a cycle, and no lock wait lasts longer than the lock timeout."""
+    lock per call_id, then the registry lookup and the ids, sent as one pipeline: one round
+    trip instead of five with the BEGIN (docs/performance.md). PostgreSQL runs them in order,
+    so the lookup still runs after the locks are held. An id reserved and not used (a
+    duplicate, a rolled-back attempt) is a gap in the sequence, as a rollback leaves anyway.
+    The locks serialise the requests that store the same call_id (SQLite's writers are
+    serialised already by its IMMEDIATE transactions); they are taken in ascending key order
+    in one statement, so no two requests can wait on each other in a cycle, and no lock wait
+    lasts longer than the lock timeout."""
     if connection.vendor != "postgresql":
-        return dict(
-            CallKey.objects.filter(project=project, call_key__in=call_ids).values_list("call_key", "content_hash")
-        )
+        found = CallKey.objects.filter(project=project, call_key__in=call_ids).values_list("call_key", "content_hash")
+        return dict(found), []
     keys = sorted({_lock_key(project, _clean(c)) for c in call_ids})
     with connection.cursor() as cursor:
         pg = cursor.connection
+        sequence = _sequence(cursor, Call._meta.db_table)
         # The raw manifests (kilobytes of JSON each) are compressed by the server as they are
         # stored: lz4 does it several times faster than the default pglz, and every reader
         # decompresses either (docs/performance.md).
         toast = ", set_config('default_toast_compression', 'lz4', true)" if _has_lz4(cursor) else ""
         with pg.pipeline():
-            settings_cursor, locks, lookup = pg.cursor(), pg.cursor(), pg.cursor()
+            settings_cursor, locks, lookup, ids = pg.cursor(), pg.cursor(), pg.cursor(), pg.cursor()
             settings_cursor.execute(
                 f"SELECT set_config('lock_timeout', %s, true){toast}",
                 [str(int(settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS))],
@@ -304,7 +344,8 @@ def _lock_and_look_up(project: Project, call_ids: list[str]) -> dict[str, str]:
                 "LIMIT 1) AS c",
                 [call_ids, project.pk],
             )
-        return dict(lookup.fetchall())
+            ids.execute("SELECT nextval(%s::regclass) FROM generate_series(1, %s)", [sequence, len(call_ids)])
+        return dict(lookup.fetchall()), sorted(i for (i,) in ids.fetchall())
 
 
 def _conflict(call_id: str) -> FieldError:
@@ -317,11 +358,11 @@ def _conflict(call_id: str) -> FieldError:
 
 def _judge(
     indexes: list[int],
-    valid: list[tuple[int, Manifest, bytes, str]],
+    valid: list[Valid],
     results: list[ManifestResult],
     unproven: dict[int, bytes],
     prefix: str,
-) -> list[tuple[int, Manifest, bytes, str]]:
+) -> list[Valid]:
     """The manifests the fast proof could not clear, parsed by Python's json: those that repeat
     a key are rejected with the same errors ``decode`` gives them. Returns the valid ones left,
     their statuses reset for the next attempt."""
@@ -362,26 +403,28 @@ def _prove_while_checking(unproven: dict[int, bytes], *, wrote: bool) -> None:
 @transaction.atomic
 def _store(
     project: Project,
-    valid: list[tuple[int, Manifest, bytes, str]],
+    valid: list[Valid],
     results: list[ManifestResult],
     unproven: dict[int, bytes],
 ) -> list[int]:
     # The idempotency registry (CallKey: unique per project on every database) decides
     # duplicate or conflict; the calls table is partitioned by time and cannot.
-    existing = _lock_and_look_up(project, [m.call_id for _, m, _, _ in valid])
-    to_store: list[tuple[Manifest, bytes, str]] = []
-    seen: dict[str, str] = {}
-    for index, manifest, canonical, digest in valid:
-        previous = existing.get(manifest.call_id) or seen.get(manifest.call_id)
+    existing, reserved = _lock_and_look_up(project, [m.call_id for _, m, _ in valid])
+    to_store: list[tuple[Manifest, bytes]] = []
+    seen: dict[str, bytes] = {}
+    for index, manifest, canonical in valid:
+        previous = existing.get(manifest.call_id)
+        if previous is None and manifest.call_id in seen:
+            previous = _digest(seen[manifest.call_id])
         if previous is not None:
-            if previous == digest:
+            if previous == _digest(canonical):
                 results[index].status = DUPLICATE
             else:
                 results[index].status = REJECTED
                 results[index].errors = [_conflict(manifest.call_id)]
             continue
-        seen[manifest.call_id] = digest
-        to_store.append((manifest, canonical, digest))
+        seen[manifest.call_id] = canonical
+        to_store.append((manifest, canonical))
     if not to_store:
         # Duplicates too are answered only for bytes without a repeated key.
         _prove_while_checking(unproven, wrote=False)
@@ -389,27 +432,64 @@ def _store(
 
     # Rows in call_id order: any two writers meet their rows in the same order.
     to_store.sort(key=lambda row: row[0].call_id)
-    manifests = [m for m, _, _ in to_store]
-    if connection.vendor == "postgresql":
-        runs, call_pks = _upsert_runs_and_register(project, to_store)
-    else:
-        runs, call_pks = _upsert_runs(project, manifests), []
-    now = timezone.now()
-    calls = [_call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now) for m, canonical, digest in to_store]
-    item_rows: list[tuple[Any, ...]] = []
-    if call_pks:
-        # The item rows are built while the server still stores the calls (their raw manifests,
-        # 1.4 MB per 100, take it longer than their COPY takes this process to send).
-        _insert(
-            Call, calls, pks=call_pks, meanwhile=lambda: item_rows.extend(_item_rows(project.pk, manifests, call_pks))
-        )
-    else:  # SQLite: the calls first (their ids), then their registry rows
+    manifests = [m for m, _ in to_store]
+    if reserved:
+        call_pks = _store_rows(project, to_store, reserved[: len(to_store)])
+    else:  # SQLite: the calls first (their ids), then their registry rows and children
+        digests = [_digest(canonical) for _, canonical in to_store]
+        runs = _upsert_runs(project, manifests)
+        now = timezone.now()
+        calls = [
+            _call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now)
+            for (m, canonical), digest in zip(to_store, digests)
+        ]
         call_pks = _insert(Call, calls)
         _register_keys(project, calls, call_pks)
         item_rows = _item_rows(project.pk, manifests, call_pks)
-    _store_children(project, manifests, call_pks, item_rows)
+        Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in item_rows], batch_size=500)
+        _store_children(project, manifests, call_pks)
     _prove_while_checking(unproven, wrote=True)
     transaction.on_commit(partial(_on_commit_analysis, call_pks))
+    return call_pks
+
+
+def _store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_pks: list[int]) -> list[int]:
+    """PostgreSQL: the batch's rows, with the calls' ids reserved by ``_lock_and_look_up``.
+
+    The items first (nothing references them, and they reference no call by key): while the
+    server stores them, the longest step of a batch (4,000 rows per 100 manifests), this
+    process computes the content hashes and builds the calls' and the evidence's rows and the
+    runs' statement, work that otherwise kept the server waiting (docs/performance.md, fifth
+    pass). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
+    unique-key race raises there), the calls, the evidence and the rest of the children."""
+    manifests = [m for m, _ in to_store]
+    digests: list[str] = []
+    made: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        digests.extend(_digest(canonical) for _, canonical in to_store)
+        now = timezone.now()
+        # The run's id is filled in once the runs' upsert has answered.
+        calls = [_call_row(project, 0, m, c, d, now) for (m, c), d in zip(to_store, digests)]
+        made["calls"] = _values(Call, calls, call_pks)
+        made["evidence"] = _values(Evidence, _evidence_rows(project, manifests, call_pks))
+        made["runs"] = _runs_statement(project, manifests)
+
+    with connection.cursor() as cursor:
+        # COPY is the physical baseline (about 10x bulk_create for item rows). The rows are
+        # made as they are sent: the server, not this process, sets the pace.
+        rows = _iter_item_rows(project.pk, manifests, call_pks)
+        _copy(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows, meanwhile=meanwhile)
+        runs = _upsert_runs_and_register(project, manifests, digests, call_pks, made["runs"])
+        columns, values = made["calls"]
+        run_column = columns.index(Call._meta.get_field("run").column)
+        for row, m in zip(values, manifests):
+            row[run_column] = runs[_clean(m.run_id)]
+        _copy(cursor, Call._meta.db_table, columns, values)
+        columns, values = made["evidence"]
+        if values:
+            _copy(cursor, Evidence._meta.db_table, columns, values)
+    _store_children(project, manifests, call_pks, [])
     return call_pks
 
 
@@ -443,30 +523,31 @@ def _sequence(cursor: Any, table: str) -> str:
 
 
 def _upsert_runs_and_register(
-    project: Project, to_store: list[tuple[Manifest, bytes, str]]
-) -> tuple[dict[str, int], list[int]]:
-    """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows, in one pipeline
-    (one round trip, where they were two statements and a COPY). Each registry row takes its
-    call's id from the calls' sequence as it is inserted, so the ids need no query of their
-    own. A unique-key race raises here, before the calls are written. Returns ({run_id: pk},
-    the calls' ids in ``to_store`` order). (The evidence rows joined to these in the same
-    pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)"""
-    run_sql, run_params = _runs_statement(project, [m for m, _, _ in to_store])
-    keys = [_clean(m.call_id) for m, _, _ in to_store]
+    project: Project,
+    manifests: list[Manifest],
+    digests: list[str],
+    call_pks: list[int],
+    runs_statement: tuple[str, list[Any]],
+) -> dict[str, int]:
+    """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows (each with its
+    call's reserved id) in one pipeline: one round trip, where they were two statements and
+    a COPY. A unique-key race raises here. Returns {run_id: pk}. (The evidence rows joined to
+    these in the same pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)
+    ``runs_statement`` is ``_runs_statement``'s for these manifests."""
+    run_sql, run_params = runs_statement
+    keys = [_clean(m.call_id) for m in manifests]
     with connection.cursor() as cursor:
         pg = cursor.connection
-        sequence = _sequence(cursor, Call._meta.db_table)
         with pg.pipeline():
             runs, registered = pg.cursor(), pg.cursor()
             runs.execute(run_sql, run_params)
             registered.execute(
                 f"INSERT INTO {CallKey._meta.db_table} (project_id, call_key, content_hash, call_id, started_at) "
-                "SELECT %s, k, h, nextval(%s::regclass), s FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) "
-                "AS u(k, h, s) RETURNING call_key, call_id",
-                [project.pk, sequence, keys, [d for _, _, d in to_store], [m.started_at for m, _, _ in to_store]],
+                "SELECT %s, k, h, i, s FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::timestamptz[]) "
+                "AS u(k, h, i, s)",
+                [project.pk, keys, digests, call_pks, [m.started_at for m in manifests]],
             )
-        ids = dict(registered.fetchall())
-        return dict(runs.fetchall()), [ids[k] for k in keys]
+        return dict(runs.fetchall())
 
 
 def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
@@ -580,10 +661,14 @@ ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS, "started_at")
 
 
 def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:
+    return list(_iter_item_rows(project_id, manifests, call_pks))
+
+
+def _iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> Iterator[tuple[Any, ...]]:
     # No ``_clean`` here (it was a third of this loop's time, 28,000 calls per 100 manifests):
     # every manifest stored came through ``decode``, whose NUL rule already turned each
     # "\u0000" into U+FFFD, and a raw NUL byte is malformed JSON, so no string here holds one.
-    return [
+    return (
         (
             call_pk,
             project_id,
@@ -609,7 +694,7 @@ def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) 
         )
         for m, call_pk in zip(manifests, call_pks)
         for ordinal, i in enumerate(m.items)
-    ]
+    )
 
 
 def _insert(
@@ -633,17 +718,26 @@ def _insert(
         objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs)
         return [obj.pk for obj in objs]
+    columns, values = _values(model, rows, pks)
+    with connection.cursor() as cursor:
+        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
+    return pks or []
+
+
+def _values(
+    model: type[Any], rows: list[dict[str, Any]], pks: list[int] | None = None
+) -> tuple[list[str], list[list[Any]]]:
+    """The columns of ``model`` (its primary key first when ``pks`` are given) and each row's
+    values in their order, for ``_copy``; a missing value takes the field's default."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     defaults = {f.attname: f.get_default() for f in fields}
     names = [f.attname for f in fields]
-    with connection.cursor() as cursor:
-        columns = [f.column for f in fields]
-        values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
-        if pks:
-            columns.insert(0, model._meta.pk.column)
-            values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
-        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
-    return pks or []
+    columns = [f.column for f in fields]
+    values = [[row[n] if n in row else defaults[n] for n in names] for row in rows]
+    if pks:
+        columns.insert(0, model._meta.pk.column)
+        values = [[pk, *v] for pk, v in zip(pks, values, strict=True)]
+    return columns, values
 
 
 _column_types: dict[tuple[str, str], dict[str, int]] = {}
@@ -673,20 +767,8 @@ def _copy(
             meanwhile()
 
 
-def _store_children(
-    project: Project, manifests: list[Manifest], call_pks: list[int], rows: list[tuple[Any, ...]]
-) -> None:
-    """The calls' children: ``rows`` are their item rows (``_item_rows``), then evidence,
-    compactions with their invariants, context edits."""
-    if rows:
-        if connection.vendor == "postgresql":
-            # COPY is the physical baseline: about 10x bulk_create for item rows.
-            with connection.cursor() as cursor:
-                _copy(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows)
-        else:
-            Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in rows], batch_size=500)
-
-    evidence = [
+def _evidence_rows(project: Project, manifests: list[Manifest], call_pks: list[int]) -> list[dict[str, Any]]:
+    return [
         dict(
             call_id=call_pk,
             project_id=project.pk,
@@ -702,6 +784,19 @@ def _store_children(
         for m, call_pk in zip(manifests, call_pks)
         for e in m.evidence
     ]
+
+
+def _store_children(
+    project: Project,
+    manifests: list[Manifest],
+    call_pks: list[int],
+    evidence: list[dict[str, Any]] | None = None,
+) -> None:
+    """The calls' children but their items (written first, ``_store_rows``, or by ``_store``
+    on SQLite): evidence (``_evidence_rows``, built here when not given), compactions with
+    their invariants, context edits."""
+    if evidence is None:
+        evidence = _evidence_rows(project, manifests, call_pks)
     if evidence:
         _insert(Evidence, evidence)
 
