@@ -1,6 +1,6 @@
 """ctxkit benchmark (not a test): what building a context and its manifest costs the agent.
 
-    .venv/bin/python bench/sdk.py [--candidates 200] [--repeat 30] [--calls 50000] [--no-restart] [--clock wall|cpu]
+    .venv/bin/python bench/sdk.py [--candidates 200] [--repeat 100] [--calls 50000] [--no-restart] [--clock wall|cpu]
 
 1. For N candidates (default 200: history turns, tool results, retrieved chunks, memory, pinned
    system/task, tool schemas; Chinese and English), the time of ``allocate`` + ``build_manifest``
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -83,17 +82,26 @@ FIELDS = [KeyField("rate limit", "429"), KeyField("unit", "除以 100"), KeyFiel
 CLOCK: Callable[[], float] = time.perf_counter
 
 
-def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> tuple[float, float]:
-    """(min, median) seconds of ``fn`` over ``repeat`` runs (``setup`` before each, not timed)."""
-    times = []
+def best_interleaved(fns: dict[str, tuple[Callable[[], object], Callable[[], object] | None]],
+                     repeat: int) -> dict[str, float]:
+    """The least seconds of each of ``fns`` (name: (fn, setup or None)) over ``repeat`` runs, made in
+    rounds that time every fn ``BURST`` times in turn: a slow spell of this shared machine (seen here: the same
+    ``json.dumps`` at 0.68 ms in one second and 1.5 ms a few seconds later, at load average 0.6)
+    then falls on the baseline and the figures alike, instead of on whichever was being timed."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     clock = CLOCK
-    for _ in range(repeat):
-        if setup is not None:
-            setup()
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return min(times), statistics.median(times)
+    for _ in range(max(1, repeat // BURST)):
+        for name, (fn, setup) in fns.items():
+            for _ in range(BURST):  # a few in a row: each figure is timed with its data in the CPU's caches
+                if setup is not None:
+                    setup()
+                t0 = clock()
+                fn()
+                times[name].append(clock() - t0)
+    return {name: min(t) for name, t in times.items()}
+
+
+BURST = 5
 
 
 def bench_build(n: int, repeat: int) -> object:
@@ -111,18 +119,22 @@ def bench_build(n: int, repeat: int) -> object:
         plan = allocate(segs, budget=budget, reserve=reserve)
         m = build_manifest(call_id="bench", run_id="bench", step=0, model="m", plan=plan, started_at=T0)
         as_dict = msgspec.to_builtins(m)
-        dumps = best(lambda d=as_dict: json.dumps(d), repeat)[0]
-        alloc = best(lambda b=budget, r=reserve: allocate(segs, budget=b, reserve=r), repeat)[0]
-        build_v = best(lambda p=plan: build_manifest(call_id="b", run_id="b", step=0, model="m", plan=p,
-                                                     started_at=T0, validate=True), repeat)[0]
-        build_nv = best(lambda p=plan: build_manifest(call_id="b", run_id="b", step=0, model="m", plan=p,
-                                                      started_at=T0, validate=False), repeat)[0]
-        both = best(alloc_and_build, repeat)[0]
-        cold = best(lambda b=budget, r=reserve: allocate(segs, budget=b, reserve=r), repeat, alloc_cache.clear)[0]
-        cold_both = best(alloc_and_build, repeat, alloc_cache.clear)[0]  # an agent's first call: texts never seen
         cb = ContextBuilder(budget=budget, reserve=reserve, key_fields=FIELDS)
-        pipeline = best(lambda cb=cb: cb.build(segs).manifest(call_id="b", run_id="b", step=0, model="m",
-                                                              started_at=T0), repeat)[0]
+        t = best_interleaved({
+            "dumps": (lambda d=as_dict: json.dumps(d), None),
+            "alloc": (lambda b=budget, r=reserve: allocate(segs, budget=b, reserve=r), None),
+            "build_v": (lambda p=plan: build_manifest(call_id="b", run_id="b", step=0, model="m", plan=p,
+                                                      started_at=T0, validate=True), None),
+            "build_nv": (lambda p=plan: build_manifest(call_id="b", run_id="b", step=0, model="m", plan=p,
+                                                       started_at=T0, validate=False), None),
+            "both": (alloc_and_build, None),
+            "cold": (lambda b=budget, r=reserve: allocate(segs, budget=b, reserve=r), alloc_cache.clear),
+            "cold_both": (alloc_and_build, alloc_cache.clear),  # an agent's first call: texts never seen
+            "pipeline": (lambda cb=cb: cb.build(segs).manifest(call_id="b", run_id="b", step=0, model="m",
+                                                               started_at=T0), None),
+        }, repeat)
+        dumps, alloc, build_v, build_nv = t["dumps"], t["alloc"], t["build_v"], t["build_nv"]
+        both, cold, cold_both, pipeline = t["both"], t["cold"], t["cold_both"], t["pipeline"]
         squeezed = sum(1 for a in plan.allocations if a.action not in ("keep", "compress"))
         print(f"{label}: budget={budget} used={plan.used} squeezed={squeezed}/{n} "
               f"manifest={len(json.dumps(as_dict))} bytes of JSON")
@@ -177,7 +189,7 @@ def bench_capture(manifest: object, calls: int, restart: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=100)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--no-restart", action="store_true", help="skip the server-restart-with-spool check")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
