@@ -198,7 +198,7 @@ def decode_owing_proof(
 
     With ``defer_proof`` a manifest that is otherwise valid is returned before its proof:
     ingest proves it while PostgreSQL checks the batch's foreign keys, and stores nothing
-    it could not prove (``ingest._prove_while_checking``). A manifest with other errors is proven
+    it could not prove (``ingest_pg._prove_while_checking``). A manifest with other errors is proven
     here, so its errors are the same either way."""
     raw = normalise_nul(bytes(raw))
     try:
