@@ -28,7 +28,9 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 try:
-    from ctxkit import _speedups  # type: ignore[attr-defined]
+    # The extension module itself, not ``from ctxkit import``: that would make this module depend
+    # on the package's __init__, which imports the allocator, which imports this (an import circle).
+    import ctxkit._speedups as _speedups  # type: ignore[import-not-found]
 except ImportError:  # not built (no compiler at install time): the pure-Python path does it all
     _speedups = None
 
