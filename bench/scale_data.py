@@ -210,7 +210,7 @@ def generate(
         report.runs = runs
 
     with _step(report, "calls", log):
-        from manifests import partitions  # PostgreSQL: the span's daily partitions come first
+        from manifests.storage import partitions  # PostgreSQL: the span's daily partitions come first
 
         partitions.ensure_range(start, end + timedelta(days=1))
         cols, exprs = columns_sql(CALL_COLUMNS)

@@ -147,7 +147,7 @@ app.conf.update(
 
 @task_prerun.connect
 @task_postrun.connect
-def _close_old_connections(task: Task | None = None, **kwargs: object) -> None:
+def release_stale_connections(task: Task | None = None, **kwargs: object) -> None:
     if task is not None and task.request.is_eager:
         return  # inside the caller's request and transaction: never close its connection
     from django.db import close_old_connections

@@ -39,7 +39,7 @@ class Project(models.Model):
         default=20, help_text="Calls in the rolling window and in the baseline window before it"
     )
     # Raw rows (calls, items, evidence, ...) older than this are deleted daily
-    # (manifests/retention.py); rollups keep CTXVIEW_ROLLUP_RETENTION_DAYS. Empty: the
+    # (manifests/storage/retention.py); rollups keep CTXVIEW_ROLLUP_RETENTION_DAYS. Empty: the
     # CTXVIEW_RETENTION_DAYS default.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, help_text="Days raw calls are kept; empty for the server's default"

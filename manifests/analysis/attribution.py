@@ -20,9 +20,9 @@ from django.db.models import Max, Min
 from ctxkit import figures as fig
 from ctxkit.record.manifest import Evidence as ManifestEvidence
 from ctxkit.record.manifest import Manifest, decode_manifest
-from manifests import partitions
 from manifests.analysis.data import CallData, clean
 from manifests.models import Attribution, Call, Evidence, Run
+from manifests.storage import partitions
 
 FIXES = {
     Attribution.NEVER_CANDIDATE: (

@@ -27,11 +27,11 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest, ops
-from manifests.auth import HasIngestScope, HasReadScope
+from manifests.api.auth import HasIngestScope, HasReadScope
+from manifests.api.pagination import BoundedPagination
+from manifests.api.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Run
-from manifests.pagination import BoundedPagination
 from manifests.selectors import calls as call_selectors
-from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
