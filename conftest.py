@@ -1,0 +1,30 @@
+"""Markers for the whole suite (tests/ and sdk/tests/), applied from what a test is, not by hand.
+
+``browser``: under tests/browser/. ``live``: uses a server or worker running outside the
+test's own thread (Django's live server, the browser tests' server thread, a Celery worker
+process) or sits in a ``test_*_live.py`` module (gunicorn). ``fuzz``: driven by hypothesis.
+``make test-fast`` deselects the three; ``make test`` runs everything (pytest.ini registers them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+BROWSER_DIR = ROOT / "tests" / "browser"
+# Fixtures that start (or hand the test) a server or worker of their own.
+LIVE_FIXTURES = frozenset({"live_server", "server", "workers"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(item.path)
+        if path.is_relative_to(BROWSER_DIR):
+            item.add_marker(pytest.mark.browser)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & LIVE_FIXTURES or path.stem.endswith("_live"):
+            item.add_marker(pytest.mark.live)
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.fuzz)
