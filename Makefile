@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench clean browser
+.PHONY: run test test-fast lint bench clean browser
 
 # setup.py and the C source too: a changed accelerator is rebuilt (in place) by the editable install.
 $(STAMP): requirements.txt sdk/pyproject.toml sdk/setup.py sdk/ctxkit/_speedups.c
@@ -37,8 +37,20 @@ run: $(STAMP)
 	fi; \
 	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver $(HOST):$(PORT)
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each with its own test database,
+# live server and Chromium; tests of one xdist_group share a process. Bytecode is written even
+# where PYTHONDONTWRITEBYTECODE is set: otherwise every process compiles every module, and
+# pytest rewrites every test module's asserts, again on each run.
+TEST_WORKERS ?= 2
+PYTEST := SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} PYTHONDONTWRITEBYTECODE= $(PY) -m pytest \
+	-n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP) browser
-	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+# Everything but the browser, live-server and property-based (fuzz) tests: markers from conftest.py.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not browser and not live and not fuzz" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

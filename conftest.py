@@ -4,6 +4,10 @@
 test's own thread (Django's live server, the browser tests' server thread, a Celery worker
 process) or sits in a ``test_*_live.py`` module (gunicorn). ``fuzz``: driven by hypothesis.
 ``make test-fast`` deselects the three; ``make test`` runs everything (pytest.ini registers them).
+
+Under pytest-xdist (``--dist loadgroup``, the Makefile's), the tests of a module that loads
+the demo (``demo_world``, once per module) stay in one process, so the demo is loaded once
+per module rather than once per module and process.
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ ROOT = Path(__file__).resolve().parent
 BROWSER_DIR = ROOT / "tests" / "browser"
 # Fixtures that start (or hand the test) a server or worker of their own.
 LIVE_FIXTURES = frozenset({"live_server", "server", "workers"})
+# Module-scoped fixtures expensive enough to keep their module's tests together.
+MODULE_WORLDS = frozenset({"demo_world"})
 
 
+# First: xdist's own hook reads the xdist_group markers to assign the tests to processes.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
@@ -28,3 +36,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.live)
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.fuzz)
+        if fixtures & MODULE_WORLDS and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
@@ -20,6 +21,38 @@ from manifests import services
 from manifests.models import Membership
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Most tests create users (three per ``project``) and many log in: PBKDF2's deliberate
+    # cost per hash would dominate them and tests nothing here. Django's documented fast
+    # hasher for tests; production settings are untouched (tests/test_settings.py loads them).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def flush_by_delete() -> Iterator[None]:
+    """On PostgreSQL, empty the tables after each transactional test with DELETE, not TRUNCATE.
+
+    Django's flush truncates every table; TRUNCATE costs per relation (each daily partition
+    and each index gets a new file), however few rows there are, while a test leaves a few
+    rows behind. Django's foreign keys on PostgreSQL are deferrable and the flush runs in one
+    transaction, so the order of the DELETEs does not matter. SQLite's flush is DELETE already.
+    """
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences:  # only TRUNCATE ... RESTART IDENTITY resets them: keep Django's
+            return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
+        return [f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush
+    try:
+        yield
+    finally:
+        DatabaseOperations.sql_flush = truncate
 
 
 def make_manifest(
