@@ -52,7 +52,7 @@ def gunicorn(**env: str) -> Iterator[str]:
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("gunicorn did not start") from None
-                time.sleep(0.1)
+                time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

@@ -130,7 +130,7 @@ def wait_for(check: Callable[[], bool], what: str, *, workers: tuple[Worker, ...
         for w in workers:
             if w.process.poll() is not None:
                 pytest.fail(f"worker exited with {w.process.returncode} while waiting for {what}:\n{w.text()[-4000:]}")
-        time.sleep(0.2)
+        time.sleep(0.05)
     logs = "\n\n".join(f"--- {w.name} ---\n{w.text()[-4000:]}" for w in workers)
     pytest.fail(f"timed out waiting for {what}\n{logs}")
 

@@ -185,7 +185,7 @@ def test_it_logs_a_client_disconnect_mid_body_at_info_and_counts_it(live_server,
 
     deadline = time.monotonic() + 30
     while ops.counter(ops.CLIENT_DISCONNECTS) < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert ops.counter(ops.CLIENT_DISCONNECTS) == 1
     lines = [r for r in caplog.records if "client disconnected" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO and lines[0].exc_info is None
