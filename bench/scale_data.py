@@ -486,7 +486,7 @@ def _stop_reason(
     cursor.execute("SELECT pg_relation_size('manifests_item')")
     heap = cursor.fetchone()[0]
     # The rest of the item heap, then the indexes and the other tables: about 0.4x the heap
-    # more (docs/performance.md, "At scale"). Chunks still running count as done: a small
+    # more (docs/performance.md, "Dashboard pages"). Chunks still running count as done: a small
     # underestimate, covered by the margin.
     needed = heap * left / max(1, done) + 0.4 * heap * (done + left) / max(1, done)
     if free - needed >= min_free:
