@@ -220,7 +220,7 @@ def copy_rows(
     cursor: Any, table: str, columns: list[str], rows: Any, *, meanwhile: Callable[[], Any] | None = None
 ) -> None:
     """COPY rows into a table in PostgreSQL's binary format: psycopg writes each value with
-    its C dumper (about a quarter of the client time of the text format, and no text for the
+    its C dumper (far less client time than the text format, and no text for the
     server to parse). The column types are asked once per process. ``meanwhile`` runs after
     the rows are sent and before the COPY's end waits for the server to have stored them."""
     key = (connection.settings_dict["NAME"], table)
