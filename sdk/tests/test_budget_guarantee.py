@@ -141,7 +141,7 @@ def test_a_pinned_constraint_is_restated_at_the_end_or_the_plan_is_over_budget()
     assert built.measured_tokens is not None and built.measured_tokens > 320
     assert built.over_budget and built.plan.over_budget
     reason = built.over_budget_reason or ""
-    assert "restatement at the end of TAIL ('time_limit'" in reason
+    assert "the restatement at the end of TAIL ('time_limit'" in reason
     found = re.search(r"without the copy they would measure (\d+), within the cap", reason)
     assert found is not None and int(found.group(1)) + tail["time_limit#restated"].tokens <= built.measured_tokens
     assert "input cap 320 = window 400 - reserve 80" in reason

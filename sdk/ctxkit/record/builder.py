@@ -656,13 +656,20 @@ class ContextBuilder:
         """Why |x| exceeds the cap although only what may never be cut is left: the pinned
         segments, their restatement in TAIL and the caller's blocks, with the figures."""
         pinned = sum(a.used for a in built.plan.allocations if a.pinned)
+        tools = [a for a in built.plan.allocations
+                 if not a.pinned and a.text and any(op.data.get("over_budget") for op in a.operations)]
+        if tools:  # a schema segment's pinned tools, kept in their minimal form
+            listed = ", ".join(f"{a.name}: {a.used} tokens" for a in tools)
+            pinned_part = f"pinned segments ({pinned} tokens), pinned tools ({listed})"
+        else:
+            pinned_part = f"pinned segments ({pinned} tokens)"
         extra = sum(self.estimate(b.text) for b in blocks)
         restated = [p for p in built.layout.placed if p.restated_from is not None] if built.layout else []
         cap = self.cap
         figures_of = (f"input cap {cap} = window {self.budget} - reserve {self.reserve} - margin {self.safety_margin}")
         advice = "reduce hard segments, split the task or use a larger window"
         if not restated:
-            return (f"pinned segments ({pinned} tokens) and the caller's blocks ({extra} tokens) alone measure "
+            return (f"{pinned_part} and the caller's blocks ({extra} tokens) alone measure "
                     f"{measured} tokens, over the {figures_of}: {advice}")
         copies = sum(p.tokens for p in restated)
         names = ", ".join(repr(p.restated_from) for p in restated)
@@ -670,7 +677,7 @@ class ContextBuilder:
             p.block.text for p in built.layout.placed if p.block.text and p.restated_from is None))  # type: ignore[union-attr]
         fits_without = (f"; without the copy they would measure {without}, within the cap, but a pinned constraint "
                         "is stated at the start and restated at the end, so the copy is kept") if without <= cap else ""
-        return (f"pinned segments ({pinned} tokens), their restatement at the end of TAIL ({names}: {copies} "
+        return (f"{pinned_part}, the restatement at the end of TAIL ({names}: {copies} "
                 f"tokens) and the caller's blocks ({extra} tokens) alone measure {measured} tokens, over the "
                 f"{figures_of}{fits_without}: {advice}")
 
