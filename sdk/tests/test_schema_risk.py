@@ -163,3 +163,13 @@ def test_a_schema_segment_with_a_pinned_tool_makes_the_plan_over_budget() -> Non
     built = ContextBuilder(budget=estimate_tokens(task.text) + 10, reserve=0).build([task, tools])
     assert built.over_budget and REFUND_MINIMAL in built.text()
     assert "pinned tools (tools: 23 tokens)" in (built.over_budget_reason or "")
+
+
+def test_pinned_tools_get_their_floor_before_higher_priority_floors() -> None:
+    tools = Segment(name="tools", kind="tools", text=json.dumps([REFUND]), priority=10, policy="schema",
+                    pinned_lines=("refund",))
+    notes = Segment(name="notes", kind="memory", text="用户偏好：中文输出，金额单位为分。" * 6, priority=90,
+                    policy="extract", min_tokens=40)
+    plan = allocate([notes, tools], budget=50)
+    assert plan.get("tools").text == REFUND_MINIMAL and not plan.over_budget
+    assert plan.get("tools").granted == 23 and plan.used <= plan.cap

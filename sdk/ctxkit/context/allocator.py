@@ -17,7 +17,7 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
    the cap, ``over_budget=True`` and every other segment gets 0: capacity is never faked.
 4. Floors: in order ``(-effective_priority, name)`` each segment gets
    ``min(min_tokens, requested, left)`` (for ``window`` at least its pinned lines, for ``schema``
-   at least the minimal form of its pinned tools).
+   at least the minimal form of its pinned tools; those ``schema`` segments go first).
 5. The rest is shared by weight (= effective priority): ``int(pool * w / W)`` capped at need,
    as the seed's published numbers do (a fixed pool, not the shrinking ``left`` of its
    shortened snippet). What capped segments leave is shared again among the others (water
@@ -309,7 +309,13 @@ def _priority(
                         "reduce hard segments, split the task or use a larger window")
     left = max(0, cap - pinned_tokens)
     others = [a for a in order if not a.pinned and a.duplicate_of is None]  # (-effective_priority, name) order
-    for a in others:
+    # Segments holding pinned tools get their floor first: like pinned segments, those are never dropped.
+    with_pinned_tools = [a for a in others
+                         if segments[a.position].policy == "schema" and segments[a.position].pinned_lines]
+    floors_order = others
+    if with_pinned_tools:
+        floors_order = [*with_pinned_tools, *(a for a in others if a not in with_pinned_tools)]
+    for a in floors_order:
         seg = segments[a.position]
         if seg.min_tokens or seg.policy == "window" or (seg.policy == "schema" and seg.pinned_lines):
             floor = seg.min_tokens  # (else the floor is 0, as granted already is)
