@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-prefix", help="compare the cacheable prefix of two recorded runs (CI)")
     check.add_argument("before", help="manifests file (JSON lines) or, with --host, a run id: the baseline")
     check.add_argument("after", help="manifests file or run id: the run to check")
-    check.add_argument("--host", default=None, help="read both runs from this ctxview server (BEFORE and AFTER are run ids)")
+    check.add_argument("--host", default=None,
+                       help="read both runs from this ctxview server (BEFORE and AFTER are run ids)")
     check.add_argument("--key", default=None, help="a read-scoped API key (env CTXVIEW_API_KEY)")
     check.add_argument("--before-run", default=None, help="the run to take from the BEFORE file")
     check.add_argument("--after-run", default=None, help="the run to take from the AFTER file")

@@ -31,8 +31,8 @@ from ctxkit.figures import COST_WEIGHTS, cost_units
 from ctxkit.record.manifest import Manifest, Prefix, PrefixSegment, Usage
 
 __all__ = [
-    "DEFAULT_PRICES", "CallPrefix", "PrefixChange", "RunsCheck", "check_runs", "compare_prefixes", "dumps", "extra_cost",
-    "prefix_segments", "read_manifests_file", "run_prefixes",
+    "DEFAULT_PRICES", "CallPrefix", "PrefixChange", "RunsCheck", "check_runs", "compare_prefixes", "dumps",
+    "extra_cost", "fetch_run", "prefix_segments", "read_manifests_file", "run_prefixes",
 ]
 
 # The price book's default row, per 1k tokens in relative units (docs/analysis.md, "Prices and

@@ -103,9 +103,8 @@ def _unwrap(build: Callable[..., Any]) -> Any:
         fn = fn.func
     if inspect.ismethod(fn):
         fn = fn.__func__
-    if not inspect.isfunction(fn) and callable(fn):
-        call = getattr(type(fn), "__call__", None)
-        fn = getattr(call, "__func__", call)
+    if not inspect.isfunction(fn) and not inspect.isbuiltin(fn) and callable(fn):  # an object with __call__
+        fn = inspect.getattr_static(type(fn), "__call__", fn)
     return inspect.unwrap(fn) if callable(fn) else fn
 
 
