@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from secrets import token_hex
 
@@ -82,10 +83,17 @@ def test_a_random_id_in_the_system_prompt_fails_under_other_ids():
     assert "the clock" not in message and "a second call" not in message
 
 
-def test_a_token_imported_by_name_is_reseeded_too():
-    # `from secrets import token_hex` at the top of this module: the helper patches the name here.
-    with pytest.raises(AssertionError, match=r"\[other random ids\] segment 'system', line 4"):
-        assert_prefix_stable(lambda question: anthropic_request(question, session=token_hex(8)))
+@pytest.mark.parametrize("make_id", [
+    lambda: token_hex(8),  # `from secrets import token_hex` above: the helper patches the name here
+    lambda: os.urandom(6).hex(),
+    lambda: f"{random.getrandbits(48):x}",
+    lambda: str(uuid.uuid1()),
+], ids=["token_hex", "urandom", "random", "uuid1"])
+def test_other_kinds_of_random_ids_are_reseeded_too(make_id):
+    with pytest.raises(AssertionError) as raised:
+        assert_prefix_stable(lambda question: anthropic_request(question, session=make_id()))
+    message = str(raised.value)
+    assert "[other random ids] segment 'system', line 4" in message and "a second call" not in message
 
 
 def test_a_fixed_session_and_a_moving_breakpoint_pass():
@@ -164,9 +172,9 @@ def test_an_epoch_in_openai_messages_fails_under_the_clock():
 def test_the_clock_and_ids_are_restored_after_the_block():
     real = datetime.now(UTC)
     with shifted_clock(timedelta(hours=3), build=test_the_clock_and_ids_are_restored_after_the_block) as at:
-        assert datetime.now(UTC) == at and abs(time.time() - at.timestamp()) < 1e-3
-        assert isinstance(real, datetime) and isinstance(datetime.now(UTC), datetime)
-    assert abs((datetime.now(UTC) - real).total_seconds()) < 600
+        assert datetime.now(UTC) == at and time.time() == at.timestamp() and date.today() == at.astimezone().date()
+        assert isinstance(real, datetime) and type(datetime.now(UTC)) is type(real)
+    assert datetime.now(UTC) < at and type(datetime.now(UTC)) is type(real)  # the real clock is back
     with seeded_ids(7):
         first = (uuid.uuid4(), random.random())
     with seeded_ids(7):
