@@ -278,7 +278,8 @@ def _call_prefix(record: Mapping[str, Any]) -> CallPrefix:
     return CallPrefix(
         call_id=str(record.get("call_id") or ""), step=int(record.get("step") or 0),
         model=str(record.get("model") or ""), provider=str(record.get("provider") or ""),
-        segments=prefix_segments(record),
+        # A manifest, or a ctxview call's JSON; any other record (a call summary) has no prefix.
+        segments=prefix_segments(record) if "schema" in record or "prefix_segments" in record else [],
         prices={k: float(v) for k, v in prices.items()} if isinstance(prices, Mapping) else None,
     )
 
@@ -520,7 +521,7 @@ def command(args: Any) -> int:
                 raise CheckError(str(exc)) from None
             before = _one_run(before_records, args.before_run, args.before)
             after = _one_run(after_records, args.after_run, args.after)
-    except (CheckError, ValueError) as exc:
+    except (CheckError, ValueError, msgspec.MsgspecError) as exc:
         print(f"ctxkit check-prefix: {exc}", file=sys.stderr)
         return 2
     check = check_runs(before, after, prices=prices)

@@ -262,3 +262,6 @@ def test_check_prefix_says_which_run_to_choose_and_exits_2(tmp_path, capsys):
     assert main(["check-prefix", str(tmp_path / "both.jsonl"), str(tmp_path / "b.jsonl")]) == 2
     assert "holds 2 runs (one, two)" in capsys.readouterr().err
     assert main(["check-prefix", str(tmp_path / "both.jsonl"), str(tmp_path / "b.jsonl"), "--before-run", "one"]) == 0
+    (tmp_path / "summaries.json").write_text(json.dumps({"results": [{"call_id": "x", "run_id": "one", "step": 0}]}))
+    assert main(["check-prefix", str(tmp_path / "a.jsonl"), str(tmp_path / "summaries.json")]) == 2
+    assert "no prefix recorded in one of the runs" in capsys.readouterr().out
