@@ -1,10 +1,11 @@
 """Real Celery workers against real Redis, for the pipeline tests.
 
 The tests publish from this process (the ingest request's on-commit hook) and a
-worker subprocess consumes. Both use the same Redis, with a key prefix of their
-own so that concurrent test runs, and the tasks other tests leave in the queue,
-never meet. The worker opens the test database itself: PostgreSQL's test
-database, or the SQLite test file (ctxview/settings.py puts it in a file for this).
+worker subprocess consumes. Both use the same Redis, with a key prefix of the
+test's own so that concurrent test runs (and the xdist processes of one run), and the
+tasks other tests leave in the queue, never meet. The worker opens the test database
+itself: PostgreSQL's test database, or the SQLite test file (ctxview/settings.py puts it
+in a file for this).
 Nothing here is mocked; when Redis is unreachable the tests fail, they never skip.
 """
 
