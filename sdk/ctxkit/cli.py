@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--retries", type=int, default=3, help="retries per batch on transient errors")
     send.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout in seconds")
     send.set_defaults(func=_send_spool)
+
+    from ctxkit.proxy import options as proxy_options  # argparse only: the proxy's aiohttp loads on use
+
+    proxy = sub.add_parser("proxy", help="run the local capture proxy for any agent",
+                           description=proxy_options.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    proxy_options.add_arguments(proxy)
+    proxy.set_defaults(func=proxy_options.command)
     return parser
 
 

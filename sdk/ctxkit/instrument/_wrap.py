@@ -113,6 +113,14 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a parsed JSON event (a dict), ``obj.name`` of an SDK event object: the
+    adapters read streamed events of both kinds (instrument() sees objects, the proxy dicts)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
 def _snapshot(body: Any) -> dict[str, Any]:
     """What the call sent, safe from the agent's appends after it (a shallow copy of lists)."""
     if not isinstance(body, dict):
