@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import re
 import threading
 import time
 import zlib
@@ -52,6 +53,21 @@ class Exchange:
     duration: float = 0.0
     failure: str = ""  # why the exchange ended early, in words (client gone, upstream cut, unreachable)
     truncated: bool = False  # the response was longer than the proxy keeps a copy of
+
+
+# A JSON escape of a UTF-16 surrogate: a lone one decodes to a str that UTF-8 cannot encode.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with lone surrogates in its strings replaced (U+FFFD), so the manifest encodes."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def _decoded(exchange: Exchange) -> tuple[str, str]:
@@ -233,6 +249,8 @@ class Capture:
             return None
         if not isinstance(request, dict):
             return None
+        if _SURROGATE_ESCAPE.search(exchange.request_body):
+            request = _encodable(request)
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome))
