@@ -34,7 +34,7 @@ PATTERNS: tuple[tuple[str, str], ...] = (
     ("url-password", r"(?<=://)[^/\s:@]{1,100}:[^/\s@]{3,200}(?=@)"),
     ("secret-assignment",
      r"(?P<name>(?<![A-Za-z0-9])(?i:[A-Z0-9_]*(?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|secret|passwd|password|token))[\"']?\s*[:=]\s*[\"']?)"
-     r"(?!\[masked:)[^\s\"',;]{8,}"),
+     r"(?!\[masked:)[^\s\"',;)\]}>]{8,}"),
 )
 
 _ANY = re.compile("|".join(f"(?P<g{n}>{pattern})" for n, (_, pattern) in enumerate(PATTERNS)))
