@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ctxkit.proxy.capture import Capture
-from ctxkit.proxy.options import ProxyConfig
+from ctxkit.proxy.config import ProxyConfig
 from ctxkit.proxy.server import RunningProxy, start_in_thread
 from ctxkit.record.manifest import Manifest, decode_manifest
 

@@ -7,15 +7,17 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ProxyConfig", "add_arguments", "config_from_args", "main", "run"]
+from ctxkit.proxy.config import (
+    ANTHROPIC_UPSTREAM,
+    DEFAULT_CTXVIEW_HOST,
+    DEFAULT_PORT,
+    OPENAI_UPSTREAM,
+    ProxyConfig,
+)
 
-DEFAULT_PORT = 8788
-ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
-OPENAI_UPSTREAM = "https://api.openai.com"
-DEFAULT_CTXVIEW_HOST = "http://127.0.0.1:8000"
+__all__ = ["DESCRIPTION", "add_arguments", "config_from_args", "command", "main", "run"]
 
 DESCRIPTION = """\
 A local capture proxy: point any agent at it with one environment variable and every model call
@@ -30,22 +32,6 @@ forwarded unrecorded. Credentials are forwarded, never recorded. Runs: the X-Ctx
 else the client's session (Claude Code), else conversation continuity. Needs `pip install
 ctxkit[proxy]`; see docs/integrations.md.
 """
-
-
-@dataclass
-class ProxyConfig:
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    anthropic_upstream: str = ANTHROPIC_UPSTREAM
-    openai_upstream: str = OPENAI_UPSTREAM
-    ctxview_host: str = DEFAULT_CTXVIEW_HOST
-    ctxview_api_key: str = ""
-    include_text: bool = True
-    agent: str = ""
-    spool_dir: str | None = None
-    max_record_bytes: int = 32 * 1024 * 1024
-    connect_timeout: float = 30.0
-    read_timeout: float = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,7 +43,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange
-from ctxkit.proxy.options import ProxyConfig
+from ctxkit.proxy.config import ProxyConfig
 
 logger = logging.getLogger("ctxkit.proxy")
 __all__ = ["Proxy", "RunningProxy", "route", "start_in_thread"]
