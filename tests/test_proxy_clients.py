@@ -144,7 +144,7 @@ def test_anthropic_client_gets_what_it_gets_directly_and_the_conversation_is_one
         ("tools", None), ("system", None), ("task", None), ("history", "tu_1"), ("tool_result", "tu_1")]
     assert [s["name"] for s in second["prefix_segments"]] == ["tools", "system", "messages"]
     # A key inside the context is masked before the manifest leaves the proxy.
-    assert second["items"][4]["text"] == "refund_rate=0.0321 (ANTHROPIC_API_KEY=[masked:secret])"
+    assert second["items"][4]["text"] == "refund_rate=0.0321 (ANTHROPIC_API_KEY=[masked:anthropic-key])"
     assert LEAKED not in json.dumps(calls) and "CLIENTKEY" not in json.dumps(calls)
     assert beta_call["context_edits"][0]["type"] == "clear_tool_uses"
     assert beta_call["compactions"][0]["tokens_before"] == 90000

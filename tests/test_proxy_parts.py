@@ -13,7 +13,7 @@ import pytest
 
 from ctxkit.proxy.options import add_arguments
 from ctxkit.proxy.runs import RunResolver
-from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_text
+from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
 from ctxkit.proxy.sse import json_events, parse_events
 
@@ -34,7 +34,7 @@ SECRETS = {
 
 
 def test_every_pattern_has_a_test():
-    assert {kind for kind, _ in PATTERNS} == {*SECRETS, "bearer-token", "url-password", "secret-assignment"}
+    assert {kind for kind, *_ in PATTERNS} == {*SECRETS, "bearer-token", "url-password", "secret"}
 
 
 @pytest.mark.parametrize("kind", sorted(SECRETS))
@@ -69,6 +69,18 @@ def test_a_value_assigned_to_a_secret_name_is_masked(line, masked):
 ])
 def test_ordinary_text_is_left_alone(text):
     assert mask_text(text) == text
+
+
+def test_a_masked_json_document_is_still_json_of_the_same_shape():
+    request = {"system": f"key {SECRETS['anthropic-key']}", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": f"env:\nPASSWORD=\"hunter2hunter2\"\n{SECRETS['private-key']}\nurl "
+                                 f"https://u:pw12345@h/x \"{SECRETS['jwt']}\""}]}]}
+    text, count = mask_json_text(json.dumps(request))
+    masked = json.loads(text)
+    assert count == 5 and masked == mask_json(request)
+    assert masked["messages"][0]["content"][0]["text"] == (
+        'env:\nPASSWORD=\"[masked:secret]\"\n[masked:private-key]\nurl https://[masked:url-password]@h/x '
+        '"[masked:jwt]"')
 
 
 def test_masking_reaches_every_string_of_a_request():

@@ -4,4 +4,5 @@ import sys
 
 from ctxkit.proxy.options import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when the recorder's child process imports the main module
+    sys.exit(main())

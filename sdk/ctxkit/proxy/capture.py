@@ -21,17 +21,17 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ctxkit.instrument.bodies import ProviderError, manifest_from_bodies
 from ctxkit.proxy.runs import RunResolver
-from ctxkit.proxy.secrets import mask_json
+from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
 from ctxkit.record.manifest import Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")
-__all__ = ["Exchange", "Capture", "STAT_KEYS"]
+__all__ = ["Exchange", "Capture", "Recorder", "STAT_KEYS"]
 
 STAT_KEYS = ("recorded", "unreadable", "dropped", "failed")
 # The request headers a manifest may depend on (run, agent, session); never a credential.
@@ -68,6 +68,13 @@ def _encodable(value: Any) -> Any:
     if isinstance(value, list):
         return [_encodable(v) for v in value]
     return value
+
+
+class Recorder(Protocol):
+    """What the proxy hands finished exchanges to: :class:`Capture` (a thread) or
+    ctxkit.proxy.worker's ``CaptureProcess`` (a child process)."""
+
+    def submit(self, exchange: Exchange) -> None: ...
 
 
 def _decoded(exchange: Exchange) -> tuple[str, str]:
@@ -225,37 +232,52 @@ class Capture:
                 self._wake.wait(self.POLL)
                 self._wake.clear()
                 continue
-            try:
-                manifest = self.build(exchange)
-            except Exception:
-                self.stats["failed"] += 1
-                logger.debug("ctxkit proxy: could not build a manifest", exc_info=True)
-                continue
-            if manifest is None:
-                self.stats["unreadable"] += 1
-                continue
-            try:
-                self.sink.capture(manifest)
-                self.stats["recorded"] += 1
-            except Exception:
-                self.stats["failed"] += 1
+            self.handle(exchange)
+
+    def handle(self, exchange: Exchange) -> None:
+        """Map one exchange and hand its manifest to the sink, on the calling thread."""
+        try:
+            manifest = self.build(exchange)
+        except Exception:
+            self.stats["failed"] += 1
+            logger.debug("ctxkit proxy: could not build a manifest", exc_info=True)
+            return
+        if manifest is None:
+            self.stats["unreadable"] += 1
+            return
+        try:
+            self.sink.capture(manifest)
+            self.stats["recorded"] += 1
+        except Exception:
+            self.stats["failed"] += 1
 
     def build(self, exchange: Exchange) -> Manifest | None:
         """The manifest of one exchange, or None when its request body is not a JSON object
         (the provider answers such a request with a 400 of its own; there is no call to show)."""
         try:
-            request = json.loads(exchange.request_body) if exchange.request_body else {}
-        except ValueError:
+            text = exchange.request_body.decode("utf-8")
+            request = json.loads(text) if text else {}
+        except ValueError:  # not UTF-8, not JSON
             return None
         if not isinstance(request, dict):
             return None
         if _SURROGATE_ESCAPE.search(exchange.request_body):
             request = _encodable(request)
+        masked, count = mask_json_text(text)
+        sent = request
+        if count:
+            try:
+                sent = _encodable(json.loads(masked)) if _SURROGATE_ESCAPE.search(exchange.request_body) \
+                    else json.loads(masked)
+            except ValueError:
+                sent = mask_json(request)
+            if not isinstance(sent, dict):
+                sent = mask_json(request)
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome))
         manifest = manifest_from_bodies(
-            exchange.api, mask_json(request), response=outcome.response, events=outcome.events,
+            exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
         )

@@ -7,7 +7,6 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
 
 from ctxkit.proxy.config import (
     ANTHROPIC_UPSTREAM,
@@ -89,14 +88,12 @@ def run(config: ProxyConfig) -> int:
     except ImportError as exc:
         print(f"ctxkit proxy needs the proxy extra: pip install 'ctxkit[proxy]' ({exc})", file=sys.stderr)
         return 2
-    from ctxkit.proxy.capture import Capture
-    from ctxkit.record.client import Client
+    from ctxkit.proxy.worker import CaptureProcess
 
-    sink: Any = None
     capture = None
     if config.ctxview_api_key:
-        sink = Client(config.ctxview_api_key, config.ctxview_host, spool_dir=config.spool_dir)
-        capture = Capture(sink, include_text=config.include_text, agent=config.agent)
+        capture = CaptureProcess(api_key=config.ctxview_api_key, host=config.ctxview_host,
+                                 spool_dir=config.spool_dir, include_text=config.include_text, agent=config.agent)
         target = f"recording to {config.ctxview_host}" + ("" if config.include_text else " (no text)")
     else:
         target = "recording nothing: no CTXVIEW_API_KEY (or --ctxview-api-key)"
@@ -125,9 +122,7 @@ def run(config: ProxyConfig) -> int:
         return 1
     finally:
         if capture is not None:
-            capture.flush(5.0)
-        if sink is not None:
-            sink.shutdown(timeout=5.0)
+            capture.close(10.0)
     return 0
 
 

@@ -42,7 +42,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange
+from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange, Recorder
 from ctxkit.proxy.config import ProxyConfig
 
 logger = logging.getLogger("ctxkit.proxy")
@@ -88,7 +88,7 @@ def _error_body(upstream: str, status: int, message: str) -> bytes:
 class Proxy:
     """The request handler and its upstream session; ``capture`` is None when nothing is recorded."""
 
-    def __init__(self, config: ProxyConfig, capture: Capture | None) -> None:
+    def __init__(self, config: ProxyConfig, capture: Recorder | None) -> None:
         self.config = config
         self.capture = capture
         self.upstreams = {"anthropic": URL(config.anthropic_upstream.rstrip("/")),
@@ -174,7 +174,7 @@ class Proxy:
         finally:
             if exchange is not None:
                 exchange.duration = time.perf_counter() - t0
-                self.capture.submit(exchange)  # type: ignore[union-attr]
+                self.capture.submit(exchange)  # type: ignore[union-attr]  # recording: not None
 
     async def _exchange(self, request: web.Request, upstream: str, headers: CIMultiDict[str], data: Any,
                         skip: list[str], exchange: Exchange | None, t0: float) -> web.StreamResponse:
@@ -248,7 +248,7 @@ class Proxy:
         return response
 
 
-async def serve(config: ProxyConfig, capture: Capture | None, ready: Any = None) -> None:
+async def serve(config: ProxyConfig, capture: Recorder | None, ready: Any = None) -> None:
     """Serve until cancelled; ``ready(port)`` is called once listening."""
     proxy = Proxy(config, capture)
     runner = web.AppRunner(proxy.app(), handle_signals=False, access_log=None, handler_cancellation=True)
