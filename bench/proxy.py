@@ -124,10 +124,29 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as found:
+            return [int(child) for child in found.read().split()]
+    except OSError:
+        return []
+
+
 def cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and its children (the recording proxy's recorder process)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def settle(pid: int) -> None:
+    """Wait until ``pid`` and its children are idle (the recorder has caught up)."""
+    for _ in range(100):
+        before = cpu_seconds(pid)
+        time.sleep(0.2)
+        if cpu_seconds(pid) - before < 0.02:
+            return
 
 
 async def one_call(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
@@ -210,6 +229,7 @@ def main() -> None:
                 for name, url in targets.items():
                     before = cpu_seconds(pids[name])
                     ttfbs, totals = asyncio.run(load(url, args.calls, concurrency))
+                    settle(pids[name])
                     cpu[name] += cpu_seconds(pids[name]) - before
                     got[name][0].extend(ttfbs)
                     got[name][1].extend(totals)
@@ -229,15 +249,20 @@ def main() -> None:
             ratio = statistics.mean(got["proxy"][0]) / statistics.mean(base_ttfb)
             print(f"  mean TTFB ratio proxy/direct: {ratio:.3f}")
 
-        print("  (CPU ms/call: of the process answering; for direct, the stand-in provider)")
-        print(f"\nproxy RSS over {args.memory_calls} calls (32 concurrent), MiB:")
-        print(f"  after warm-up: {rss_mib(proxy.pid):.1f}")
+        print("  (CPU ms/call: of the process answering, the recording proxy's recorder process included; "
+              "for direct, the stand-in provider)")
+        print(f"\nproxy RSS over {args.memory_calls} calls (32 concurrent), MiB, each reading once the recorder "
+              f"has caught up: the proxy's process, its recorder's")
+        settle(proxy.pid)
+        recorder = next(c for c in children(proxy.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
+        print(f"  after warm-up: {rss_mib(proxy.pid):.1f} {rss_mib(recorder):.1f}")
         done = 0
         while done < args.memory_calls:
             batch = min(1000, args.memory_calls - done)
             asyncio.run(load(targets["proxy"], batch, 32))
             done += batch
-            print(f"  {done:>6} calls: {rss_mib(proxy.pid):.1f}")
+            settle(proxy.pid)
+            print(f"  {done:>6} calls: {rss_mib(proxy.pid):.1f} {rss_mib(recorder):.1f}")
     finally:
         for process in (proxy, bare, standin):
             process.terminate()

@@ -3,8 +3,8 @@
 Mapping a call to a manifest is CPU work (parsing a request that can be megabytes, estimating
 tokens, hashing lines). On a thread of the proxy's process it would hold the interpreter lock
 while the event loop waits to forward the next chunk; in a child process it runs on another
-core and the event loop only hands over the exchange (a pipe write, done by the queue's own
-feeder thread). The child holds :class:`~ctxkit.proxy.capture.Capture` and the ctxkit
+core, at a lower priority (nice 10), and the event loop only hands over the exchange (a pipe
+write, done by the queue's own feeder thread). The child holds :class:`~ctxkit.proxy.capture.Capture` and the ctxkit
 :class:`~ctxkit.record.client.Client` that sends to ctxview; it ends when the proxy sends it the
 end marker (flushing what it has) or when the proxy's process is gone.
 """
@@ -30,6 +30,8 @@ def _serve(exchanges: Any, parent: int, api_key: str, host: str, spool_dir: str 
     from ctxkit.record.client import Client
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the proxy, which ends this
+    with contextlib.suppress(OSError):
+        os.nice(10)  # recording is background work: on a busy machine, forwarding gets the CPU first
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
     client = Client(api_key, host, spool_dir=spool_dir)
     capture = Capture(client, include_text=include_text, agent=agent)
