@@ -119,8 +119,13 @@ def test_a_call_that_extends_a_recent_one_continues_its_run():
     assert a1.run_id == a2.run_id == a3.run_id != b1.run_id == b2.run_id
     assert [p.step for p in (a1, a2, a3)] == [0, 1, 2] and [b1.step, b2.step] == [0, 1]
     assert (a1.how, a2.how) == ("new", "continued")
-    # The same first message again is a new conversation, not a step of the old one.
+    # The same first message again is a new conversation, not a step of the old one...
     assert runs.place("anthropic.messages", _anthropic_request("hi"), {}).run_id != a1.run_id
+    # ...unless the earlier call failed: then it is the SDK's retry, in the same run.
+    failed = runs.place("anthropic.messages", _anthropic_request("retry me"), {}, failed=True)
+    retried = runs.place("anthropic.messages", _anthropic_request("retry me"), {})
+    assert (retried.run_id, retried.step) == (failed.run_id, 1)
+    assert runs.place("anthropic.messages", _anthropic_request("retry me"), {}).run_id != failed.run_id
 
 
 def test_headers_then_session_then_continuity_decide_the_run():

@@ -275,7 +275,8 @@ class Capture:
                 sent = mask_json(request)
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
-                                        response_id=_response_id(exchange.api, outcome))
+                                        response_id=_response_id(exchange.api, outcome),
+                                        failed=outcome.error is not None)
         manifest = manifest_from_bodies(
             exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, run_id=placement.run_id, step=placement.step, agent=placement.agent,

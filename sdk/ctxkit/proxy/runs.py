@@ -9,7 +9,8 @@ The proxy sees single HTTP requests; the run is the agent's conversation. In ord
 3. conversation continuity: a call whose messages (Anthropic / Chat Completions ``messages``,
    Responses ``input``) extend the messages of a recent call continues that call's run, and a
    Responses call with ``previous_response_id`` continues the run of that response; otherwise
-   the call starts a new run.
+   the call starts a new run. A call with the same messages as a recent call that failed (an
+   SDK's retry after a 429 or 529) continues that call's run too.
 
 Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
 moves its cache breakpoint to the newest message every turn). The memory of recent
@@ -106,13 +107,15 @@ class RunResolver:
     def __init__(self, *, max_conversations: int = 10_000) -> None:
         self.max_conversations = max_conversations
         self._conversations: OrderedDict[str, str] = OrderedDict()  # chain hash -> run id
+        self._failed: OrderedDict[str, str] = OrderedDict()  # chain hash of a failed call -> run id
         self._responses: OrderedDict[str, str] = OrderedDict()  # Responses id -> run id
         self._steps: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def place(self, api: str, request: dict[str, Any], headers: dict[str, str], *, default_agent: str = "",
-              response_id: str = "") -> Placement:
-        """The run, step and agent of one call (``response_id``: the id a Responses call answered with)."""
+              response_id: str = "", failed: bool = False) -> Placement:
+        """The run, step and agent of one call (``response_id``: the id a Responses call answered
+        with; ``failed``: the call ended in an error, so the same messages again are its retry)."""
         agent = agent_of(headers, default_agent)
         chain = _chain(_conversation(api, request))
         with self._lock:
@@ -126,6 +129,10 @@ class RunResolver:
                 run_id, how = self._new_run(agent), "new"
             if chain:
                 self._remember(self._conversations, chain[-1], run_id)
+                if failed:
+                    self._remember(self._failed, chain[-1], run_id)
+                else:
+                    self._failed.pop(chain[-1], None)
             if response_id:
                 self._remember(self._responses, response_id, run_id)
             step = self._steps.pop(run_id, 0)
@@ -139,6 +146,8 @@ class RunResolver:
         if isinstance(previous, str) and previous in self._responses:
             self._responses.move_to_end(previous)
             return self._responses[previous]
+        if chain and chain[-1] in self._failed:  # a retry of a failed call
+            return self._failed[chain[-1]]
         for prefix in reversed(chain[:-1]):  # the longest earlier conversation this one extends
             run_id = self._conversations.get(prefix)
             if run_id is not None:
