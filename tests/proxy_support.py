@@ -5,9 +5,11 @@ raw HTTP requests through the proxy or straight to the upstream."""
 from __future__ import annotations
 
 import http.client
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -38,6 +40,13 @@ class KeptManifests:
 
     def flush(self, timeout: float | None = None) -> bool:
         return True
+
+
+def npm_ci(folder: Path) -> None:
+    """Install the folder's locked npm packages once (node_modules is not committed)."""
+    if not (folder / "node_modules").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, capture_output=True,
+                       timeout=600)
 
 
 @contextmanager

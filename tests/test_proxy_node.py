@@ -16,16 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.provider_standin import StandIn
-from tests.proxy_support import running_proxy
+from tests.proxy_support import npm_ci, running_proxy
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
-
-
-def npm_ci(folder: Path) -> None:
-    """Install the folder's locked packages once (node_modules is not committed)."""
-    if not (folder / "node_modules").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, capture_output=True,
-                       timeout=300)
 
 
 def _agent(base_url: str) -> dict:
