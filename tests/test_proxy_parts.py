@@ -128,6 +128,16 @@ def test_a_call_that_extends_a_recent_one_continues_its_run():
     assert runs.place("anthropic.messages", _anthropic_request("retry me"), {}).run_id != failed.run_id
 
 
+def test_a_string_content_continues_a_conversation_that_sent_it_as_one_text_block():
+    runs = RunResolver()
+    first = {"messages": [{"role": "user", "content": "hi"},
+                          {"role": "system", "content": [{"type": "text", "text": "ctx", "cache_control": {}}]}]}
+    later = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                          {"role": "system", "content": "ctx"}, {"role": "assistant", "content": "ok"},
+                          {"role": "user", "content": "more"}]}
+    assert runs.place("anthropic.messages", first, {}).run_id == runs.place("anthropic.messages", later, {}).run_id
+
+
 def test_headers_then_session_then_continuity_decide_the_run():
     runs = RunResolver()
     session = json.dumps({"device_id": "d", "session_id": "s-1"})

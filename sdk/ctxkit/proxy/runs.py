@@ -13,7 +13,9 @@ The proxy sees single HTTP requests; the run is the agent's conversation. In ord
    SDK's retry after a 429 or 529) continues that call's run too.
 
 Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
-moves its cache breakpoint to the newest message every turn). The memory of recent
+moves its cache breakpoint to the newest message every turn) and with a string content taken as
+the one text block it means (Claude Code sends its mid-conversation ``system`` message as a list
+of one text block, and the next turn as a string). The memory of recent
 conversations is bounded (``max_conversations``, least recently used out first). Steps count
 from 0 per run, in the order the calls end; a restarted proxy counts again from 0.
 """
@@ -81,12 +83,19 @@ def _without_cache_control(value: Any) -> Any:
     return value
 
 
+def _normal(message: Any) -> Any:
+    message = _without_cache_control(message)
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message = {**message, "content": [{"type": "text", "text": message["content"]}]}
+    return message
+
+
 def _chain(messages: list[Any]) -> list[str]:
     """Running hashes: entry i identifies messages[:i + 1]."""
     out = []
     running = hashlib.sha256()
     for message in messages:
-        text = json.dumps(_without_cache_control(message), sort_keys=True, ensure_ascii=False,
+        text = json.dumps(_normal(message), sort_keys=True, ensure_ascii=False,
                           separators=(",", ":"), default=str)
         running.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
         out.append(running.copy().hexdigest()[:32])
