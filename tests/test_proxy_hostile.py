@@ -127,6 +127,14 @@ def test_an_error_event_inside_a_stream_records_an_error_call(proxy, kept):
     assert call.usage.cache_read_tokens == 1800  # from message_start, before the error
 
 
+def test_a_recorded_call_offers_only_encodings_the_proxy_can_read(proxy, upstream):
+    headers = _headers("encodings", **{"accept-encoding": "gzip, deflate, br, zstd"})
+    raw_request(proxy.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"), headers)
+    assert upstream.received[-1][1]["accept-encoding"] == "gzip, deflate"
+    raw_request(proxy.url, "GET", "/v1/models", None, headers)  # not recorded: unchanged
+    assert upstream.received[-1][1]["accept-encoding"] == "gzip, deflate, br, zstd"
+
+
 def test_a_gzip_response_stays_compressed_for_the_agent_and_is_decoded_for_the_manifest(proxy, upstream, kept):
     headers = _headers("gzip", **{"accept-encoding": "gzip"})
     direct = raw_request(upstream.url, "POST", "/v1/messages", _body("gzip"), headers)
@@ -150,6 +158,7 @@ def test_headers_end_to_end_pass_hop_by_hop_and_ctxview_ones_do_not(proxy, upstr
     assert upstream_saw["x-trace"] == "t-1" and upstream_saw["anthropic-version"] == "2023-06-01"
     assert "x-ctxview-run" not in upstream_saw and "x-ctxview-agent" not in upstream_saw
     assert "via" not in upstream_saw and "x-forwarded-for" not in upstream_saw
+    assert upstream_saw["accept-encoding"] == "identity"  # http.client's own; the proxy adds none
     (call,) = _run(proxy, kept, "headers")
     assert call.agent == "header-agent"
     # No credential in anything recorded.

@@ -9,8 +9,10 @@ else goes to the OpenAI upstream. The path and query are forwarded exactly as re
 Forwarding is transparent: the method, path, query, body and end-to-end headers go upstream
 unchanged (hop-by-hop headers, ``Host`` and the proxy's own ``X-Ctxview-*`` headers are
 dropped; nothing is added: no ``Accept-Encoding``, ``User-Agent`` or ``Via`` of the proxy's
-own); the provider's status, reason, end-to-end headers and body come back unchanged, the body
-chunk by chunk as it arrives (compressed bodies stay compressed). Recorded calls (``POST
+own; on recorded calls ``Accept-Encoding`` keeps only gzip, deflate and identity, the encodings
+the proxy can read back for the manifest); the provider's status, reason, end-to-end headers
+and body come back unchanged, the body chunk by chunk as it arrives (compressed bodies stay
+compressed). Recorded calls (``POST
 /v1/messages``, ``/v1/chat/completions``, ``/v1/responses``, and ``GET /v1/responses/{id}``
 with ``stream=true``) have their request body read first (up to ``max_record_bytes``; a larger
 one is streamed through unrecorded) and a copy of the response kept; all other requests stream
@@ -77,6 +79,17 @@ def _connection_tokens(headers: Any) -> set[str]:
     return {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",") if t.strip()}
 
 
+DECODABLE = frozenset(("gzip", "x-gzip", "deflate", "identity"))
+
+
+def _decodable_encodings(values: list[str]) -> str:
+    """An ``Accept-Encoding`` narrowed to what the proxy can decode for the manifest (Claude Code
+    also offers br and zstd); the agent still gets an encoding it asked for."""
+    kept = [part.strip() for value in values for part in value.split(",")
+            if part.split(";")[0].strip().lower() in DECODABLE]
+    return ", ".join(p for p in kept if p)
+
+
 def _error_body(upstream: str, status: int, message: str) -> bytes:
     if upstream == "anthropic":
         body: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
@@ -120,9 +133,15 @@ class Proxy:
         return URL(str(base) + raw, encoded=True) if base.raw_path in ("", "/") else \
             URL(str(base).rstrip("/") + raw, encoded=True)
 
-    def _forward_headers(self, request: web.Request) -> CIMultiDict[str]:
+    def _forward_headers(self, request: web.Request, recording: bool) -> CIMultiDict[str]:
         drop = DROPPED_REQUEST_HEADERS | _connection_tokens(request.headers)
-        return CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in drop)
+        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in drop)
+        if recording and "Accept-Encoding" in headers:
+            narrowed = _decodable_encodings(headers.getall("Accept-Encoding"))
+            del headers["Accept-Encoding"]
+            if narrowed:
+                headers["Accept-Encoding"] = narrowed
+        return headers
 
     async def _read_for_record(self, request: web.Request) -> tuple[bytes | None, AsyncIterator[bytes] | None]:
         """The whole body (bytes) when it fits ``max_record_bytes``, else a stream of it (None, stream)."""
@@ -151,7 +170,7 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         upstream, api = route(request.method, request.path, request.query_string, request.headers)
         recording = bool(api) and self.capture is not None
-        headers = self._forward_headers(request)
+        headers = self._forward_headers(request, recording)
         data: Any = None
         exchange: Exchange | None = None
         if recording:
