@@ -14,6 +14,7 @@ import anthropic
 import httpx2
 import pytest
 
+from ctxkit import Client
 from tests.proxy_support import KeptManifests, raw_request, running_proxy
 from tests.proxy_upstream import HostileUpstream
 
@@ -257,3 +258,16 @@ def test_odd_but_json_bodies_are_forwarded_and_recorded_as_valid_manifests(proxy
     (call,) = _run(proxy, kept, f"odd-{index}")
     assert call.outcome.status == "ok"
     _alive(proxy)
+
+
+def test_ctxview_down_changes_nothing_for_the_agent(upstream):
+    # Nothing listens on port 9 (discard): every send fails and is retried or dropped in the background.
+    down = Client("ctx_nobody", "http://127.0.0.1:9", max_retries=0, timeout=0.2)
+    with running_proxy(upstream.url, down) as proxy:
+        direct = raw_request(upstream.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"), _headers("down"))
+        through = raw_request(proxy.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"), _headers("down"))
+        assert (through[0], through[2]) == (direct[0], direct[2])
+        assert _eventually(lambda: down.stats()["captured"] == 1)
+        proxy.capture.flush(5)
+    assert down.stats()["sent"] == 0
+    down.shutdown(timeout=1)
