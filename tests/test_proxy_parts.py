@@ -11,11 +11,13 @@ import sys
 
 import pytest
 
+from ctxkit.proxy.capture import Exchange
 from ctxkit.proxy.options import add_arguments
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
 from ctxkit.proxy.sse import json_events, parse_events
+from ctxkit.proxy.worker import CaptureProcess
 
 SECRETS = {
     "private-key": ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nAAAEbm9uZQ==\n"
@@ -204,3 +206,14 @@ def test_the_help_documents_every_option():
     module = subprocess.run([sys.executable, "-m", "ctxkit.proxy", "--help"], capture_output=True, text=True,
                             check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     assert module.split("options:")[1] == out.split("options:")[1]
+
+
+def test_the_recorder_process_bounds_what_waits_for_it_in_bytes():
+    recorder = CaptureProcess(api_key="ctx_nobody", host="http://127.0.0.1:9", max_bytes=1000)
+    try:
+        recorder.submit(Exchange(api="anthropic.messages", request_body=b"x" * 2000, headers={}, started=0.0))
+        assert recorder.stats["dropped"] == 1
+        recorder.submit(Exchange(api="anthropic.messages", request_body=b"{}", headers={}, started=0.0))
+        assert recorder.stats["dropped"] == 1
+    finally:
+        assert recorder.close(20)

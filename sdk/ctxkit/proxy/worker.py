@@ -25,8 +25,12 @@ __all__ = ["CaptureProcess"]
 logger = logging.getLogger("ctxkit.proxy")
 
 
-def _serve(exchanges: Any, parent: int, api_key: str, host: str, spool_dir: str | None, include_text: bool,
-           agent: str, log_level: int) -> None:
+def _size(exchange: Exchange) -> int:
+    return len(exchange.request_body) + sum(len(chunk) for chunk in exchange.chunks)
+
+
+def _serve(exchanges: Any, pending: Any, parent: int, api_key: str, host: str, spool_dir: str | None,
+           include_text: bool, agent: str, log_level: int) -> None:
     from ctxkit.record.client import Client
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the proxy, which ends this
@@ -45,21 +49,27 @@ def _serve(exchanges: Any, parent: int, api_key: str, host: str, spool_dir: str 
                 continue
             if exchange is None:
                 break
+            with pending.get_lock():
+                pending.value -= _size(exchange)
             capture.handle(exchange)
     finally:
         client.shutdown(timeout=5.0)
 
 
 class CaptureProcess:
-    """Capture's ``submit`` for the proxy, with the work done in a child process."""
+    """Capture's ``submit`` for the proxy, with the work done in a child process. What waits for
+    the child is bounded in count (``max_queue``) and in bytes (``max_bytes``): past either, an
+    exchange is dropped (counted) rather than held in the proxy's memory."""
 
     def __init__(self, *, api_key: str, host: str, spool_dir: str | None = None, include_text: bool = True,
-                 agent: str = "", max_queue: int = 10_000) -> None:
+                 agent: str = "", max_queue: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         context = multiprocessing.get_context("spawn")
+        self.max_bytes = max_bytes
         self._exchanges = context.Queue(maxsize=max_queue)
+        self._pending = context.Value("q", 0)  # bytes submitted and not yet taken by the child
         self._process = context.Process(
             target=_serve, name="ctxkit-proxy-capture", daemon=True,
-            args=(self._exchanges, os.getpid(), api_key, host, spool_dir, include_text, agent,
+            args=(self._exchanges, self._pending, os.getpid(), api_key, host, spool_dir, include_text, agent,
                   logging.getLogger().level))
         self._process.start()
         self.stats = {"dropped": 0}
@@ -67,7 +77,18 @@ class CaptureProcess:
     def submit(self, exchange: Exchange) -> None:
         """Queue one exchange for the child; never blocks, never raises (a full queue drops it)."""
         try:
-            self._exchanges.put_nowait(exchange)
+            size = _size(exchange)
+            with self._pending.get_lock():
+                if self._pending.value + size > self.max_bytes:
+                    self.stats["dropped"] += 1
+                    return
+                self._pending.value += size
+            try:
+                self._exchanges.put_nowait(exchange)
+            except Exception:
+                with self._pending.get_lock():
+                    self._pending.value -= size
+                raise
         except Exception:
             self.stats["dropped"] += 1
 
