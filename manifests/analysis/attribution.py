@@ -63,8 +63,10 @@ FIXES = {
 
 
 
-def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: tuple[int, str] | None
-         ) -> Attribution:
+LostAt = tuple[int, str]  # (primary key, label) of the earlier call where the evidence was lost
+
+
+def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: LostAt | None) -> Attribution:
     """One attribution: the item and the decision recorded on it where the evidence was lost
     (``lost_at``: the primary key and label of that earlier call of the run, else this call)."""
     call = data.call
@@ -121,7 +123,7 @@ class RunHistory:
             return fig.local_missing_cause(m, fig.first_missing(m, key))
         return local
 
-    def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, tuple[int, str] | None]:
+    def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, LostAt | None]:
         """(cause, (primary key, label) of the call where it was lost when that is an
         earlier one); the cause keeps the decision recorded at that call."""
         calls = self.order.get(call.run_id) or [(call.pk, call.step)]
