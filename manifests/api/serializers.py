@@ -1,8 +1,11 @@
 """Read-side serializers (the write side validates with ctxkit.record.manifest)."""
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ctxkit import figures
+from manifests.analysis.prices import PriceBook
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
 
@@ -136,6 +139,7 @@ class CallDetailSerializer(CallSummarySerializer):
     context_tokens = serializers.SerializerMethodField()
     input_read = serializers.SerializerMethodField()
     headroom = serializers.SerializerMethodField()
+    prices = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):
         fields = CallSummarySerializer.Meta.fields + [
@@ -151,6 +155,7 @@ class CallDetailSerializer(CallSummarySerializer):
             "context_tokens",
             "input_read",
             "headroom",
+            "prices",
         ]
 
     def get_context_tokens(self, call: Call) -> int:
@@ -164,3 +169,11 @@ class CallDetailSerializer(CallSummarySerializer):
     def get_headroom(self, call: Call) -> int:
         """ctxkit.figures.headroom: how many more input tokens could have gone in."""
         return figures.headroom(call.input_cap, self.get_input_read(call))
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_prices(self, call: Call) -> dict[str, float]:
+        """The call's model's row of the price book, per 1k tokens in relative units (what the
+        call's cost is computed with; ``ctxkit check-prefix`` prices a broken prefix with it)."""
+        price = PriceBook.load().for_model(call.model)
+        return {"input_per_1k": price.input_per_1k, "output_per_1k": price.output_per_1k,
+                "cache_read_per_1k": price.cache_read_per_1k, "cache_write_per_1k": price.cache_write_per_1k}

@@ -116,7 +116,7 @@ def relative_positions(items: Sequence[Any], *, key: Callable[[Any], str] = lamb
 # The window: input cap, input read, headroom and shares of the window
 
 def input_cap(window: int, output_reserve: int = 0, safety_margin: int = 0) -> int:
-    """The most input a call may send (seed 001, 5.1): the window less the output reserve
+    """The most input a call may send: the window less the output reserve
     and the safety margin, never below 0."""
     return max(0, window - output_reserve - safety_margin)
 
