@@ -32,7 +32,11 @@ def test_it_draws_the_allocation_in_context_order_with_reserve_and_headroom(demo
     body = get(demo_world, "refunds-budget-800/step-6")
     alloc = script_json(body, "allocation-data")
     assert (alloc["window"], alloc["reserve"], alloc["input_cap"]) == (800, 160, 640)
-    assert alloc["used"] + alloc["headroom"] == alloc["input_cap"]
+    # Headroom is input cap − input read (the provider's input); what it read beyond the items
+    # (the question, framing) is its own segment, so the bar ends at the cap.
+    assert alloc["input_read"] == alloc["input_tokens"] > alloc["used"]
+    assert alloc["headroom"] == alloc["input_cap"] - alloc["input_read"]
+    assert alloc["used"] + alloc["unitemized"] + alloc["headroom"] == alloc["input_cap"]
     inside = [r for r in alloc["items"] if r["in_context"]]
     assert [r["position"] for r in inside] == sorted(r["position"] for r in inside)
     zones = [r["zone"] for r in inside]

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from django.db import connection
 
+from ctxkit import figures
 from ctxkit.record.manifest import Manifest
 from manifests.figures import ITEM_FIELDS
 from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Project, Run
@@ -104,7 +105,7 @@ def call_row(
         window=m.budget.window,
         output_reserve=m.budget.output_reserve,
         safety_margin=m.budget.safety_margin,
-        input_cap=m.budget.effective_input_cap(),
+        input_cap=figures.budget_input_cap(m.budget),
         prefix_hash=clean_text(prefix.hash) if prefix else "",
         prefix_tokens=prefix.tokens if prefix else 0,
         prefix_segments=msgspec.to_builtins(prefix.segments) if prefix else [],

@@ -139,7 +139,7 @@ def context_order(items: list[Any]) -> list[Any]:
 def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | None = None) -> dict[str, Any]:
     """The data of the allocation bar: every item's requested / granted / used in context
     order (``ordered``: ``context_order``'s list), grouped by zone, with the output
-    reserve, headroom and window."""
+    reserve, the input read, headroom (ctxkit.figures.headroom) and window."""
     rows = []
     for item in ordered:
         inside = item.in_context
@@ -162,6 +162,7 @@ def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | Non
             }
         )
     used = figures.total_context_tokens(ordered)
+    read = figures.input_read(call.input_tokens, used)
     zones: dict[str, int] = {}
     for r in rows:
         if r["in_context"]:
@@ -174,7 +175,11 @@ def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | Non
         "effective_limit": effective_limit,
         "used": used,
         "input_tokens": call.input_tokens,
-        "headroom": call.input_cap - used,
+        # The input the model read (ctxkit.figures.input_read): the provider's count, else the
+        # items'. What it read beyond the items (the question, framing) is drawn as its own segment.
+        "input_read": read,
+        "unitemized": read - used,
+        "headroom": figures.headroom(call.input_cap, read),
         "zones": zones,
         "groups": ACTION_GROUPS,
         "items": rows,

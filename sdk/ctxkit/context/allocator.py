@@ -5,8 +5,8 @@ API notes
 ``allocate(segments, *, budget, reserve=0, safety_margin=0, estimate=estimate_tokens, naive=False,
 aging=None, aging_step=1, dedupe_across=True) -> Plan``
 
-1. ``cap = budget - reserve - safety_margin`` (>= 0). The reserve is output space: input never
-   consumes it, even when the pinned segments do not fit.
+1. ``cap = budget - reserve - safety_margin`` (>= 0; ``ctxkit.figures.input_cap``). The reserve
+   is output space: input never consumes it, even when the pinned segments do not fit.
 2. Exact duplicates across segments (same normalized content) and, among segments with
    ``near_dupes=True``, near-duplicates (5-gram Jaccard >= 0.75) become action ``dedupe``; the
    survivor (higher effective priority, then name) records their sources in ``merged_sources``.
@@ -45,7 +45,7 @@ were already deduped: what-if on a stored manifest).
 pinning, hard cut at the limit without a marker.
 
 ``Plan`` (``to_dict()`` is JSON-serialisable): mode, budget, reserve, safety_margin, cap,
-allocations (input order), over_budget, requested, granted, used, headroom (= cap - used;
+allocations (input order), over_budget, requested, granted, used, headroom (``ctxkit.figures.headroom``: cap - used;
 negative only when over budget), dedupe_saved, starvation, warnings; ``outputs()`` maps
 segment name -> text, ``text()`` joins them, ``get(name)``, ``to_budget()`` -> manifest Budget.
 ``Allocation``: name, kind, policy, priority, effective_priority, pinned, trust, zone,
@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxkit import figures
 from ctxkit.context import alloc_cache
 from ctxkit.context.alloc_apply import (  # noqa: F401  (POLICY_ACTION, apply_policy: re-exported)
     POLICY_ACTION,
@@ -253,7 +254,7 @@ def _priority(
     repeats: Sequence[tuple[str, list[list[int]]] | None], dedupe_across: bool = True,
 ) -> Plan:
     warnings: list[str] = []
-    cap = max(0, budget - reserve - margin)
+    cap = figures.input_cap(budget, reserve, margin)
     if reserve + margin > budget:
         warnings.append(f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget}); input cap is 0")
     texts = [s.text for s in segments]  # by position (allocs[i] is segments[i]'s), after lossless dedupe
@@ -374,6 +375,6 @@ def _plan(
     return Plan(
         mode=mode, budget=budget, reserve=reserve, safety_margin=margin, cap=cap, allocations=allocs,
         over_budget=over_budget, requested=sum([a.requested for a in allocs]),
-        granted=sum([a.granted for a in allocs]), used=used, headroom=cap - used, dedupe_saved=saved,
+        granted=sum([a.granted for a in allocs]), used=used, headroom=figures.headroom(cap, used), dedupe_saved=saved,
         starvation={}, warnings=warnings,
     )

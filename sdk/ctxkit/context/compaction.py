@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ctxkit import figures
 from ctxkit.context.summary import (  # noqa: F401  (re-exported)
     Summary,
     conversation_language,
@@ -99,7 +100,7 @@ def should_compact(occupied_tokens: int, window: int, threshold: float = 0.8) ->
         raise ValueError("window must be positive")
     if not 0 < threshold <= 1:
         raise ValueError("threshold must be in (0, 1]")
-    return occupied_tokens / window >= threshold
+    return figures.window_utilization(occupied_tokens, window) >= threshold
 
 
 # --------------------------------------------------------------------------- #

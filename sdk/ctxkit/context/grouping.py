@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 Message = Mapping[str, Any]
@@ -234,7 +235,7 @@ def project(
     overhead: int | None = None,
 ) -> Projection:
     """Keep whole groups, newest first, within the history budget (see module notes)."""
-    budget = max(0, window - system_tokens - output_reserve - safety_margin)
+    budget = max(0, figures.input_cap(window, output_reserve, safety_margin) - system_tokens)
     groups = group_interactions(history, estimate=estimate, overhead=overhead)
     kept: list[Group] = []
     used = 0

@@ -602,7 +602,7 @@ class ContextBuilder:
     @property
     def cap(self) -> int:
         """The input cap W - R - margin: |x| never exceeds it unless flagged over budget."""
-        return max(0, self.budget - (self.reserve or 0) - self.safety_margin)
+        return figures.input_cap(self.budget, self.reserve or 0, self.safety_margin)
 
     def build(self, segments: Sequence[Segment], *, blocks: Sequence[Block] = (),
               key_fields: Sequence[KeyField] | None = None) -> BuiltContext:
@@ -693,7 +693,7 @@ class ContextBuilder:
             plan.held_back = held_back  # and in the manifest's replay settings
             reduced = plan.cap
             plan.safety_margin, plan.cap = self.safety_margin, self.cap
-            plan.headroom = plan.cap - plan.used
+            plan.headroom = figures.headroom(plan.cap, plan.used)
             plan.warnings = [w for w in plan.warnings if "input cap is 0" not in w and "but the input cap" not in w]
             if plan.over_budget:  # over the reduced cap only; whether the whole text fits is decided in build()
                 plan.over_budget = False

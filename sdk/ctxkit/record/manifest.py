@@ -112,7 +112,8 @@ class Builder(_Struct, kw_only=True):
 
 
 class Budget(_Struct, kw_only=True):
-    """The token budget of the call (seed 001, 5.1): input_cap = window - reserve - margin."""
+    """The token budget of the call (seed 001, 5.1). Without ``input_cap`` the cap is
+    ctxkit.figures.budget_input_cap's: window - reserve - margin."""
 
     window: Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
     output_reserve: Tokens = 0
@@ -124,11 +125,6 @@ class Budget(_Struct, kw_only=True):
     measured_tokens: Tokens | None = None
     over_budget: bool = False
     over_budget_reason: Reason | None = None
-
-    def effective_input_cap(self) -> int:
-        if self.input_cap is not None:
-            return self.input_cap
-        return max(0, self.window - self.output_reserve - self.safety_margin)
 
 
 class PrefixSegment(_Struct, kw_only=True):
