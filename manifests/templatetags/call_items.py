@@ -2,10 +2,8 @@
 
 A call has up to a few hundred items and each row has a dozen cells; through the template
 language that was most of the call view's server time (docs/performance.md, "At 100M
-items"). This writes the same markup the template wrote, escaping every value as the
-template's autoescape did; tests/test_views_call.py checks the row against the template, and
-tests/test_views_call_equivalence.py the whole page (``item_rows``: all rows and the fold) against
-the page as it was.
+items"). This writes the markup of each row in Python, escaping every value as the
+template's autoescape would; tests/test_views_call.py checks what each cell shows and the fold.
 """
 
 from __future__ import annotations
