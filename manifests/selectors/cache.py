@@ -108,7 +108,7 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
     """Hit rate over time per agent/model (roll-ups), the causes per bucket, and per-call points
     coloured by cause when the range holds few enough calls."""
     bucket = s.bucket_for(filters)
-    lines: dict[str, dict[str, dict]] = defaultdict(dict)
+    lines: dict[str, dict[str, Any]] = defaultdict(dict)
     owners: dict[str, tuple[str, str]] = {}
     for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "input_tokens",
                                                         "cache_read_tokens").order_by("start"):

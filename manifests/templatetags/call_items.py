@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import html
 from typing import Any
+from urllib.parse import quote
 
 from django import template
-from django.utils.http import quote
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator, add_truncation_text
 
