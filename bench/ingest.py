@@ -159,7 +159,7 @@ def validation_ratios(items: int, samples: int = 300, rounds: int = 5) -> dict[s
 
     from ctxkit.record.manifest import decode_manifest, semantic_errors
 
-    body = orjson.dumps(manifest(0, 100))  # the issue's yardstick: a 100-item manifest
+    body = orjson.dumps(manifest(0, 100))  # the yardstick: a 100-item manifest
 
     def timeit(fn) -> float:
         # The best of many short samples: on a shared machine a long sample is rarely quiet.
@@ -322,7 +322,7 @@ def main() -> None:
     print(f"server peak memory (all processes):  {peak / 1024:.0f} MiB")
     for name, ratio in validation_ratios(args.items).items():
         print(f"validation, 100-item manifest, {name:<28} {ratio:.2f}x orjson.loads")
-    print("targets (issue 13): API/COPY >= 0.5x; decode + validate <= 1.0x orjson.loads")
+    print("targets: API/COPY >= 0.5x; decode + validate <= 1.0x orjson.loads")
 
 
 if __name__ == "__main__":

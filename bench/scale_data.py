@@ -485,8 +485,8 @@ def _stop_reason(
     free = shutil.disk_usage(disk_path).free
     cursor.execute("SELECT pg_relation_size('manifests_item')")
     heap = cursor.fetchone()[0]
-    # The rest of the item heap, then the indexes and the other tables: 1.4x the heap in
-    # the 10M run (docs/performance.md). Chunks still running count as done: a small
+    # The rest of the item heap, then the indexes and the other tables: about 0.4x the heap
+    # more (docs/performance.md, "Dashboard pages"). Chunks still running count as done: a small
     # underestimate, covered by the margin.
     needed = heap * left / max(1, done) + 0.4 * heap * (done + left) / max(1, done)
     if free - needed >= min_free:

@@ -206,9 +206,9 @@ if env_bool("CTXVIEW_DB_POOLER", False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 elif DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and not env_bool("CTXVIEW_PG_JIT", False):
     # PostgreSQL's JIT compiles any plan estimated above jit_above_cost. Over daily
-    # partitions a dashboard read has hundreds of plan nodes: at 100M items, compiling
-    # them took 763 ms of an 866 ms export query that takes 41 ms without (docs/
-    # performance.md). These reads are short; JIT never pays. PgBouncer refuses this
+    # partitions a dashboard read has hundreds of plan nodes, and compiling them costs
+    # many times what running the query does (docs/performance.md, "Dashboard pages").
+    # These reads are short; JIT never pays. PgBouncer refuses this
     # startup option, so behind it the database carries the setting (docs/deploy.md).
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()

@@ -345,7 +345,7 @@ class ContextEdit(models.Model):
 
 
 class ModelPrice(models.Model):
-    """Prices in relative units per 1k tokens (seed 001, 5.1.1) and cache facts per model.
+    """Prices in relative units per 1k tokens (docs/analysis.md, "Prices and model facts") and cache facts per model.
 
     A call's model is matched against ``model_pattern`` (fnmatch, case-sensitive); the most
     specific matching row wins (fewest wildcards, then longest). With no row, the field

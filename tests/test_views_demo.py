@@ -1,4 +1,4 @@
-"""The demo data: each story of issue 5 is in it, built by ctxkit through the ingest path."""
+"""The demo data: each story of docs/dashboard.md is in it, built by ctxkit through the ingest path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Drop attribution (seed 004): why a required piece of evidence did not help.
+"""Drop attribution: why a required piece of evidence did not help (docs/analysis.md).
 
 Missing evidence (it did not reach the model) gets exactly one cause, decided by the
 run's history (ctxkit.figures.trace_missing): the first step of the run where it was

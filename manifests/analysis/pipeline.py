@@ -48,9 +48,8 @@ __all__ = ["analyze_calls", "sweep_unanalysed"]
 
 DEFAULT_CHUNK = 100
 # The sweep claims bigger chunks: fewer transactions and lock round trips for a backlog
-# (docs/performance.md, storm). Chunks used to recompute every rollup bucket they touched,
-# which made the chunk size decisive (257 s with chunks of 100, 104 s with 500); now they
-# only mark buckets dirty.
+# (docs/performance.md, "Ingest storm"). A chunk only marks the rollup buckets it touches
+# dirty, so the chunk size matters less than the number of transactions.
 DEFAULT_SWEEP_CHUNK = 500
 
 

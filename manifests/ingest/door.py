@@ -83,8 +83,8 @@ class _DuplicateKeys(dict):
 
 
 def _strict_loads(raw: bytes) -> tuple[Any, bool]:
-    """Parse with Python's json, marking objects with duplicate keys. Slower than msgspec
-    (about 3x), so used only when the fast checks cannot rule duplicates out."""
+    """Parse with Python's json, marking objects with duplicate keys. Several times slower than
+    msgspec, so used only when the fast checks cannot rule duplicates out."""
     found = False
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:

@@ -96,8 +96,8 @@ def lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, s
             )
             # One probe of the unique (project_id, call_key) index per call_id. The plainer
             # ``call_key = ANY(...)`` let the planner, on stale statistics (a new or fast-growing
-            # project), scan every registry row of the project and filter: 6 ms per batch at
-            # 24,000 rows, growing with the project (docs/performance.md, fourth pass).
+            # project), scan every registry row of the project and filter, a cost that grows
+            # with the project (docs/performance.md, "Ingest").
             lookup.execute(
                 "SELECT u.k, c.content_hash FROM unnest(%s::text[]) AS u(k) CROSS JOIN LATERAL "
                 f"(SELECT content_hash FROM {CallKey._meta.db_table} WHERE project_id = %s AND call_key = u.k "
@@ -112,8 +112,8 @@ def prove_while_checking(unproven: dict[int, bytes], *, wrote: bool) -> None:
     """The duplicate-key proofs ``ingest_body`` deferred, raising ``Unproven`` for those that
     fail. When the batch wrote rows, PostgreSQL first gets ``SET CONSTRAINTS ALL IMMEDIATE``
     in a pipeline: it runs the deferred foreign-key checks of every row now (the work COMMIT
-    would do, ≈ 4,700 checks per 100 manifests) while this process runs the proofs on the
-    other core; the pipeline's end waits for both (docs/performance.md, fourth pass)."""
+    would do, one or more per row) while this process runs the proofs on the
+    other core; the pipeline's end waits for both (docs/performance.md, "Ingest")."""
     if not unproven:
         return
     if wrote:
@@ -132,10 +132,10 @@ def store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_pk
     """PostgreSQL: the batch's rows, with the calls' ids reserved by ``lock_and_look_up``.
 
     The items first (nothing references them, and they reference no call by key): while the
-    server stores them, the longest step of a batch (4,000 rows per 100 manifests), this
+    server stores them, the longest step of a batch, this
     process computes the content hashes and builds the calls' and the evidence's rows and the
-    runs' statement, work that otherwise kept the server waiting (docs/performance.md, fifth
-    pass). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
+    runs' statement, work that would otherwise keep the server waiting (docs/performance.md,
+    "Ingest"). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
     unique-key race raises there), the calls, the evidence and the rest of the children."""
     manifests = [m for m, _ in to_store]
     digests: list[str] = []
@@ -151,7 +151,7 @@ def store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_pk
         made["runs"] = runs_statement(project, manifests)
 
     with connection.cursor() as cursor:
-        # COPY is the physical baseline (about 10x bulk_create for item rows). The rows are
+        # COPY is the physical baseline (far cheaper than bulk_create for item rows). The rows are
         # made as they are sent: the server, not this process, sets the pace.
         rows = iter_item_rows(project.pk, manifests, call_pks)
         copy_rows(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows, meanwhile=meanwhile)
@@ -188,9 +188,9 @@ def _upsert_runs_and_register(
     runs_sql: tuple[str, list[Any]],
 ) -> dict[str, int]:
     """PostgreSQL: the runs' upsert (``upsert_runs``) and the registry's rows (each with its
-    call's reserved id) in one pipeline: one round trip, where they were two statements and
+    call's reserved id) in one pipeline: one round trip instead of two statements and
     a COPY. A unique-key race raises here. Returns {run_id: pk}. (The evidence rows joined to
-    these in the same pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)
+    these in the same pipeline cost more than their own COPY: docs/performance.md, "Ingest".)
     ``runs_sql`` is ``runs_statement``'s for these manifests."""
     run_sql, run_params = runs_sql
     keys = [clean_text(m.call_id) for m in manifests]

@@ -146,7 +146,7 @@ def item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -
 
 
 def iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> Iterator[tuple[Any, ...]]:
-    # No ``clean_text`` here (it was a third of this loop's time, 28,000 calls per 100 manifests):
+    # No ``clean_text`` here (it would be a large share of this loop's time, one call per field):
     # every manifest stored came through ``decode``, whose NUL rule already turned each
     # "\u0000" into U+FFFD, and a raw NUL byte is malformed JSON, so no string here holds one.
     return (
@@ -192,7 +192,7 @@ def insert_rows(
     On PostgreSQL: COPY plain values (JSON columns as Python objects: psycopg encodes them
     for jsonb). Django's bulk_create binds the raw manifests (kilobytes each) as quoted array
     literals, which cost several times the COPY itself, and building model instances and
-    preparing each field through Django cost as much again (docs/performance.md).
+    preparing each field through Django cost as much again (docs/performance.md, "Ingest").
     ``meanwhile`` (PostgreSQL) runs once the rows are sent, before waiting for the server.
     """
     if connection.vendor != "postgresql":
@@ -228,7 +228,7 @@ def copy_rows(
     cursor: Any, table: str, columns: list[str], rows: Any, *, meanwhile: Callable[[], Any] | None = None
 ) -> None:
     """COPY rows into a table in PostgreSQL's binary format: psycopg writes each value with
-    its C dumper (about a quarter of the client time of the text format, and no text for the
+    its C dumper (far less client time than the text format, and no text for the
     server to parse). The column types are asked once per process. ``meanwhile`` runs after
     the rows are sent and before the COPY's end waits for the server to have stored them."""
     key = (connection.settings_dict["NAME"], table)

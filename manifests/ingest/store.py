@@ -113,9 +113,9 @@ def _collector_paused(fn: Callable[..., IngestReport]) -> Callable[..., IngestRe
 
     A batch of 100 manifests allocates tens of thousands of container objects that live
     until the batch is stored (the decoded manifests, the rows of each COPY), none of them
-    in a cycle: the collector ran about 15 times per batch and found ≈ 140 objects (psycopg's
-    cursors and adapters), ≈ 10 % of the worker's CPU per batch (docs/performance.md,
-    "Ingest", fifth pass). Reference counting frees everything as usual; a cycle made
+    in a cycle: the collector would run many times per batch to find a few psycopg cursors
+    and adapters, a noticeable share of the worker's CPU (docs/performance.md, "Ingest").
+    Reference counting frees everything as usual; a cycle made
     meanwhile waits for the next collection.
     Process-wide: with threads, a batch may run paused or not, which changes nothing but time."""
 

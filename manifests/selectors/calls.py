@@ -84,8 +84,8 @@ def cache_event(call: Call) -> CacheEvent | None:
 
 class ItemRow(NamedTuple):
     """An item of the call view: its stored fields (``ITEM_FIELDS``, in that order) as a tuple (no
-    model instance: a call has up to a few hundred items, and building instances was a good part
-    of the page's time), and whether it reached the model (ctxkit.figures.in_context), computed once."""
+    model instance: a call has up to a few hundred items, and building instances would be a good
+    part of the page's time), and whether it reached the model (ctxkit.figures.in_context), computed once."""
 
     item_id: str
     kind: str

@@ -1,9 +1,9 @@
 """The call view's item rows, rendered in Python.
 
 A call has up to a few hundred items and each row has a dozen cells; through the template
-language that was most of the call view's server time (docs/performance.md, "At 100M
-items"). This writes the markup of each row in Python, escaping every value as the
-template's autoescape would; tests/test_views_call.py checks what each cell shows and the fold.
+language they would be most of the call view's server time (docs/performance.md, "Dashboard
+pages"). This writes the same markup as a template, escaping every value as the
+template's autoescape does; tests/test_views_call.py checks what each cell shows and the fold.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DASH = "–"
 
 
 def _e(value: Any) -> str:
-    """conditional_escape without its lazy-string wrapper (a third of this module's time)."""
+    """conditional_escape without its lazy-string wrapper (a large share of this module's time)."""
     if type(value) is str:  # most values: skip the __html__ probe
         return html.escape(value)
     if hasattr(value, "__html__"):

@@ -191,7 +191,7 @@ def test_a_lazy_schema_plan_shared_by_threads_renders_each_step_once() -> None:
         for t in threads:
             t.join()
         assert results == expected
-        assert len(plan._rendered) == 6 and [s[0] for s in plan._rendered] == [
+        assert len(plan._rendered) == 7 and [s[0] for s in plan._rendered] == [
             s[0] for s in plan_schema(TOOLS).steps or ()]
 
 

@@ -63,7 +63,7 @@ def apply_policies(
         if a.requested <= granted:  # whole: the text is the (deduped) segment as counted
             a.text, a.action, a.used = text, ("compress" if ops else "keep"), a.requested
             note = "fits whole"
-        elif granted <= 0:
+        elif granted <= 0 and not (seg.policy == "schema" and seg.pinned_lines):  # pinned tools: never dropped
             a.action = "drop"
             note = "no budget left after pinned segments and higher priorities"
         elif default and (policy := seg.policy) in _LINE_POLICIES and "\n" not in text and seg.source_ref is None:
@@ -75,6 +75,8 @@ def apply_policies(
         else:
             out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk, default)
             used = estimate(out)
+            if rec.data.get("over_budget"):  # pinned tools that do not fit: kept and charged, the plan is over
+                a.granted = granted = used
             if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
                 out, rec = truncate_head_tail(out, granted, ref=seg.source_ref, estimate=estimate)
                 used = estimate(out)
@@ -144,12 +146,13 @@ def _run_policy(
         return sliding_window(turns, budget=grant, max_turns=seg.keep_recent or None, pinned=seg.pinned_lines,
                               estimate=estimate, scorer=scorer)
     if seg.policy == "schema":  # every step's rendering is grant-independent too
+        pinned = seg.pinned_lines  # for a schema: names of tools that are never dropped
         if not is_default_estimator(estimate):
-            return compress_schema(text, grant, estimate=estimate)
+            return compress_schema(text, grant, estimate=estimate, pinned=pinned)
         schema: LazySchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
         if schema is None:  # steps rendered as far as a cut needs them, here or in a later call
             schema = LazySchemaPlan(text, estimate(text))
             alloc_cache.keep_plan(("schema", text), text, schema)
-        return schema.cut(text, grant, estimate)
+        return schema.cut(text, grant, estimate, pinned)
     before = estimate(text)
     return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")
