@@ -42,6 +42,7 @@ test: $(STAMP) browser
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	SECRET_KEY=lint $(VENV)/bin/mypy ctxview manifests
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py

@@ -289,7 +289,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         segments, aging, estimate, own, fid, recorded)
     base_allocs = {a.name: a for a in base_plan.allocations}
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in replayable:
         a = by_name[i.item_id]
         actual_used = figures.context_tokens(i)
@@ -365,7 +365,7 @@ def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None],
     if a is None:
         return {**row, "replay": "present" if e.present else "missing",
                 "why": "no carrier item to replay; unchanged"}
-    if e.literal and texts.get(carrier):
+    if e.literal and carrier and texts.get(carrier):
         found = read_back([KeyField(e.label or e.key, e.literal, carrier, key=e.key)], outputs)[0]
         if found.present:
             return {**row, "replay": "present", "why": f"literal read back in {found.found_in}"}

@@ -373,7 +373,7 @@ def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedEx
         call_id = span.call_id
         if embedded is not None:
             raw = embedded.encode() if isinstance(embedded, str) else msgspec.json.encode(embedded)
-            manifest, errors, call_id = door.validate(raw)
+            manifest, errors, _ = door.validate(raw)
             if manifest is None:
                 detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:3])
                 out.rejected.append(f"span {span.span_id}: {MANIFEST_ATTRIBUTE} is not a valid manifest: {detail}")

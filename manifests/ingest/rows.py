@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 from django.db import connection
@@ -73,6 +73,14 @@ def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, li
         "RETURNING run_id, id"
     )
     return sql, params
+
+
+@overload
+def clean_text(value: str) -> str: ...
+@overload
+def clean_text(value: None) -> None: ...
+@overload
+def clean_text(value: str | None) -> str | None: ...
 
 
 def clean_text(value: str | None) -> str | None:

@@ -29,10 +29,14 @@ __all__ = [
 
 
 class ItemLike(Protocol):
-    action: str
-    requested_tokens: int
-    granted_tokens: int | None
-    used_tokens: int | None
+    @property
+    def action(self) -> str: ...
+    @property
+    def requested_tokens(self) -> int: ...
+    @property
+    def granted_tokens(self) -> int | None: ...
+    @property
+    def used_tokens(self) -> int | None: ...
 
 
 class UsageLike(Protocol):
