@@ -236,7 +236,7 @@ def _marking_latest(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Anthropic's advice for a conversation (each call reads what the previous one wrote)."""
     last = messages[-1]
     content = last["content"]
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
     return [*messages[:-1], {**last, "content": blocks}]
 
