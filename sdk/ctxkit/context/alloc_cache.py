@@ -23,7 +23,6 @@ import threading
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
-from ctxkit.context import text_native
 from ctxkit.context.ops_dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
 
@@ -112,18 +111,7 @@ _new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a 
 
 def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]:
     """``[facts(text, r) for text, r in zip(texts, repeats)]``; the texts not known yet are worked
-    out together (one fold, one CJK scan over all of them: an agent's first call); with the native
-    accelerator (text_native), this loop and the facts of the texts it handles run in C."""
-    if text_native.enabled():
-        out, made, rest, rest_wanted = text_native.facts_many(
-            _facts.entries, texts if type(texts) is list else list(texts),
-            repeats if type(repeats) is list else list(repeats), TextFacts)
-        if rest:  # what the C module does not handle (astral, cased non-ASCII, marks, ...)
-            _python_facts(rest, rest_wanted, made)
-            out = [f if f is not None else made[text][1] for f, text in zip(out, texts, strict=True)]
-        if made:
-            _facts.put_sized(made)
-        return out
+    out together (one fold, one CJK scan over all of them: an agent's first call)."""
     found: list[TextFacts | None] = []
     todo: dict[str, bool] = {}  # new text -> line dedupe wanted (a text may come twice)
     get = _facts.entries.get
@@ -146,8 +134,7 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
 
 
 def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable, tuple[int, object]]) -> None:
-    """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)``
-    entries: the pure-Python definition, and the path of what the native helper leaves."""
+    """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)`` entries."""
     # text.lstrip()[:1] in ("{", "[") as facts() has it, without copying a text that starts with no space
     json_like = [(text.lstrip()[:1] if text[:1].isspace() else text[:1]) in _JSON_START for text in new_texts]
     wants = [want and not js for want, js in zip(wanted, json_like, strict=True)]
