@@ -33,8 +33,8 @@ import openai  # noqa: E402
 
 import ctxkit  # noqa: E402
 from ctxkit import Client  # noqa: E402
-from ctxkit.instrument._recorder import Recorder  # noqa: E402
-from ctxkit.instrument._wrap import wrap  # noqa: E402
+from ctxkit.instrumentation.recorder import Recorder  # noqa: E402
+from ctxkit.instrumentation.wrap import wrap  # noqa: E402
 from ctxkit.instrument.openai import chat_manifest  # noqa: E402
 from tests.provider_standin import StandIn  # noqa: E402
 

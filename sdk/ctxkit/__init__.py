@@ -70,7 +70,7 @@ _EXPORTS: dict[str, str] = {
     "Client": "record.client",
     "Spool": "record.spool",
     # recording calls of the anthropic / openai clients
-    "instrument": "instrument",
+    "instrument": "instrumentation",
 }
 
 # Kept literal (static tools read it); a test checks it lists exactly the names above.
@@ -223,7 +223,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
     from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
-    from ctxkit.instrument import instrument
+    from ctxkit.instrumentation import instrument
     from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
     from ctxkit.record.client import Client
     from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,40 +9,11 @@ from ctxkit import build_manifest, figures
 from ctxkit.context import alloc_share, ops_truncate
 from ctxkit.context.alloc_types import Allocation
 from ctxkit.context.allocator import Segment, allocate, priority_order
-from ctxkit.context.ops_common import OpRecord, op_record
-from ctxkit.context.ops_extract import LinePlan, _line_plan
 from ctxkit.context.tokens import estimate_tokens
 
 _TEXT = st.text(alphabet=st.sampled_from("ab 退\n…{[\t"), max_size=8)
 _DATA = st.dictionaries(st.sampled_from(["kept_lines", "omitted_tokens", "ref"]),
                         st.integers() | st.none() | st.lists(st.integers(), max_size=3), max_size=3)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_TEXT, st.integers(), st.integers(), _TEXT, _DATA)
-def test_op_record_makes_the_record_the_constructor_makes(op: str, before: int, after: int, detail: str,
-                                                          data: dict) -> None:
-    fast, slow = op_record(op, before, after, detail, data), OpRecord(op, before, after, detail, data)
-    assert type(fast) is OpRecord
-    assert fast == slow and repr(fast) == repr(slow) and dataclasses.astuple(fast) == dataclasses.astuple(slow)
-    assert fast.to_dict() == slow.to_dict() and fast.data is data
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.detail = "changed"  # type: ignore[misc]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.sampled_from(["extract", "summarize"]), st.integers(0, 99), st.lists(_TEXT, max_size=4),
-       st.integers(0, 9), st.frozensets(st.integers(0, 5)), st.booleans())
-def test_a_line_plan_made_slot_by_slot_is_the_dataclass(op: str, before: int, lines: list[str], older: int,
-                                                       recent: frozenset[int], with_cjk: bool) -> None:
-    order = tuple(range(len(lines)))
-    costs = tuple(len(line) + 1 for line in lines)
-    cjk = tuple(0 for _ in lines) if with_cjk else None
-    fast = _line_plan(op, before, tuple(lines), order, costs, older, recent, frozenset(), cjk)
-    slow = LinePlan(op, before, tuple(lines), order, costs, older, recent, frozenset(), cjk)
-    assert type(fast) is LinePlan and fast == slow and hash(fast) == hash(slow)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.op = "x"  # type: ignore[misc]
 
 
 def _allocs(specs: list[tuple[int, int, int, bool]], policy: str = "truncate") -> list[Allocation]:

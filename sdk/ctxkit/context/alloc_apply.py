@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxkit.context import alloc_cache
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
 from ctxkit.context.ops_schema import LazySchemaPlan, compress_schema
 from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
@@ -103,7 +103,7 @@ def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
         detail = "kept 0/1 lines by score (numbers, negations, units, refs, failures)"
     else:
         detail = "kept 0 failure-evidence lines and the last 0 turns"
-    return op_record(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
+    return OpRecord(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
 
 
 def _run_policy(

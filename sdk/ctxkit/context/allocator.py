@@ -207,13 +207,11 @@ def allocate(
         else:
             repeats.append(None)
             raw, key = 0, ""
-        # Positional, in field order (name ... requested, granted, used, action, reason, text,
-        # content_hash, operations, merged_sources): keyword construction of this 23-field class
-        # costs several times more, and a list display less than the default factory's call.
         allocs.append(Allocation(
-            s.name, s.kind, s.policy, s.priority,
-            s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
-            pinned, s.trust, s.zone, s.source_ref, i, raw, 0, 0, 0, "keep", "", "", key, [], [],
+            name=s.name, kind=s.kind, policy=s.policy, priority=s.priority,
+            effective_priority=s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
+            pinned=pinned, trust=s.trust, zone=s.zone, source_ref=s.source_ref, position=i, raw_tokens=raw,
+            requested=0, content_hash=key,
         ))
     if naive:
         plan = _naive(segments, allocs, budget, estimate)

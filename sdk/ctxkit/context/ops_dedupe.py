@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 # Fullwidth punctuation common in Chinese text, and the ideographic space, with their NFKC
@@ -264,10 +264,10 @@ def dedupe_record(text: str, out: str, removed: list[list[int]], estimate: Estim
     """The record :func:`dedupe_lines` returns for ``line_repeats(text) == (out, removed)``."""
     before = estimate(text)
     if not removed:
-        return op_record("dedupe", before, before, "no duplicates", {"removed": []})
+        return OpRecord("dedupe", before, before, "no duplicates", {"removed": []})
     after = estimate(out)
     detail = f"removed {len(removed)} duplicate lines, saved {before - after} tokens"
-    return op_record("dedupe", before, after, detail, {"removed": [list(pair) for pair in removed]})
+    return OpRecord("dedupe", before, after, detail, {"removed": [list(pair) for pair in removed]})
 
 
 def dedupe_lines(text: str, *, min_chars: int = 16, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.tokens import (
     CHARS_PER_TOKEN_LATIN,
     Estimator,
@@ -111,33 +111,6 @@ class LinePlan:
     cjk: tuple[int, ...] | None = None  # count_cjk of each line, when made with the default estimator
 
 
-# LinePlan(...) through the frozen dataclass's generated __init__ sets each of its nine fields with
-# object.__setattr__; a plan is made per text on an agent's first call, so _line_plan sets the slots
-# of an unfrozen twin by plain attribute stores and makes it a LinePlan by __class__ assignment (as
-# ops_common.op_record does): the same object (equal, same fields, frozen), in a fraction of the time.
-class _UnfrozenPlan:
-    __slots__ = LinePlan.__slots__
-
-
-def _line_plan(
-    op: str, before: int, lines: tuple[str, ...], order: tuple[int, ...], costs: tuple[int, ...], older: int,
-    recent: frozenset[int], failure: frozenset[int], cjk: tuple[int, ...] | None,
-) -> LinePlan:
-    """``LinePlan(op, before, lines, order, costs, older, recent, failure, cjk)``, slot by slot."""
-    plan = _UnfrozenPlan()
-    plan.op = op
-    plan.before = before
-    plan.lines = lines
-    plan.order = order
-    plan.costs = costs
-    plan.older = older
-    plan.recent = recent
-    plan.failure = failure
-    plan.cjk = cjk
-    plan.__class__ = LinePlan  # type: ignore[assignment]
-    return plan  # type: ignore[return-value]
-
-
 _NONE: frozenset[int] = frozenset()
 
 
@@ -170,7 +143,7 @@ def _plan_extract(
         order = sorted(range(len(lines)), key=scores.__getitem__)
     order = [n for n in order if lines[n] and not lines[n].isspace()]  # lines[n].strip(), without the copy
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
-    return _line_plan("extract", before, tuple(lines), tuple(order), costs, 0, _NONE, _NONE, cjk)
+    return LinePlan("extract", before, tuple(lines), tuple(order), costs, 0, _NONE, _NONE, cjk)
 
 
 def _costs(
@@ -232,7 +205,7 @@ def _plan_summary(
 
     order = sorted(live, key=rank) if len(live) > 1 else live
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
-    return _line_plan("summarize", before, tuple(lines), tuple(order), costs, len(live) - len(recent), recent_set,
+    return LinePlan("summarize", before, tuple(lines), tuple(order), costs, len(live) - len(recent), recent_set,
                       failure, cjk)
 
 
@@ -317,7 +290,7 @@ def _lines_record(plan: LinePlan, chosen: list[int], omitted: int, after: int) -
         n_recent = len(plan.recent.intersection(chosen))
         n_fail = sum(1 for n in chosen if n in plan.failure)
         detail = f"kept {n_fail} failure-evidence lines and the last {n_recent} turns"
-    return op_record(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
+    return OpRecord(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
                                                            "omitted_tokens": omitted})
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import extract_lines
 from ctxkit.context.ops_truncate import _json
 from ctxkit.context.tokens import Estimator, estimate_tokens
@@ -308,7 +308,7 @@ class LazySchemaPlan:
             label, out, tokens = step
             done.append(label)
             if tokens <= budget:
-                return out, op_record("schema", before, tokens, "; ".join(done), {"steps": done})
+                return out, OpRecord("schema", before, tokens, "; ".join(done), {"steps": done})
             k += 1
         with self._lock:  # every step rendered: the tools no longer change
             tools = list(self._tools)  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_dedupe import content_key
 from ctxkit.context.tokens import (
     CHARS_PER_TOKEN_LATIN,
@@ -120,7 +120,7 @@ def truncate_head_tail(
         out, omitted = _cut_ascii(text, budget, before, ref, head_ratio)
         after = -(-len(out) // CHARS_PER_TOKEN_LATIN)
         remember(estimate, out, after)  # the caller asks for it again
-        return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+        return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
                               {"omitted_tokens": omitted, "ref": ref})
     count = _ascii_tokens if ascii_only else estimate
     body = budget - count(_marker(before + prior, ref))
@@ -144,7 +144,7 @@ def truncate_head_tail(
     after = count(out)
     if ascii_only:
         remember(estimate, out, after)  # the caller asks for it again
-    return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
+    return out, OpRecord("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
                           {"omitted_tokens": omitted, "ref": ref})
 
 

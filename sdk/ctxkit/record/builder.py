@@ -494,10 +494,10 @@ def _validate(manifest: Manifest) -> None:
 
 def blocks_from_plan(plan: Plan) -> list[Block]:
     """A layout block for every allocation that reaches the model (id = segment name)."""
-    from ctxkit.context.layout import plain_block
+    from ctxkit.context.layout import Block
 
     return [
-        plain_block(a.name, a.kind, a.text, a.zone)  # type: ignore[arg-type]
+        Block(a.name, a.kind, a.text, zone=a.zone)  # type: ignore[arg-type]
         for a in plan.allocations
         if a.text and figures.kept_by(a.action)
     ]

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from types import CoroutineType
 from typing import Any
 
-from ctxkit.instrument._recorder import CallRecord, Recorder
+from ctxkit.instrumentation.recorder import CallRecord, Recorder
 
 Adapter = Callable[[CallRecord], Any]
 _LIST_ARGS = ("messages", "input", "tools", "system")
