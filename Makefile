@@ -41,6 +41,7 @@ test: $(STAMP) browser
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy --config-file sdk/pyproject.toml sdk/ctxkit
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py

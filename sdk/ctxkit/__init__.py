@@ -47,11 +47,11 @@ _EXPORTS: dict[str, str] = {
     # compaction and clearing
     **dict.fromkeys(
         (
-            "Record", "Summary", "compact", "should_compact", "extractive_summarizer", "clear_tool_results",
-            "CompactionResult", "ClearResult",
+            "Record", "compact", "should_compact", "clear_tool_results", "CompactionResult", "ClearResult",
         ),
         "context.compaction",
     ),
+    **dict.fromkeys(("Summary", "extractive_summarizer"), "context.summary"),
     # layout and caching
     **dict.fromkeys(("Block", "Layout", "arrange", "volatile_warnings", "canonical_json"), "context.layout"),
     # handoff summaries
@@ -192,10 +192,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         ClearResult,
         CompactionResult,
         Record,
-        Summary,
         clear_tool_results,
         compact,
-        extractive_summarizer,
         should_compact,
     )
     from ctxkit.context.editing import clear_thinking
@@ -221,6 +219,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         truncate_head_tail,
     )
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
+    from ctxkit.context.summary import Summary, extractive_summarizer
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
     from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
     from ctxkit.instrumentation import instrument

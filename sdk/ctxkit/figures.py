@@ -12,6 +12,7 @@ manifest ``Item`` / ``Usage`` or the server's stored rows, which keep the same n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -27,10 +28,14 @@ __all__ = [
 
 
 class ItemLike(Protocol):
-    action: str
-    requested_tokens: int
-    granted_tokens: int | None
-    used_tokens: int | None
+    @property
+    def action(self) -> str: ...
+    @property
+    def requested_tokens(self) -> int: ...
+    @property
+    def granted_tokens(self) -> int | None: ...
+    @property
+    def used_tokens(self) -> int | None: ...
 
 
 class UsageLike(Protocol):
@@ -322,6 +327,10 @@ def cited_keys(manifest: Manifest) -> set[str] | None:
     return {k for claim in outcome.claims for k in claim.evidence_keys}
 
 
+def _local_cause(manifest: Manifest, key: str) -> Cause:
+    return local_missing_cause(manifest, first_missing(manifest, key))
+
+
 def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
     """The trace's view of one evidence key over a run's manifests (in step order)."""
     steps = []
@@ -329,7 +338,7 @@ def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
         entries = [e for e in m.evidence if e.key == key]
         steps.append(Step(
             present=any(e.present for e in entries) if entries else None,
-            local=(lambda m=m, key=key: local_missing_cause(m, first_missing(m, key))),
+            local=functools.partial(_local_cause, m, key),
             label=f"step {m.step}",
         ))
     return steps

@@ -106,7 +106,6 @@ def facts(text: str, repeats: bool) -> TextFacts:
 
 
 _JSON_START = ("{", "[")
-_new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a Python call; the same tuple
 
 
 def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]:
@@ -144,8 +143,7 @@ def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable,
     cjk = count_cjk_many(new_texts + deduped if deduped else new_texts)
     deduped_cjk = iter(cjk[len(new_texts):])
     for text, (key, rep), n, js in zip(new_texts, keyed, cjk, json_like, strict=False):  # cjk may be longer
-        made[text] = (len(text) + 1, _new_facts(TextFacts, (key, n, js, rep,  # type: ignore[call-overload]
-                                                            next(deduped_cjk) if rep is not None and rep[1] else 0)))
+        made[text] = (len(text) + 1, TextFacts(key, n, js, rep, next(deduped_cjk) if rep is not None and rep[1] else 0))
 
 
 def plan(key: Hashable) -> object | None:

@@ -180,13 +180,9 @@ def allocate(
     dedupes = [not naive and s.dedupe and s.policy != "pin" and "\n" in s.text for s in segments]
     with_text = [i for i, s in enumerate(segments) if s.text]
     known_facts = alloc_cache.facts_many([segments[i].text for i in with_text], [dedupes[i] for i in with_text])
-    all_facts: list[alloc_cache.TextFacts | None]
-    if len(with_text) == len(segments):  # every segment has text (the usual case): facts by position already
-        all_facts = known_facts  # type: ignore[assignment]
-    else:
-        all_facts = [None] * len(segments)
-        for i, f in zip(with_text, known_facts, strict=True):
-            all_facts[i] = f
+    all_facts: list[alloc_cache.TextFacts | None] = [None] * len(segments)
+    for i, facts in zip(with_text, known_facts, strict=True):
+        all_facts[i] = facts
     for i, s in enumerate(segments):
         text = s.text
         pinned = s.policy == "pin" and not naive

@@ -69,9 +69,8 @@ class Block:
     def sort_name(self) -> str:
         if self.name:
             return self.name
-        if isinstance(self.data, dict) and isinstance(self.data.get("name"), str):
-            return self.data["name"]
-        return self.id
+        name = self.data.get("name") if isinstance(self.data, dict) else None
+        return name if isinstance(name, str) else self.id
 
     def default_zone(self) -> Zone:
         if self.zone is not None:

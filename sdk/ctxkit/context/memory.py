@@ -19,10 +19,13 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ctxkit.context.tokens import Estimator, estimate_tokens
 from ctxkit.record.manifest import MAX_REASON, Item, Manifest
+
+if TYPE_CHECKING:
+    from ctxkit.context.allocator import Segment
 
 Authority = Literal["system", "user", "task", "tool", "preference", "inference"]
 AUTHORITY: tuple[str, ...] = ("system", "user", "task", "tool", "preference", "inference")  # highest first
@@ -90,7 +93,7 @@ class Memory:
         found = [f for f in self.current() if f.key == key]
         return found[-1] if found else None
 
-    def segments(self, *, priority: int = 50, policy: str = "extract", min_tokens: int = 0) -> list:
+    def segments(self, *, priority: int = 50, policy: str = "extract", min_tokens: int = 0) -> list[Segment]:
         """One allocator ``Segment`` per current fact (name = fact id, kind ``memory``)."""
         from ctxkit.context.allocator import Segment
 

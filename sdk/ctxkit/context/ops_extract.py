@@ -364,7 +364,7 @@ def sliding_window(
     rolled_count_line = _rolled_line(len(turns), before, [])
     # Reserve the summary line with the evidence of every turn but the newest (which is kept
     # whenever anything is): as many snippets as the room allows, failure evidence first.
-    reserve_line, reserve_snips = rolled_count_line, []
+    reserve_line, reserve_snips = rolled_count_line, list[str]()
     for n in [n for n in ranked if n < len(turns) - 1][:_MAX_SNIPPETS]:
         trial = _rolled_line(len(turns), before, [*reserve_snips, clip(turns[n], 24, estimate)])
         if estimate(trial) + 1 > room:

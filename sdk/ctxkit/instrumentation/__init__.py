@@ -32,6 +32,7 @@ import os
 from typing import Any, TypeVar
 
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
+from ctxkit.instrumentation.wrap import Adapter
 
 logger = logging.getLogger("ctxkit")
 __all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
@@ -66,24 +67,27 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-def _resources(client: Any) -> list[tuple[str, Any, tuple[str, ...], Any, Any]]:
+Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
+
+
+def _resources(client: Any) -> list[Resource]:
     """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
     client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
     module = type(client).__module__.split(".")[0]
     if module == "anthropic":
-        from ctxkit.instrumentation import anthropic as adapter
+        from ctxkit.instrumentation import anthropic
 
-        out = [("messages", client.messages, ("/v1/messages",), adapter.manifest, None)]
+        out: list[Resource] = [("messages", client.messages, ("/v1/messages",), anthropic.manifest, None)]
         beta = getattr(getattr(client, "beta", None), "messages", None)
         if beta is not None:
-            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest, None))
+            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), anthropic.manifest, None))
         return out
     if module == "openai":
-        from ctxkit.instrumentation import openai as adapter
+        from ctxkit.instrumentation import openai
 
-        return [("chat.completions", client.chat.completions, ("/chat/completions",), adapter.chat_manifest, None),
-                ("responses", client.responses, ("/responses",), adapter.responses_manifest,
-                 ("/responses/", adapter.resumed_manifest))]
+        return [("chat.completions", client.chat.completions, ("/chat/completions",), openai.chat_manifest, None),
+                ("responses", client.responses, ("/responses",), openai.responses_manifest,
+                 ("/responses/", openai.resumed_manifest))]
     raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
 
 

@@ -39,7 +39,7 @@ class Scope:
 
 # Steps count per run id across every instrumented client of the process (an agent may call
 # Anthropic and OpenAI within one run).
-step_counters: dict[str, itertools.count] = {}
+step_counters: dict[str, itertools.count[int]] = {}
 step_counters_lock = threading.Lock()
 
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("ctxkit_instrument_scope", default=None)

@@ -205,7 +205,7 @@ def _after(result: Any, then: Callable[[Any], None]) -> Any:
     return result
 
 
-def _once(obj: Any, name: str, then: Callable[[Any], None]) -> None:
+def _once(obj: Any, name: str, then: Callable[[Any], object]) -> None:
     """Run ``then`` after the first call of ``obj.<name>`` (set on this instance only)."""
     original = getattr(obj, name)
     done: list[bool] = []

@@ -17,7 +17,7 @@ import msgspec
 
 from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, ItemAllocation
+from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, ItemAllocation, Trust
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Plan
@@ -58,7 +58,7 @@ def clamp_tokens(value: int) -> int:
 # Items from the parts of a build
 
 
-def trust_for(kind: str, trust: str, untrusted_kinds: Collection[str]) -> str:
+def trust_for(kind: str, trust: str, untrusted_kinds: Collection[str]) -> Trust:
     return "untrusted" if trust == "untrusted" or kind in untrusted_kinds else "trusted"
 
 
@@ -154,7 +154,7 @@ def layout_items(
         tokens = clamp_tokens(p.tokens)
         item = Item(
             id=short_id(p.id), kind=kind, action="keep", requested_tokens=tokens,  # type: ignore[arg-type]
-            used_tokens=tokens, pinned=pinned, trust=trust, reason=reason, content_hash=content_hash,  # type: ignore[arg-type]
+            used_tokens=tokens, pinned=pinned, trust=trust, reason=reason, content_hash=content_hash,
         )
         out.append((item, p.block.text))
     return out
@@ -205,7 +205,7 @@ def record_items(
                 granted_tokens=0,
                 used_tokens=0,
                 pinned=r.pinned,
-                trust=trust_for(kind, "trusted", untrusted_kinds),  # type: ignore[arg-type]
+                trust=trust_for(kind, "trusted", untrusted_kinds),
                 reason=clip(reason, MAX_REASON),
                 source_ref=clip(r.ref, MAX_SOURCE_REF) if r.ref else None,
                 content_hash=content_hash,
@@ -266,7 +266,7 @@ def block_items(blocks: Iterable[Block], *, untrusted_kinds: Collection[str] = U
         tokens = clamp_tokens(b.tokens(estimate))
         items.append(Item(
             id=short_id(b.id), kind=kind, action="keep", requested_tokens=tokens, used_tokens=tokens,  # type: ignore[arg-type]
-            trust=trust_for(kind, "trusted", untrusted_kinds),  # type: ignore[arg-type]
+            trust=trust_for(kind, "trusted", untrusted_kinds),
             reason="not a candidate of the allocator; appended after the segments", text=b.text or None,
         ))
     return items

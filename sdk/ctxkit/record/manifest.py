@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import typing
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
-SCHEMA_V1 = "ctxview.manifest/v1"
+SCHEMA_V1: Final = "ctxview.manifest/v1"
 
 # Limits, shared by the SDK (which never builds a manifest the server refuses) and
 # the server (which answers a breach with the JSON path of the field).
@@ -75,7 +75,7 @@ ItemKind = Literal[
     "user",
     "other",
 ]
-ITEM_KINDS: tuple[str, ...] = ItemKind.__args__  # type: ignore[attr-defined]
+ITEM_KINDS: tuple[str, ...] = get_args(ItemKind)
 
 Action = Literal[
     "keep",
