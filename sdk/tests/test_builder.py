@@ -26,6 +26,7 @@ from ctxkit import (
     build_manifest,
     clear_tool_results,
     compact,
+    figures,
     project,
     projection_items,
     read_back,
@@ -516,3 +517,33 @@ def test_the_agent_loop_example_builds_valid_manifests_offline():
     assert any(i.action == "clear" for i in manifests[-1].items)
     last = manifests[-1]
     assert all(e.present for e in last.evidence) and {e.key for e in last.evidence if e.used} == {"refund_rate"}
+
+
+# Segments of every policy, one-line turns (dropped on a tight budget) among them.
+_ANY_SEGMENT = st.builds(
+    lambda k, policy, text, priority, ref, lines: Segment(
+        name=f"seg-{k}", kind="tool_result" if policy == "truncate" else "history",
+        text="\n".join([text] * lines), priority=priority, policy=policy, source_ref=ref,
+        min_tokens=3 if k % 4 == 0 else 0),
+    st.integers(0, 10**6),
+    st.sampled_from(["extract", "summarize", "truncate", "drop", "pin"]),
+    st.text(alphabet=st.sampled_from("ab 退款 429 error=1 must"), min_size=1, max_size=60),
+    st.integers(0, 100), st.sampled_from([None, "log#1"]), st.sampled_from([1, 1, 2, 3]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_ANY_SEGMENT, max_size=10, unique_by=lambda s: s.name), st.integers(1, 300),
+       st.dictionaries(st.sampled_from([f"seg-{k}" for k in range(5)]), st.integers(1, 3)))
+def test_manifest_items_record_what_the_allocations_say(segments: list[Segment], budget: int,
+                                                       aging: dict[str, int]) -> None:
+    plan = allocate(segments, budget=budget, aging=aging)
+    manifest = build_manifest(call_id="c", run_id="r", step=0, model="m", plan=plan)
+    position = 0
+    for a, item in zip(plan.allocations, manifest.items, strict=True):
+        assert item.allocation == a.replay_settings()
+        text = "" if not figures.kept_by(a.action) else a.text
+        present = figures.in_context(item) and bool(text or item.used_tokens)
+        assert item.position == (position if present else None)
+        assert item.text == (text if present and text else None)
+        position += present

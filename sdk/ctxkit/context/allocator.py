@@ -308,8 +308,8 @@ def _priority(
             a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
-    share(left, others, ordered=True)
-    whole_or_nothing(others, ordered=True)
+    share(left, others)
+    whole_or_nothing(others)
 
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
@@ -322,17 +322,8 @@ def _priority(
 
 
 def priority_order(allocs: Sequence[Allocation]) -> list[Allocation]:
-    """``sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))`` for allocations of
-    distinct names: by name, then stably by priority (one type per sort, so C-level compares instead
-    of tuples', a fifth of this sort's cost), then the pinned ones first."""
-    names = [a.name for a in allocs]
-    negated = [-a.effective_priority for a in allocs]
-    ranked = sorted(range(len(allocs)), key=names.__getitem__)
-    ranked.sort(key=negated.__getitem__)
-    order = [allocs[i] for i in ranked]
-    if any([a.pinned for a in allocs]):
-        order = [a for a in order if a.pinned] + [a for a in order if not a.pinned]
-    return order
+    """Pinned first, then by effective priority (highest first), then by name."""
+    return sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))
 
 
 def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:
