@@ -64,7 +64,7 @@ _EXPORTS: dict[str, str] = {
     # memory write-back and context editing
     **dict.fromkeys(("Memory", "Fact"), "context.memory"),
     "clear_thinking": "context.editing",
-    # cost and caching (seed 001, 5.1.1 and 5.7)
+    # cost and caching
     **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
     # sending
     "Client": "record.client",

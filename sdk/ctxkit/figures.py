@@ -126,12 +126,12 @@ def uncached_tokens(usage: UsageLike) -> int:
     return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
 
 
-# Seed 001, 5.1.1: the price of a token relative to one uncached input token.
+# The price of a token relative to one uncached input token.
 COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
 
 
 def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
-    """The call's cost in seed 001's relative units: each kind of token at its weight
+    """The call's cost in relative units: each kind of token at its weight
     (an uncached input token is 1 with the default weights). The server passes the
     model's price per token (its price table holds prices per 1k tokens)."""
     return (
@@ -155,7 +155,7 @@ def evidence_coverage(evidence: Sequence[Any]) -> float | None:
     return coverage(sum(1 for e in evidence if e.present), len(evidence))
 
 
-# Causes of evidence that did NOT reach the model (seed 004's four, plus "left the
+# Causes of evidence that did NOT reach the model (four causes, plus "left the
 # candidates": present earlier in the run, then no longer offered, without a decision).
 NEVER_CANDIDATE = "never_candidate"
 LEFT_CANDIDATES = "left_candidates"

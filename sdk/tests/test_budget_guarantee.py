@@ -1,4 +1,4 @@
-"""ContextBuilder never overruns the budget: |x| + R <= W on the final text (seed 001, 5.1, 5.5.5).
+"""ContextBuilder never overruns the budget: |x| + R <= W on the final text.
 
 |x| is measured on everything the model reads: the allocated segments, the constraints restated
 in TAIL, the caller's blocks (the question) and the separators. Either it fits under

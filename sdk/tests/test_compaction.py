@@ -1,4 +1,4 @@
-"""Compaction with survival checks, and clearing of old tool results (seed 003/004)."""
+"""Compaction with survival checks, and clearing of old tool results."""
 
 from __future__ import annotations
 

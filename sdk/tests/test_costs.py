@@ -1,4 +1,4 @@
-"""Cost in relative units, the caching break-even and the TTL (seed 001, 5.1.1, 5.7.2, 5.7.4)."""
+"""Cost in relative units, the caching break-even and the TTL."""
 
 from __future__ import annotations
 

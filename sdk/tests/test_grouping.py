@@ -1,4 +1,4 @@
-"""Atomic interaction groups and budgeted projection (seed 000)."""
+"""Atomic interaction groups and budgeted projection."""
 
 from __future__ import annotations
 

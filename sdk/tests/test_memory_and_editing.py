@@ -1,4 +1,4 @@
-"""Memory write-back with supersedes (seed 001, 5.6.3) and clearing thinking blocks (seed 000, section 4)."""
+"""Memory write-back with supersedes and clearing thinking blocks."""
 
 from __future__ import annotations
 

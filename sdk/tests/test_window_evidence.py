@@ -1,4 +1,4 @@
-"""Sliding window and failure hints (seed 001, 5.5.1 and 5.4.1)."""
+"""Sliding window and failure hints."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ MAX_CHARS = 4_000_000
 class TextFacts(NamedTuple):
     """Facts about one text. ``repeats`` is ``line_repeats(text)`` (deduped text, removed
     pairs) when asked for; ``deduped_cjk`` the CJK count of that deduped text. A named tuple:
-    immutable (entries are shared) and made in a third of a frozen dataclass's time."""
+    immutable (entries are shared)."""
 
     key: str
     cjk: int
@@ -90,11 +90,9 @@ _plans = _Bounded()
 def facts(text: str, repeats: bool) -> TextFacts:
     """The facts of ``text``; with ``repeats``, line dedupe too (unless the text looks like JSON,
     where dropping a repeated line would break it). Callers must not mutate ``repeats``."""
-    hit = _facts.entries.get(text)  # inline of _facts.get: this runs for every segment of every call
-    if hit is not None:
-        known: TextFacts = hit[1]  # type: ignore[assignment]
-        if known.repeats is not None or not repeats or known.json_like:
-            return known
+    known = _facts.get(text)
+    if isinstance(known, TextFacts) and (known.repeats is not None or not repeats or known.json_like):
+        return known
     json_like = text.lstrip()[:1] in ("{", "[")
     if repeats and not json_like:
         key, out, removed = key_and_repeats(text)

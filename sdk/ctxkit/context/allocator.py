@@ -1,4 +1,4 @@
-"""Budget allocator (seed 001, 5.8.1): reserve output, pin hard segments, floors, share by priority.
+"""Budget allocator: reserve output, pin hard segments, floors, share by priority.
 
 API notes
 ---------
@@ -18,8 +18,7 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
 4. Floors: in order ``(-effective_priority, name)`` each segment gets
    ``min(min_tokens, requested, left)`` (for ``window`` at least its pinned lines).
 5. The rest is shared by weight (= effective priority): ``int(pool * w / W)`` capped at need,
-   as the seed's published numbers do (a fixed pool, not the shrinking ``left`` of its
-   shortened snippet). What capped segments leave is shared again among the others (water
+   from a fixed pool (not the shrinking ``left``). What capped segments leave is shared again among the others (water
    filling); the last tokens from rounding go one each in ``(-effective_priority, name)`` order.
    Segments with priority 0 only get what the weighted ones leave.
 6. ``drop`` segments are all or nothing: a share below the whole need would be wasted, so the
@@ -29,7 +28,7 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
 7. Each segment is cut to its grant by its policy (operators module). ``used <= granted``
    always; a segment whose grant buys nothing is ``drop``.
 
-Aging (seed 5.3.2): ``aging`` maps segment name -> number of consecutive previous calls in which
+Aging: ``aging`` maps segment name -> number of consecutive previous calls in which
 it was starved (dropped for lack of budget). Its effective priority is
 ``priority + aging_step * count``; it sorts and weighs by that. ``Plan.starvation`` gives the
 counts to pass to the next call (starved now: count + 1; got in: removed), so a low-priority
@@ -38,7 +37,7 @@ segment rises until it gets in once and then falls back to its own priority.
 ``dedupe_across=False`` skips step 2's duplicates across segments (a replay of candidates that
 were already deduped: what-if on a stored manifest).
 
-``naive=True`` reproduces the seed's ``--naive``: concatenation order, no reserve, no dedupe, no
+``naive=True`` is the naive baseline: concatenation order, no reserve, no dedupe, no
 pinning, hard cut at the limit without a marker.
 
 ``Plan`` (``to_dict()`` is JSON-serialisable): mode, budget, reserve, safety_margin, cap,
@@ -73,7 +72,6 @@ from ctxkit.context.operators import (
 )
 from ctxkit.context.ops_dedupe import dedupe_record
 from ctxkit.context.tokens import (
-    CHARS_PER_TOKEN_LATIN,
     Estimator,
     clip,
     estimate_tokens,
@@ -190,8 +188,8 @@ def allocate(
         if f is not None:
             line_dedupe = dedupes[i]
             repeats.append(f.repeats if line_dedupe and f.repeats and f.repeats[1] else None)
-            if default:  # tokens_from_cjk, inline: this loop runs for every segment of every call
-                raw = f.cjk + -(-(len(text) - f.cjk) // CHARS_PER_TOKEN_LATIN)
+            if default:  # the facts' CJK count gives the default estimate without a scan
+                raw = tokens_from_cjk(len(text), f.cjk)
                 if not text.isascii():
                     known[text] = raw
                     if f.deduped_cjk:

@@ -1,4 +1,4 @@
-"""Context layout HEAD / MIDDLE / TAIL and the stable prefix hash (seed 001, 5.2.1 and 5.7).
+"""Context layout HEAD / MIDDLE / TAIL and the stable prefix hash.
 
 * HEAD, the stable prefix and cache boundary: system rules, task and hard constraints,
   tool schemas in a fixed (sorted) order. Nothing in it may change from call to call.
@@ -31,7 +31,7 @@ Estimate = Callable[[str], int]
 # Default zone of each manifest item kind; ``Block.zone`` or ``Block.current`` override it.
 _HEAD_KINDS = frozenset({"system", "task", "constraint", "tools"})
 _TAIL_KINDS = frozenset({"user", "state"})
-# Order inside HEAD (seed 001 5.2.1): rules, then task and constraints, then tools.
+# Order inside HEAD: rules, then task and constraints, then tools.
 _HEAD_RANK = {"system": 0, "task": 1, "constraint": 1, "tools": 2}
 # Order inside TAIL: current work, evidence next to the question, the question, restated constraints.
 _TAIL_RANK = {"state": 0, "tool_result": 0, "retrieval": 1, "user": 2, "constraint": 3, "task": 3}
@@ -212,8 +212,7 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
     ordered += [(b, "middle", None) for b in by_zone["middle"]]
     ordered += [(b, "tail", None) for b in tail] + [(b, "tail", src) for b, src in restated]
     for position, (block, zone, source) in enumerate(ordered):
-        tokens = estimate(block.text) if block.data is None else block.tokens(estimate)  # Block.tokens, inline
-        placed.append(Placed(block, zone, position, tokens, source))
+        placed.append(Placed(block, zone, position, block.tokens(estimate), source))
 
     head_placed = [p for p in placed if p.zone == "head"]
     segments = _segments(head_placed)

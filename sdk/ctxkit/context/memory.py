@@ -1,4 +1,4 @@
-"""Memory write-back with supersedes (seed 001, 5.6.2 and 5.6.3).
+"""Memory write-back with supersedes.
 
 A fact is never overwritten in place: a newer value is appended as a new fact that
 ``supersedes`` the older one, so an audit shows why it changed and a rollback finds the old
@@ -6,7 +6,7 @@ value. Only the current facts (not superseded) become candidates for the context
 manifest records which fact replaced which (``Item.supersedes`` on the new one, a ``drop``
 item saying "superseded by ..." for the old one).
 
-Who may replace whom follows the seed's default order, highest first: ``system`` (safety
+Who may replace whom follows this default order, highest first: ``system`` (safety
 rules), ``user`` (the current turn's explicit instruction), ``task`` (the task's hard
 constraints), ``tool`` (a verified tool or world fact), ``preference`` (long-term memory),
 ``inference`` (the model's own; never written back alone). A write whose source ranks below
@@ -33,7 +33,7 @@ AUTHORITY: tuple[str, ...] = ("system", "user", "task", "tool", "preference", "i
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """One written-back fact (the seed's record: key, value, previous, source, observed_at, supersedes)."""
+    """One written-back fact (key, value, previous, source, observed_at, supersedes)."""
 
     id: str
     key: str
@@ -64,7 +64,7 @@ class Memory:
         if authority not in AUTHORITY:
             raise ValueError(f"authority must be one of {AUTHORITY}")
         if authority == "inference":
-            raise ValueError("a model inference is not written back alone (seed 001, 5.6.3): verify it first")
+            raise ValueError("a model inference is not written back alone: verify it first")
         by_id = {f.id: f for f in self.facts}
         if supersedes is not None and supersedes not in by_id:
             raise ValueError(f"supersedes {supersedes!r}: no such fact")

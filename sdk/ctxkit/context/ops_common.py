@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# The seed's safe-first order: lossless before recoverable before lossy.
+# The safe-first order: lossless before recoverable before lossy.
 SAFE_ORDER = ("dedupe", "ref", "extract", "summarize", "truncate", "window", "hard_cut")
 
 

@@ -1,4 +1,4 @@
-"""Lossless and provenance-keeping operators: exact dedupe and near-duplicate merging (seed 001, 5.3.1).
+"""Lossless and provenance-keeping operators: exact dedupe and near-duplicate merging.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
@@ -24,7 +24,7 @@ _WIDE += (("\u3000", " "),)
 def _nfkc(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``, faster on typical Chinese text.
 
-    A full NFKC pass is slow (tens of ns per character) and one fullwidth comma is enough to
+    A full NFKC pass is slow and one fullwidth comma is enough to
     force it. Replacing a character by its full compatibility decomposition does not change
     the NFKD of a string, so it does not change its NFKC either; when those replacements
     leave the text normalized (the quick check answers that), that text is the NFKC form.

@@ -1,4 +1,4 @@
-"""Lossy operators that keep whole lines: scored extraction, extractive summary, sliding window (seed 001, 5.4).
+"""Lossy operators that keep whole lines: scored extraction, extractive summary, sliding window.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API. ``extract_lines``,
 ``summarize_lines`` and ``sliding_window`` accept ``scorer=`` (default :func:`score_line`) so
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.tokens import (
-    CHARS_PER_TOKEN_LATIN,
     Estimator,
     clip,
     count_cjk,
@@ -27,7 +26,7 @@ from ctxkit.context.tokens import (
 
 Scorer = Callable[[str], int]
 
-# Seed 001, 5.4.1, verbatim. Words that only talk about failure ("限流" in "let's discuss rate
+# The failure hints. Words that only talk about failure ("限流" in "let's discuss rate
 # limiting") are not in it: a chat line about a topic must not crowd out a real error fact.
 FAIL_HINTS = ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")
 CONSTRAINT_HINTS = ("不", "禁止", "不得", "必须", "只能", "仅", "超过", "至少", "至多")
@@ -53,7 +52,7 @@ _FAIL_HINT = re.compile("|".join(map(re.escape, FAIL_HINTS)))
 
 
 def score_line(line: str) -> int:
-    """Seed 5.4.1's line score, extended with English constraint words and units.
+    """A line's evidence score: figures, constraints, units, refs, failures, key=value; Chinese and English.
 
     Not precise; its value is that every kept line can say why it was kept.
     """
@@ -163,9 +162,7 @@ def _costs(
             line_cjk.update(zip(lines, cjk, strict=True))
         else:
             cjk = tuple(known)
-    # tokens_from_cjk(len(line) + 1, c), inline: c + ceil((len(line) + 1 - c) / 4)
-    per = CHARS_PER_TOKEN_LATIN
-    return tuple([cjk[n] + -(-(len(lines[n]) + 1 - cjk[n]) // per) for n in order]), cjk
+    return tuple([tokens_from_cjk(len(lines[n]) + 1, cjk[n]) for n in order]), cjk
 
 
 def plan_summary(
@@ -234,7 +231,7 @@ def cut_lines(
     else:  # the default estimator: CJK counts add up, and the marker templates hold none
         ref_cjk = 0 if shown_ref.isascii() else count_cjk(shown_ref)
         first = _marker(op, n_lines, older, n_lines, total, shown_ref)
-        room = budget - (ref_cjk + -(-(len(first) - ref_cjk) // CHARS_PER_TOKEN_LATIN)) - 1  # tokens_from_cjk
+        room = budget - tokens_from_cjk(len(first), ref_cjk) - 1
     kept: list[int] = []
     for n, cost in zip(plan.order, plan.costs, strict=True):
         if cost <= room:
@@ -249,8 +246,8 @@ def cut_lines(
         if len(chosen) < n_lines:
             if cjk is None:
                 shown = estimate("\n".join(body))
-            elif body:  # the join of the chosen lines, counted without building it (tokens_from_cjk, inline)
-                shown = chosen_cjk + -(-(sum(map(len, body)) + len(body) - 1 - chosen_cjk) // CHARS_PER_TOKEN_LATIN)
+            elif body:  # the join of the chosen lines, counted without building it
+                shown = tokens_from_cjk(sum(map(len, body)) + len(body) - 1, chosen_cjk)
             else:
                 shown = 0
             omitted = total - shown if total > shown else 0
@@ -323,7 +320,7 @@ def summarize_lines(
     """Deterministic extractive summary of a line-per-turn history.
 
     Rank: see :func:`plan_summary`. Generative summaries may flip a negation or drop a unit
-    (seed 5.4.1), so this one only ever copies lines.
+   , so this one only ever copies lines.
     """
     before = estimate(text)
     if before <= budget:
@@ -349,8 +346,8 @@ def sliding_window(
 
     Pinned lines are always emitted (they are constraints; charge them in the caller's
     floor); the output may exceed ``budget`` only if the pinned lines alone do. The summary
-    line's own budget is reserved before the newest turns are taken (seed 001, 5.5.1: what
-    rolls out keeps its failure reasons and numbers), so newest turns that would fill the
+    line's own budget is reserved before the newest turns are taken (what rolls out keeps its
+    failure reasons and numbers), so newest turns that would fill the
     whole budget cannot reduce the failure evidence of older turns to a bare count.
     """
     pin_text = "\n".join(pinned)
@@ -358,7 +355,7 @@ def sliding_window(
     room = (budget if budget is not None else 10**12) - estimate(pin_text) - (1 if pinned else 0)
     scores = [scorer(t) for t in turns]
     failures = [is_failure_line(t) for t in turns]
-    # Evidence first: failure lines (seed hints), then the best-scored lines, older first on ties.
+    # Evidence first: failure lines (FAIL_HINTS), then the best-scored lines, older first on ties.
     ranked = sorted((n for n in range(len(turns)) if failures[n] or scores[n] >= 5),
                     key=lambda n: (not failures[n], -scores[n], n))
     rolled_count_line = _rolled_line(len(turns), before, [])

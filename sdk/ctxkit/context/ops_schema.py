@@ -1,4 +1,4 @@
-"""Tool schema compression (seed 001, 5.3.3): compact JSON, fewer docs, signatures, fewer tools.
+"""Tool schema compression: compact JSON, fewer docs, signatures, fewer tools.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
@@ -41,7 +41,7 @@ def _strip_param_docs(schema: Any) -> None:
                 _strip_param_docs(sub)
 
 
-# Seed 004 (P1): "description 可压缩，required/enums/风险和结果状态不能丢". A sentence that warns
+# Descriptions may be shortened; required parameters, enums, risks and result states may not. A sentence that warns
 # of an irreversible, destructive, costly or privacy-affecting action survives every step.
 _RISK_WORDS = (
     r"\b(irreversibl\w*|cannot be undone|can't be undone|not be undone|permanent\w*|delet\w*|destr\w*|"
@@ -69,7 +69,7 @@ def _sentences(text: str) -> list[str]:
 
 
 def risk_sentences(text: str) -> list[str]:
-    """The sentences of a tool description that state a risk (seed 004), in order."""
+    """The sentences of a tool description that state a risk, in order."""
     if not is_risky(text):  # then none of its sentences is: most descriptions need no split
         return []
     return [sentence for sentence in _sentences(text) if is_risky(sentence)]
@@ -165,7 +165,7 @@ def _drop_tools(
 
 
 def compress_schema(text: str, budget: int, *, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:
-    """Compress a JSON list of tool schemas step by step until it fits (seed 5.3.3).
+    """Compress a JSON list of tool schemas step by step until it fits.
 
     Names, required parameters, types and enums survive longest: they are what a valid
     call needs. Non-JSON input falls back to :func:`extract_lines`.

@@ -1,4 +1,4 @@
-"""Recoverable cuts: reference replacement and head/tail truncation with a ref marker (seed 001, 5.3-5.5).
+"""Recoverable cuts: reference replacement and head/tail truncation with a ref marker.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API. JSON input is truncated
 field-aware and stays valid JSON.

@@ -1,4 +1,4 @@
-"""Key-field read-back: did the required literals reach the model after compression? (seed 5.4.3, 5.8.2)
+"""Key-field read-back: did the required literals reach the model after compression?
 
 API notes
 ---------
@@ -14,7 +14,7 @@ API notes
 - ``to_evidence(results) -> list[ctxkit.record.manifest.Evidence]`` (key, label, literal,
   expected_item, present, found_in).
 - ``summarize(results) -> str`` ("6/10 kept; missing: a, b") and ``format_readback(results)``
-  (one ``[OK  ]`` / ``[MISS]`` line per field, as the seed prints them).
+  (one ``[OK  ]`` / ``[MISS]`` line per field).
 """
 
 from __future__ import annotations
