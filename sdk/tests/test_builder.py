@@ -78,7 +78,7 @@ def accepted(m: Manifest) -> list:
 
 @pytest.mark.parametrize("budget", [SMALL_BUDGET, DEFAULT_BUDGET])
 @pytest.mark.parametrize("naive", [True, False])
-def test_manifests_from_the_seed_fixture_pass_the_servers_validation(budget, naive):
+def test_manifests_from_the_fixture_pass_the_servers_validation(budget, naive):
     m = built(budget, naive).manifest(**ident(), usage={"input_tokens": 900, "output_tokens": 40})
     assert convert_manifest(msgspec.to_builtins(m)) == (m, [])
     assert [i.id for i in m.items] == ["system", "tools", "task", "retrieval", "history", "tool_result"]
@@ -280,7 +280,7 @@ def test_evidence_carries_the_read_back_present_flags_and_carriers():
     assert {e.expected_item for e in m.evidence} == {"task", "tool_result", "history", "retrieval"}
 
 
-def test_the_seed_shape_naive_loses_most_priority_keeps_more_a_larger_budget_keeps_all():
+def test_naive_loses_most_priority_keeps_more_a_larger_budget_keeps_all():
     def kept(budget: int, naive: bool) -> int:
         return sum(e.present for e in built(budget, naive).manifest(**ident()).evidence)
 

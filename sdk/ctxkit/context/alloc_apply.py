@@ -1,6 +1,6 @@
 """Cutting each segment to its grant by its policy, and the reason it gives (allocator step 7).
 
-Used by :mod:`ctxkit.context.allocator`; split out to keep modules small. The budget-independent half
+Used by :mod:`ctxkit.context.allocator`. The budget-independent half
 of ``extract``, ``summarize`` and ``schema`` (lines ranked and costed, schema steps rendered)
 is kept across calls in :mod:`ctxkit.context.alloc_cache` when the estimator is the default one, so
 only the cut at this call's grant is redone.

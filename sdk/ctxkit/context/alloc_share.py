@@ -1,7 +1,6 @@
 """The allocator's budget arithmetic: water-filling by priority, and all-or-nothing ``drop`` segments.
 
-Used by :mod:`ctxkit.context.allocator` (its docstring, steps 5 and 6, states the rules); split out
-to keep modules small.
+Used by :mod:`ctxkit.context.allocator` (its docstring, steps 5 and 6, states the rules).
 """
 
 from __future__ import annotations
