@@ -85,6 +85,16 @@ def apply_policies(
             a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}"
 
 
+def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
+    """The record ``cut_lines`` makes when the one line of ``text`` does not fit (kept none)."""
+    total = estimate(text)
+    if policy == "extract":
+        detail = "kept 0/1 lines by score (numbers, negations, units, refs, failures)"
+    else:
+        detail = "kept 0 failure-evidence lines and the last 0 turns"
+    return OpRecord(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
+
+
 def _run_policy(
     seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None,
 ) -> tuple[str, OpRecord]:
@@ -94,6 +104,11 @@ def _run_policy(
         # Ranking lines and costing them does not depend on the grant: with the default estimator
         # (whose costs are then part of the plan) it is kept across calls and only the cut is redone.
         default = is_default_estimator(estimate)
+        if default and ref is None and "\n" not in text:
+            # One line that does not fit and no ref for a marker alone: cut_lines keeps nothing
+            # (the line costs estimate(line + "\n") >= the whole text's, over the grant), so no
+            # plan is made. Most such texts are history turns dropped on a tight budget.
+            return "", _nothing_fits(seg.policy, text, estimate)
         key = (seg.policy, text, tuple(seg.pinned_lines), seg.keep_recent)  # a list would not hash
         plan = alloc_cache.plan(key) if default else None
         if not isinstance(plan, LinePlan):

@@ -51,6 +51,9 @@ def clip(text: str, limit: int) -> str:
 
 
 def clamp_tokens(value: int) -> int:
+    """``value`` as an int within 0..MAX_TOKENS."""
+    if type(value) is int and 0 <= value <= MAX_TOKENS:
+        return value
     return min(max(int(value), 0), MAX_TOKENS)
 
 
