@@ -183,8 +183,8 @@ def purge_queue() -> None:
 
 def refresh_rollups() -> None:
     """Bring the rollups up to date, as the beat's refresh does every interval (incremental
-    rollups): timed with the analysis, so both sides end with the same, fresh rollups. Before
-    incremental rollups the analysis recomputed them itself and there is nothing to do."""
+    rollups): timed with the analysis, so both sides end with the same, fresh rollups. A
+    checkout without ``rollups.refresh`` recomputes them in the analysis: nothing to do."""
     from manifests.analysis import rollups
 
     refresh = getattr(rollups, "refresh", None)

@@ -132,7 +132,7 @@ def copy_baseline(rows: list[tuple], after_pk: int = 0, call_ids: list[int] | No
     to the calls, so the ids are only values)."""
     import psycopg
 
-    from manifests.ingest import ITEM_COLUMNS
+    from manifests.ingest.rows import ITEM_COLUMNS
 
     columns = ", ".join(f'"{c}"' for c in ITEM_COLUMNS)
     with psycopg.connect(f"{PG}/{DB}") as conn:
@@ -159,7 +159,7 @@ def validation_ratios(items: int, samples: int = 300, rounds: int = 5) -> dict[s
 
     from ctxkit.record.manifest import decode_manifest, semantic_errors
 
-    body = orjson.dumps(manifest(0, 100))  # the issue's yardstick: a 100-item manifest
+    body = orjson.dumps(manifest(0, 100))  # the yardstick: a 100-item manifest
 
     def timeit(fn) -> float:
         # The best of many short samples: on a shared machine a long sample is rarely quiet.
@@ -269,13 +269,13 @@ def main() -> None:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
         django.setup()
         from ctxkit.record.manifest import decode_manifest
-        from manifests.ingest import _item_rows
+        from manifests.ingest.rows import item_rows
 
         print(
             f"machine: {os.cpu_count()} cores; {args.manifests} manifests x {args.items} items in batches of "
             f"{args.batch}; load average {os.getloadavg()[0]:.1f}"
         )
-        from manifests import partitions
+        from manifests.storage import partitions
 
         # The days' partitions, before the first COPY (otherwise the API's first batch makes them).
         partitions.ensure_days(
@@ -285,7 +285,7 @@ def main() -> None:
         for r in range(args.rounds):
             docs, bodies = round_bodies(r)
             decoded = [decode_manifest(json.dumps(d).encode()) for d in docs]
-            rows = _item_rows(0, decoded, list(range(len(decoded))))
+            rows = item_rows(0, decoded, list(range(len(decoded))))
             before = max_call_pk()
             # With --bracket the baseline is timed just before and just after the API's run
             # (geometric mean): on this shared machine the load drifts within seconds, and the
@@ -322,7 +322,7 @@ def main() -> None:
     print(f"server peak memory (all processes):  {peak / 1024:.0f} MiB")
     for name, ratio in validation_ratios(args.items).items():
         print(f"validation, 100-item manifest, {name:<28} {ratio:.2f}x orjson.loads")
-    print("targets (issue 13): API/COPY >= 0.5x; decode + validate <= 1.0x orjson.loads")
+    print("targets: API/COPY >= 0.5x; decode + validate <= 1.0x orjson.loads")
 
 
 if __name__ == "__main__":

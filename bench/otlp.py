@@ -92,7 +92,7 @@ def native_bodies(otlp_bodies: list[bytes]) -> tuple[list[bytes], int]:
     import msgspec
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from manifests import otlp
+    from manifests.ingest import otlp
 
     bodies, items = [], 0
     for body in otlp_bodies:
@@ -125,7 +125,8 @@ def in_process_seconds(spans: int, batch: int) -> tuple[float, float]:
     """The two ingest paths without HTTP (the services the views call), on other trace ids."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from manifests import ingest, otlp
+    from manifests import ingest
+    from manifests.ingest import otlp
     from manifests.models import Project
 
     project = Project.objects.get(name="bench")

@@ -18,7 +18,7 @@ database is touched. ``--keep`` reuses the scratch database of a previous run as
 
 Prints, per page: median and p95 server time over ``--repeat`` requests, the number of SQL
 queries, and the ratio against a baseline measured in the same run: the login page (a
-template render with no query). Targets (issue 5): call view < 150 ms, overview < 300 ms.
+template render with no query). The targets are in docs/performance.md ("Dashboard pages").
 Not a test: nothing here asserts a time.
 """
 
@@ -233,7 +233,7 @@ def main() -> None:
     rollups = Rollup.objects.count()
     print(f"tables: {calls:,} calls, {items:,} items, {rollups:,} roll-up rows")
     # Measure on a fresh database session: the load and the full-table counts above leave the
-    # PostgreSQL backend slower for small indexed queries (2-3x, seen here), which no page
+    # PostgreSQL backend slower for small indexed queries, which no page
     # request would have caused.
     connections.close_all()
 

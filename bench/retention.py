@@ -104,8 +104,8 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from manifests import retention
     from manifests.models import Item
+    from manifests.storage import retention
 
     call_command("migrate", verbosity=0)
     t = time.perf_counter()
@@ -133,8 +133,8 @@ def main() -> None:
 def expire_a_day(items: int) -> None:
     from django.conf import settings
 
-    from manifests import partitions, retention
     from manifests.models import Item
+    from manifests.storage import partitions, retention
 
     day_a, day_b = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC)
     t = time.perf_counter()

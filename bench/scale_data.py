@@ -210,7 +210,7 @@ def generate(
         report.runs = runs
 
     with _step(report, "calls", log):
-        from manifests import partitions  # PostgreSQL: the span's daily partitions come first
+        from manifests.storage import partitions  # PostgreSQL: the span's daily partitions come first
 
         partitions.ensure_range(start, end + timedelta(days=1))
         cols, exprs = columns_sql(CALL_COLUMNS)
@@ -485,8 +485,8 @@ def _stop_reason(
     free = shutil.disk_usage(disk_path).free
     cursor.execute("SELECT pg_relation_size('manifests_item')")
     heap = cursor.fetchone()[0]
-    # The rest of the item heap, then the indexes and the other tables: 1.4x the heap in
-    # the 10M run (docs/performance.md). Chunks still running count as done: a small
+    # The rest of the item heap, then the indexes and the other tables: about 0.4x the heap
+    # more (docs/performance.md, "Dashboard pages"). Chunks still running count as done: a small
     # underestimate, covered by the margin.
     needed = heap * left / max(1, done) + 0.4 * heap * (done + left) / max(1, done)
     if free - needed >= min_free:

@@ -85,8 +85,9 @@ CLOCK: Callable[[], float] = time.perf_counter
 def best_interleaved(fns: dict[str, tuple[Callable[[], object], Callable[[], object] | None]],
                      repeat: int) -> dict[str, float]:
     """The least seconds of each of ``fns`` (name: (fn, setup or None)) over ``repeat`` runs, made in
-    rounds that time every fn ``BURST`` times in turn: a slow spell of a shared machine then falls
-    on the baseline and the figures alike, instead of on whichever was being timed."""
+    rounds that time every fn ``BURST`` times in turn: a slow spell of this shared machine (the same
+    ``json.dumps`` can take twice as long a few seconds later, even on a quiet machine)
+    then falls on the baseline and the figures alike, instead of on whichever was being timed."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     clock = CLOCK
     for _ in range(max(1, repeat // BURST)):

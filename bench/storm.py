@@ -1,5 +1,5 @@
 """Ingest storm: concurrent overlapping batches, re-sends, cut connections, a killed worker
-and a broker outage, then the drain. Issue 14's acceptance run.
+and a broker outage, then the drain: nothing lost, nothing counted twice.
 
     .venv/bin/python bench/storm.py [--manifests 10000] [--batch 50] [--threads 8]
         [--port 8140] [--redis-port 8141]
@@ -236,7 +236,7 @@ def main() -> None:
 
 
 def dirty_buckets(conn) -> int:
-    """Rollup marks not refreshed yet (0 before incremental rollups, which had no marks)."""
+    """Rollup marks not refreshed yet (0 on a schema without rollup marks)."""
     if conn.execute("SELECT to_regclass('manifests_rollupmark')").fetchone()[0] is None:
         return 0
     return conn.execute("SELECT count(*) FROM manifests_rollupmark").fetchone()[0]

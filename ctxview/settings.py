@@ -101,7 +101,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "manifests.static_gzip.StaticGZipMiddleware",
+    "manifests.middleware.StaticGZipMiddleware",
     "manifests.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -206,9 +206,9 @@ if env_bool("CTXVIEW_DB_POOLER", False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 elif DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and not env_bool("CTXVIEW_PG_JIT", False):
     # PostgreSQL's JIT compiles any plan estimated above jit_above_cost. Over daily
-    # partitions a dashboard read has hundreds of plan nodes: at 100M items, compiling
-    # them took 763 ms of an 866 ms export query that takes 41 ms without (docs/
-    # performance.md). These reads are short; JIT never pays. PgBouncer refuses this
+    # partitions a dashboard read has hundreds of plan nodes, and compiling them costs
+    # many times what running the query does (docs/performance.md, "Dashboard pages").
+    # These reads are short; JIT never pays. PgBouncer refuses this
     # startup option, so behind it the database carries the setting (docs/deploy.md).
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
@@ -260,15 +260,15 @@ CTXVIEW_ROLLUP_RETENTION_DAYS = env_int("CTXVIEW_ROLLUP_RETENTION_DAYS", 400, mi
 CTXVIEW_PARTITIONS_AHEAD_DAYS = env_int("CTXVIEW_PARTITIONS_AHEAD_DAYS", 7, minimum=1)
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["manifests.auth.HasReadScope"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["manifests.api.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["manifests.api.auth.HasReadScope"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "manifests.pagination.BoundedPagination",
+    "DEFAULT_PAGINATION_CLASS": "manifests.api.pagination.BoundedPagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "manifests.api.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["manifests.throttling.ApiKeyThrottle"],
+    "EXCEPTION_HANDLER": "manifests.api.views.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["manifests.api.throttling.ApiKeyThrottle"],
 }
 
 
@@ -299,7 +299,7 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "manifests.openapi.postprocess",
+        "manifests.api.openapi.postprocess",
     ],
     # Swagger UI from the installed sidecar package: the API reference works offline.
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -3,8 +3,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from manifests import api, ops, otlp_api, views
-from manifests.openapi import BrowserJsonRenderer, BrowserYamlRenderer
+from manifests import ops, views
+from manifests.api import otlp as otlp_api
+from manifests.api import views as api
+from manifests.api.openapi import BrowserJsonRenderer, BrowserYamlRenderer
 from manifests.views import settings as settings_views
 
 urlpatterns = [

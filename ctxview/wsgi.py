@@ -10,7 +10,7 @@ application = get_wsgi_application()
 def _warm_up() -> None:
     """Load the URLconf (every view module, DRF, drf-spectacular), the task module and the
     cache client now, as each server worker starts, rather than inside its first request,
-    which otherwise waits about a second for the imports (docs/performance.md, "Ingest").
+    which would otherwise wait for the imports (docs/performance.md, "Ingest").
     Nothing here connects to the database or to Redis."""
     from django.core.cache import cache
     from django.urls import get_resolver
@@ -22,12 +22,11 @@ def _warm_up() -> None:
 
 
 _warm_up()
-# What the worker has loaded (Django, DRF, the URLconf: about 100,000 objects the collector
-# tracks) lives as long as the process; frozen, it is no longer traversed by every full
-# collection, which requests creating thousands of objects (ingest batches) set off every ten
-# or so: 11 ms per batch on average, measured under load (docs/performance.md, "Ingest", fifth
-# pass). Garbage made so far is collected first; frozen objects are still freed when
-# unreferenced, only a cycle among them would never be (nothing loaded at start-up is meant
-# to go away).
+# What the worker has loaded (Django, DRF, the URLconf: most of the objects the collector
+# tracks) lives as long as the process; frozen, it is not traversed by the full
+# collections that requests creating thousands of objects (ingest batches) set off
+# (docs/performance.md, "Ingest"). Garbage made so far is collected first; frozen objects
+# are still freed when unreferenced, only a cycle among them would never be (nothing loaded
+# at start-up is meant to go away).
 gc.collect()
 gc.freeze()

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from manifests import retention
 from manifests.models import ApiKey, Call, Membership, Project, Run
+from manifests.storage import retention
 
 
 class MembershipInline(admin.TabularInline):

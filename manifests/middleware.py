@@ -1,11 +1,15 @@
-"""Request guards that run before any view: NUL in a URL, and API errors outside DRF."""
+"""Request guards that run before any view (NUL in a URL, API errors outside DRF), and the
+compression of static files."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.response import HttpResponseBase
+from django.middleware.gzip import GZipMiddleware
 
 
 def is_api(request: HttpRequest) -> bool:
@@ -51,3 +55,20 @@ def handler500(request: HttpRequest) -> HttpResponse:
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+class StaticGZipMiddleware(GZipMiddleware):
+    """Compression of static files when no compressed copy exists beside them.
+
+    In production ``collectstatic`` writes ``.gz`` files (CompressedStaticFilesStorage) and
+    WhiteNoise serves them. Under ``make run`` (runserver, WHITENOISE_USE_FINDERS) there are
+    none, and the dashboard's scripts went out uncompressed. This middleware gzips static
+    responses only: static files hold no secrets, so compressing them cannot leak a CSRF
+    token the way compressing HTML pages can (BREACH); pages stay as they are.
+    """
+
+    def process_response(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        if not request.path.startswith(settings.STATIC_URL):
+            return response
+        # GZipMiddleware leaves alone what WhiteNoise served already compressed (a .gz file).
+        return super().process_response(request, response)

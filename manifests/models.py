@@ -39,7 +39,7 @@ class Project(models.Model):
         default=20, help_text="Calls in the rolling window and in the baseline window before it"
     )
     # Raw rows (calls, items, evidence, ...) older than this are deleted daily
-    # (manifests/retention.py); rollups keep CTXVIEW_ROLLUP_RETENTION_DAYS. Empty: the
+    # (manifests/storage/retention.py); rollups keep CTXVIEW_ROLLUP_RETENTION_DAYS. Empty: the
     # CTXVIEW_RETENTION_DAYS default.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, help_text="Days raw calls are kept; empty for the server's default"
@@ -334,7 +334,7 @@ class ContextEdit(models.Model):
 
 
 class ModelPrice(models.Model):
-    """Prices in relative units per 1k tokens (seed 001, 5.1.1) and cache facts per model.
+    """Prices in relative units per 1k tokens (docs/analysis.md, "Prices and model facts") and cache facts per model.
 
     A call's model is matched against ``model_pattern`` (fnmatch, case-sensitive); the most
     specific matching row wins (fewest wildcards, then longest). With no row, the field

@@ -16,8 +16,9 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests import analysis, partitions, retention
+from manifests import analysis
 from manifests.analysis import notify, rollups
+from manifests.storage import partitions, retention
 
 logger = logging.getLogger(__name__)
 

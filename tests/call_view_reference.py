@@ -1,6 +1,7 @@
-"""The call view as it was before issue 13's rework (selectors and view, verbatim but for
-names), kept to prove that the reworked view renders the same bytes for the same data
-(tests/test_views_call_equivalence.py). Template: tests/reference_templates/call_before_issue13.html."""
+"""The reference call view: the plain version of the page (a model instance per item, a template
+node per row, reads not bounded by the run's time span), kept to prove that the optimised view
+renders the same bytes for the same data (tests/test_views_call_equivalence.py). Template:
+tests/reference_templates/call_reference.html."""
 
 # ruff: noqa
 from __future__ import annotations
@@ -266,7 +267,7 @@ def call_detail_before(request: HttpRequest, project: Project, filters: Filters,
         # About 250 stops along the slider; the number box beside it takes any token count.
         "step": max(1, max(call.window * 3, 2000) // 250),
     }
-    return page(request, "call_before_issue13.html", project, filters, "runs", {
+    return page(request, "call_reference.html", project, filters, "runs", {
         "call": call,
         "items": ordered,
         "fold_at": fold_at,

@@ -1,5 +1,5 @@
-"""The project's URLs with the call view before issue 13's rework in place of the current
-one, at the same path and name (tests/test_views_call_equivalence.py)."""
+"""The project's URLs with the reference call view (tests/call_view_reference.py) in place of
+the current one, at the same path and name (tests/test_views_call_equivalence.py)."""
 
 from django.urls import URLPattern, path
 

@@ -147,7 +147,7 @@ def test_it_skips_calls_already_analysed(project):
 
 
 def test_it_uses_the_ttl_the_agent_recorded_for_an_expected_miss(project):
-    # Seed 001, 5.7.4: a pause longer than the TTL in force makes the next miss expected.
+    # A pause longer than the TTL in force makes the next miss expected (TTL expired).
     # 2 minutes is within the price book's 5-minute TTL, but the agent recorded a 60 s TTL.
     first, second = call("c0", 0, usage=COLD), call("c1", 1, seconds=120, usage=COLD)
     first.cache_ttl_seconds = second.cache_ttl_seconds = 60

@@ -1,4 +1,4 @@
-"""Hostile and edge-case input (issue 9): every listed body and URL gets a 4xx naming the
+"""Hostile and edge-case input (docs/api.md): every listed body and URL gets a 4xx naming the
 problem, never a 500, and afterwards every page and endpoint still serves the project and
 every stored call reads back unchanged. Runs on SQLite and on PostgreSQL (CI runs both)."""
 

@@ -278,7 +278,7 @@ def test_the_query_count_does_not_grow_with_the_batch_size(api):
         assert r.json()["accepted"] == n
         return len(ctx.captured_queries)
 
-    queries_for("w", 1)  # a process's first batch looks up column types and lz4 once (ingest_rows._copy) and
+    queries_for("w", 1)  # a process's first batch looks up column types and lz4 once (ingest_rows.copy_rows) and
     # creates the day's partitions (PostgreSQL)
     small = queries_for("s", 5)
     large = queries_for("l", 500)

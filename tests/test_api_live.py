@@ -98,8 +98,8 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
 
 
 def test_schemathesis_finds_no_server_error_and_no_undocumented_status(key):
-    # Bounded to ~40 s: the fuzzing phase, 10 examples per operation. The full run with the
-    # coverage phase (about 2,100 cases, 2 minutes) is in docs/api.md; run it after API changes.
+    # Bounded: the fuzzing phase, 10 examples per operation. The full run with the
+    # coverage phase is in docs/api.md; run it after API changes.
     with gunicorn(CTXVIEW_INGEST_RATE="off", CTXVIEW_READ_RATE="off") as base:
         # The key reads and ingests: every operation is reachable.
         result = subprocess.run(

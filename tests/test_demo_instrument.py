@@ -1,4 +1,4 @@
-"""The demo's ctxkit.instrument run (manifests/demo_instrument.py): the real anthropic client,
+"""The demo's ctxkit.instrument run (manifests/demo/instrument.py): the real anthropic client,
 instrumented with one line, answered in-process like the Messages API; its manifests stored
 through the ingest service and read back through the dashboard's selectors."""
 
@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.http import QueryDict
 from django.test import Client
 
-from manifests import analysis, demo_instrument, ingest, services
+from manifests import analysis, ingest, services
+from manifests.demo import instrument as demo_instrument
 from manifests.models import CacheEvent, Call, Evidence, Item, Project
 from manifests.selectors import filters, runs
 from manifests.selectors.calls import previous_call

@@ -1,4 +1,4 @@
-"""The demo's OTLP run (manifests/demo_otlp.py), loaded by seed_demo through the OTLP mapping."""
+"""The demo's OTLP run (manifests/demo/otlp.py), loaded by seed_demo through the OTLP mapping."""
 
 from __future__ import annotations
 

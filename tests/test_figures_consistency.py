@@ -72,7 +72,7 @@ def calls(draw):
 
 
 def _demo_like_run():
-    """The demo's case A as one run: k1 present, lost in a compaction at step 2, still
+    """The demo's lossy summary as one run: k1 present, lost in a compaction at step 2, still
     missing at step 3 (traced back to step 2); a keep item with no position or counts."""
     history = Item(id="history", kind="history", action="keep", requested_tokens=120)
     usage = Usage(input_tokens=1200, cache_read_tokens=600)

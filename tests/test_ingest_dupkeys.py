@@ -1,4 +1,4 @@
-"""The fast duplicate-key proof (manifests/dupkeys.py): it must say "no duplicate" for the
+"""The fast duplicate-key proof (manifests/ingest/dupkeys.py): it must say "no duplicate" for the
 bodies other JSON libraries write (or ingest pays the slow parse for nothing), and never for
 a body with a repeated key anywhere, whatever the layout; the door then names each one."""
 
@@ -10,8 +10,8 @@ import re
 import orjson
 import pytest
 
-from manifests.dupkeys import no_duplicate_keys
 from manifests.ingest import decode
+from manifests.ingest.dupkeys import no_duplicate_keys
 from tests.conftest import make_manifest
 
 

@@ -46,7 +46,7 @@ def _get(live_server, key: str, path: str) -> dict:
         return json.loads(response.read())
 
 
-def _served(live_server, key: str, run_id: str) -> list[dict]:
+def served_calls(live_server, key: str, run_id: str) -> list[dict]:
     calls = _get(live_server, key, f"/api/v1/runs/{run_id}/calls")["results"]
     return [_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls]
 
@@ -70,18 +70,18 @@ def run_in_own_loop(coroutine_function) -> None:
         raise failure[0]
 
 
-def _anthropic(url: str, cls=anthropic.Anthropic):
+def anthropic_client(url: str, cls=anthropic.Anthropic):
     return cls(api_key="sk-test", base_url=url, max_retries=0)
 
 
-def _openai(url: str, cls=openai.OpenAI):
+def openai_client(url: str, cls=openai.OpenAI):
     return cls(api_key="sk-test", base_url=f"{url}/v1", max_retries=0)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server, key, standin, sender):
-    plain = _anthropic(standin.url)
-    client = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, agent="refund-analyst")
+    plain = anthropic_client(standin.url)
+    client = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, agent="refund-analyst")
     request = dict(model="claude-sonnet-5-5", max_tokens=512, tools=TOOLS, messages=MESSAGES,
                    system=[{"type": "text", "text": SYSTEM.format(time="12:47"),
                             "cache_control": {"type": "ephemeral"}}])
@@ -100,7 +100,7 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
     assert [e.model_dump() for e in streamed] == [e.model_dump() for e in plain.messages.create(**request, stream=True)]
     assert ctxkit.instrument.flush(20)
 
-    calls = _served(live_server, key, "a-run")
+    calls = served_calls(live_server, key, "a-run")
     assert [c["step"] for c in calls] == [0, 1, 2, 3, 4]
     first, stream, limited, broken, beta = calls
     assert (first["agent"], first["model"], first["provider"], beta["agent"]) == (
@@ -127,8 +127,8 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
 
 @pytest.mark.django_db(transaction=True)
 def test_it_records_openai_chat_and_responses_calls(live_server, key, standin, sender):
-    plain = _openai(standin.url)
-    client = ctxkit.instrument(_openai(standin.url), ctxkit_client=sender, agent="analyst", run_id="o-run")
+    plain = openai_client(standin.url)
+    client = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, agent="analyst", run_id="o-run")
     tools = [{"type": "function", "function": {"name": "bi_query", "parameters": {"type": "object"}}}]
     got = client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES, tools=tools)
     assert got.model_dump() == plain.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES,
@@ -147,7 +147,7 @@ def test_it_records_openai_chat_and_responses_calls(live_server, key, standin, s
         client.responses.create(model="broken", input="x")
     assert ctxkit.instrument.flush(20)
 
-    chat, chat_stream, resp, resp_stream, limited, broken = _served(live_server, key, "o-run")
+    chat, chat_stream, resp, resp_stream, limited, broken = served_calls(live_server, key, "o-run")
     for c in (chat, chat_stream):
         assert (c["input_tokens"], c["cache_read_tokens"], c["output_tokens"]) == (2000, 1024, 12)
         assert c["finish_reason"] == "stop"
@@ -163,8 +163,8 @@ def test_it_records_openai_chat_and_responses_calls(live_server, key, standin, s
 
 @pytest.mark.django_db(transaction=True)
 def test_it_records_calls_of_the_async_clients_streams_included(live_server, key, standin, sender):
-    a = ctxkit.instrument(_anthropic(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender)
-    o = ctxkit.instrument(_openai(standin.url, openai.AsyncOpenAI), ctxkit_client=sender)
+    a = ctxkit.instrument(anthropic_client(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender)
+    o = ctxkit.instrument(openai_client(standin.url, openai.AsyncOpenAI), ctxkit_client=sender)
 
     async def agent() -> None:
         with ctxkit.instrument.run(run_id="async-run", agent="async-agent"):
@@ -182,7 +182,7 @@ def test_it_records_calls_of_the_async_clients_streams_included(live_server, key
 
     run_in_own_loop(agent)
     assert ctxkit.instrument.flush(20)
-    calls = _served(live_server, key, "async-run")
+    calls = served_calls(live_server, key, "async-run")
     assert [(c["provider"], c["status"], c["input_tokens"]) for c in calls] == [
         ("anthropic", "ok", 1950), ("anthropic", "ok", 1950), ("openai", "ok", 2000), ("openai", "error", 0)]
     assert {c["agent"] for c in calls} == {"async-agent"}
@@ -190,7 +190,7 @@ def test_it_records_calls_of_the_async_clients_streams_included(live_server, key
 
 def test_it_is_a_no_op_without_a_key(standin, monkeypatch):
     monkeypatch.delenv("CTXVIEW_API_KEY", raising=False)
-    client = _anthropic(standin.url)
+    client = anthropic_client(standin.url)
     assert ctxkit.instrument(client) is client
     assert not getattr(client.messages.create, "__ctxkit_wrapped__", False)
     assert client.messages.create(model="m", max_tokens=5, messages=MESSAGES[:1]).content[0].text
@@ -199,7 +199,7 @@ def test_it_is_a_no_op_without_a_key(standin, monkeypatch):
 def test_it_never_raises_into_the_agent_when_ctxview_is_down(standin):
     # Nothing listens on port 9 (discard); the agent's calls work and return as usual.
     down = Client("ctx_nobody", "http://127.0.0.1:9", max_retries=0, timeout=0.2)
-    client = ctxkit.instrument(_openai(standin.url), ctxkit_client=down)
+    client = ctxkit.instrument(openai_client(standin.url), ctxkit_client=down)
     assert client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES).usage.prompt_tokens == 2000
     ctxkit.instrument.flush(5)
     assert down.stats()["captured"] >= 1 and down.stats()["sent"] == 0
@@ -218,10 +218,10 @@ def test_importing_ctxkit_loads_neither_django_nor_the_provider_sdks():
 def test_it_sends_with_the_key_and_host_from_the_environment(live_server, key, standin, monkeypatch):
     monkeypatch.setenv("CTXVIEW_API_KEY", key)
     monkeypatch.setenv("CTXVIEW_HOST", live_server.url)
-    client = ctxkit.instrument(_openai(standin.url), agent="env-agent", run_id="env-run", include_text=False)
+    client = ctxkit.instrument(openai_client(standin.url), agent="env-agent", run_id="env-run", include_text=False)
     client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES)
     assert ctxkit.instrument.flush(20)
-    (call,) = _served(live_server, key, "env-run")
+    (call,) = served_calls(live_server, key, "env-run")
     assert call["agent"] == "env-agent" and call["input_tokens"] == 2000
     # include_text=False: tokens and line hashes, never text.
     assert all(i["text"] is None for i in call["items"]) and call["items"][0]["used_tokens"] > 0

@@ -16,8 +16,8 @@ import pytest
 from anthropic.lib.streaming import MessageStream
 
 import ctxkit
-from tests.test_instrument_clients import _anthropic, _openai, _served, run_in_own_loop
-from tests.test_instrument_helpers import CHAT, RESP, A, _served_by_agent, _shape
+from tests.test_instrument_clients import anthropic_client, openai_client, run_in_own_loop, served_calls
+from tests.test_instrument_helpers import CHAT, RESP, A, manifest_shape, served_by_agent
 
 RESUMED_ID = "resp_standin"  # the stand-in's response id
 
@@ -29,9 +29,9 @@ def _events(stream: Any) -> list:
 
 @pytest.mark.django_db(transaction=True)
 def test_clients_from_with_options_and_copy_record_their_calls_once(live_server, key, standin, sender):
-    o = ctxkit.instrument(_openai(standin.url), ctxkit_client=sender, run_id="derived-run")
-    a = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, run_id="derived-run")
-    plain = _openai(standin.url).with_options(timeout=5, default_headers={"X-Team": "refunds"})
+    o = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, run_id="derived-run")
+    a = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, run_id="derived-run")
+    plain = openai_client(standin.url).with_options(timeout=5, default_headers={"X-Team": "refunds"})
 
     o.chat.completions.create(**CHAT, ctxview={"agent": "parent"})
     tuned = o.with_options(timeout=5, default_headers={"X-Team": "refunds"})
@@ -52,20 +52,20 @@ def test_clients_from_with_options_and_copy_record_their_calls_once(live_server,
     a.copy(timeout=30).beta.messages.create(**A, ctxview={"agent": "a.copy.beta"})
     assert ctxkit.instrument.flush(20)
 
-    calls = _served_by_agent(live_server, key, "derived-run")  # one call per agent: none recorded twice
+    calls = served_by_agent(live_server, key, "derived-run")  # one call per agent: none recorded twice
     assert set(calls) == {"parent", "with_options", "copy", "derived twice", "instrumented again", "parent after",
                           "a.stream", "a.copy.beta"}
     for name in ("with_options", "derived twice", "instrumented again", "parent after"):
-        assert _shape(calls[name]) == _shape(calls["parent"]), name
+        assert manifest_shape(calls[name]) == manifest_shape(calls["parent"]), name
     assert calls["copy"]["input_tokens"] == 1500 and calls["copy"]["output_reserve"] == 300
-    assert _shape(calls["a.stream"]) == _shape(calls["a.copy.beta"])
+    assert manifest_shape(calls["a.stream"]) == manifest_shape(calls["a.copy.beta"])
     assert calls["a.stream"]["input_tokens"] == 1950 and calls["a.stream"]["finish_reason"] == "end_turn"
 
 
 @pytest.mark.django_db(transaction=True)
 def test_async_clients_from_with_options_and_copy_record_their_calls_once(live_server, key, standin, sender):
-    o = ctxkit.instrument(_openai(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="aderived-run")
-    a = ctxkit.instrument(_anthropic(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender,
+    o = ctxkit.instrument(openai_client(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="aderived-run")
+    a = ctxkit.instrument(anthropic_client(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender,
                           run_id="aderived-run")
 
     async def agent() -> None:
@@ -79,9 +79,9 @@ def test_async_clients_from_with_options_and_copy_record_their_calls_once(live_s
 
     run_in_own_loop(agent)
     assert ctxkit.instrument.flush(20)
-    calls = _served_by_agent(live_server, key, "aderived-run")
+    calls = served_by_agent(live_server, key, "aderived-run")
     assert set(calls) == {"parent", "with_options", "copy.stream", "a.with_options"}
-    assert _shape(calls["with_options"]) == _shape(calls["parent"])
+    assert manifest_shape(calls["with_options"]) == manifest_shape(calls["parent"])
     assert calls["copy.stream"]["input_tokens"] == 1500 and calls["copy.stream"]["finish_reason"] == "completed"
     assert calls["a.with_options"]["input_tokens"] == 1950
 
@@ -97,8 +97,8 @@ def _resumed(call: dict) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_resumed_responses_stream_is_recorded_from_the_response_it_streams(live_server, key, standin, sender):
-    o = ctxkit.instrument(_openai(standin.url), ctxkit_client=sender, run_id="resume-run")
-    plain = _openai(standin.url)
+    o = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, run_id="resume-run")
+    plain = openai_client(standin.url)
     o.responses.create(**RESP, ctxview={"agent": "create"})  # the stand-in keeps it as the stored response
     with o.responses.stream(response_id=RESUMED_ID, starting_after=2, ctxview={"agent": "resumed"}) as stream:
         events = _events(stream)
@@ -113,7 +113,7 @@ def test_a_resumed_responses_stream_is_recorded_from_the_response_it_streams(liv
     assert o.responses.retrieve(RESUMED_ID, ctxview={"agent": "retrieve"}).status == "completed"
     assert list(o.responses.retrieve(RESUMED_ID, stream=True, ctxview={"agent": "retrieve.stream"}))[-1].type == \
         "response.completed"
-    ao = ctxkit.instrument(_openai(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="resume-run")
+    ao = ctxkit.instrument(openai_client(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="resume-run")
 
     async def agent() -> None:
         async with ao.responses.stream(response_id=RESUMED_ID, ctxview={"agent": "async resumed"}) as s:
@@ -121,7 +121,7 @@ def test_a_resumed_responses_stream_is_recorded_from_the_response_it_streams(liv
 
     run_in_own_loop(agent)
     assert ctxkit.instrument.flush(20)
-    calls = _served_by_agent(live_server, key, "resume-run")
+    calls = served_by_agent(live_server, key, "resume-run")
     assert set(calls) == {"create", "resumed", "retrieve.stream", "async resumed"}
     for name in ("resumed", "retrieve.stream", "async resumed"):
         _resumed(calls[name])
@@ -138,7 +138,7 @@ def test_an_sdk_without_the_private_hook_points_runs_unrecorded_with_a_warning(l
 
     monkeypatch.setattr(Completions, "_post", property(lambda self: self._client.post, lambda self, value: None),
                         raising=False)
-    o = ctxkit.instrument(_openai(standin.url), ctxkit_client=sender, run_id="moved-run", agent="scope")
+    o = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, run_id="moved-run", agent="scope")
     assert "OpenAI.chat.completions has no _post to hook" in caplog.text
     assert o.chat.completions.create(**CHAT).usage.prompt_tokens == 2000  # works, unrecorded
     o.with_options(timeout=5).responses.create(**RESP, ctxview={"agent": "responses"})  # still recorded
@@ -157,11 +157,11 @@ def test_an_sdk_without_the_private_hook_points_runs_unrecorded_with_a_warning(l
             self._stream.close()
 
     monkeypatch.setattr("anthropic.resources.messages.messages.MessageStreamManager", RenamedStreamManager)
-    a = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, run_id="moved-run", agent="scope")
+    a = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, run_id="moved-run", agent="scope")
     with a.messages.stream(**A, ctxview={"agent": "lost"}) as stream:
         assert stream.get_final_message().usage.output_tokens == 12
     assert "RenamedStreamManager keeps no __api_request" in caplog.text
     assert ctxkit.instrument.flush(20)
-    calls = _served(live_server, key, "moved-run")
+    calls = served_calls(live_server, key, "moved-run")
     assert sorted((c["agent"], c["provider"], c["input_tokens"]) for c in calls) == [
         ("responses", "openai", 1500), ("scope", "anthropic", 1950)]

@@ -24,10 +24,10 @@ from tests.test_instrument_clients import (
     OPENAI_MESSAGES,
     SYSTEM,
     TOOLS,
-    _anthropic,
-    _openai,
-    _served,
+    anthropic_client,
+    openai_client,
     run_in_own_loop,
+    served_calls,
 )
 
 
@@ -150,7 +150,7 @@ def _baseline(name: str, provider: str) -> Callable[[Any], Any]:
     return lambda c: c.chat.completions.create(**CHAT)
 
 
-def _shape(call: dict) -> tuple:
+def manifest_shape(call: dict) -> tuple:
     """What must be the same as the plain create call's manifest."""
     return (call["status"], call["finish_reason"], call["input_tokens"], call["cache_read_tokens"],
             call["cache_write_tokens"], call["output_tokens"], call["reasoning_tokens"], call["provider"],
@@ -158,8 +158,8 @@ def _shape(call: dict) -> tuple:
             [(s["name"], s["lines"]) for s in call["prefix_segments"]], call["output_reserve"])
 
 
-def _served_by_agent(live_server, key: str, run_id: str) -> dict[str, dict]:
-    calls = _served(live_server, key, run_id)
+def served_by_agent(live_server, key: str, run_id: str) -> dict[str, dict]:
+    calls = served_calls(live_server, key, run_id)
     by_agent = {c["agent"]: c for c in calls}
     assert len(by_agent) == len(calls), [c["agent"] for c in calls]
     return by_agent
@@ -188,37 +188,37 @@ def _check(live_server, key: str, sender, make: Callable[[], Any], name: str, en
     # The agent gets what the same entry point gives without ctxkit (type and content).
     assert got["instrumented"] == got["plain"]
     assert ctxkit.instrument.flush(20)
-    calls = _served_by_agent(live_server, key, run_id)
+    calls = served_by_agent(live_server, key, run_id)
     assert set(calls) == {"create", "entry"}, f"{name} was not recorded"
-    assert _shape(calls["entry"]) == _shape(calls["create"])
+    assert manifest_shape(calls["entry"]) == manifest_shape(calls["create"])
     assert calls["entry"]["output_tokens"] > 0 and calls["entry"]["finish_reason"]
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", list(_ANTHROPIC))
 def test_an_anthropic_entry_point_is_recorded_like_create(live_server, key, standin, sender, name):
-    _check(live_server, key, sender, lambda: _anthropic(standin.url), name, _ANTHROPIC[name],
+    _check(live_server, key, sender, lambda: anthropic_client(standin.url), name, _ANTHROPIC[name],
            _baseline(name, "anthropic"), f"a-{name}", False)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", list(_OPENAI))
 def test_an_openai_entry_point_is_recorded_like_create(live_server, key, standin, sender, name):
-    _check(live_server, key, sender, lambda: _openai(standin.url), name, _OPENAI[name],
+    _check(live_server, key, sender, lambda: openai_client(standin.url), name, _OPENAI[name],
            _baseline(name, "openai"), f"o-{name}", False)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", list(_ASYNC_ANTHROPIC))
 def test_an_async_anthropic_entry_point_is_recorded_like_create(live_server, key, standin, sender, name):
-    _check(live_server, key, sender, lambda: _anthropic(standin.url, anthropic.AsyncAnthropic), name,
+    _check(live_server, key, sender, lambda: anthropic_client(standin.url, anthropic.AsyncAnthropic), name,
            _ASYNC_ANTHROPIC[name], _baseline(name, "anthropic"), f"aa-{name}", True)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", list(_ASYNC_OPENAI))
 def test_an_async_openai_entry_point_is_recorded_like_create(live_server, key, standin, sender, name):
-    _check(live_server, key, sender, lambda: _openai(standin.url, openai.AsyncOpenAI), name, _ASYNC_OPENAI[name],
+    _check(live_server, key, sender, lambda: openai_client(standin.url, openai.AsyncOpenAI), name, _ASYNC_OPENAI[name],
            _baseline(name, "openai"), f"ao-{name}", True)
 
 
@@ -226,8 +226,8 @@ def test_an_async_openai_entry_point_is_recorded_like_create(live_server, key, s
 def test_ctxview_reaches_requests_made_after_the_method_returned(live_server, key, standin, sender):
     # A stream manager sends its request on enter, an async method when awaited: the per-call
     # settings given to the method still apply, and never reach the SDK.
-    a = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, run_id="ctxview-run")
-    o = ctxkit.instrument(_openai(standin.url), ctxkit_client=sender, run_id="ctxview-run")
+    a = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, run_id="ctxview-run")
+    o = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, run_id="ctxview-run")
     with a.messages.stream(**A, ctxview={"agent": "a.stream"}) as stream:
         stream.until_done()
     with o.chat.completions.stream(**CHAT, **USAGE, ctxview={"agent": "o.chat.stream"}) as stream:
@@ -236,9 +236,9 @@ def test_ctxview_reaches_requests_made_after_the_method_returned(live_server, ke
         stream.until_done()
     with a.messages.with_streaming_response.create(**A, ctxview={"agent": "a.streaming"}) as response:
         response.parse()
-    aa = ctxkit.instrument(_anthropic(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender,
+    aa = ctxkit.instrument(anthropic_client(standin.url, anthropic.AsyncAnthropic), ctxkit_client=sender,
                            run_id="ctxview-run")
-    ao = ctxkit.instrument(_openai(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="ctxview-run")
+    ao = ctxkit.instrument(openai_client(standin.url, openai.AsyncOpenAI), ctxkit_client=sender, run_id="ctxview-run")
 
     async def agent() -> None:
         pending = aa.messages.parse(**A, ctxview={"agent": "aa.parse"})
@@ -251,7 +251,7 @@ def test_ctxview_reaches_requests_made_after_the_method_returned(live_server, ke
 
     run_in_own_loop(agent)
     assert ctxkit.instrument.flush(20)
-    calls = _served_by_agent(live_server, key, "ctxview-run")
+    calls = served_by_agent(live_server, key, "ctxview-run")
     assert set(calls) == {"a.stream", "o.chat.stream", "o.responses.stream", "a.streaming", "aa.parse",
                           "aa.stream", "ao.chat.stream"}
     assert all(c["status"] == "ok" and c["input_tokens"] > 0 for c in calls.values())
@@ -260,14 +260,14 @@ def test_ctxview_reaches_requests_made_after_the_method_returned(live_server, ke
 @pytest.mark.django_db(transaction=True)
 def test_an_unread_streaming_response_is_left_unread_and_other_endpoints_pass_through(live_server, key, standin,
                                                                                       sender):
-    client = ctxkit.instrument(_anthropic(standin.url), ctxkit_client=sender, run_id="unread-run", agent="unread")
+    client = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, run_id="unread-run", agent="unread")
     with client.messages.with_streaming_response.create(**A) as unread:
         pass  # the agent never reads the body
     with pytest.raises(Exception, match="read"):  # ctxkit did not read it either
         unread.http_response.content  # noqa: B018
     assert client.messages.count_tokens(model=A["model"], messages=MESSAGES).input_tokens == 1950
     assert ctxkit.instrument.flush(20)
-    (call,) = _served(live_server, key, "unread-run")  # count_tokens is no model call
+    (call,) = served_calls(live_server, key, "unread-run")  # count_tokens is no model call
     # Recorded from its request alone: the items, no usage and no finish reason.
     assert call["status"] == "ok" and not call["finish_reason"] and call["output_tokens"] == 0
     assert "the agent did not read the response body" in " ".join(call["warnings"])

@@ -1,4 +1,4 @@
-"""Time partitions of the raw tables (manifests/partitions.py) and retention by partition.
+"""Time partitions of the raw tables (manifests/storage/partitions.py) and retention by partition.
 
 On PostgreSQL the calls and their children live in one partition per UTC day; on SQLite
 the same code paths run against plain tables. Every test asserts on both databases.
@@ -12,12 +12,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from manifests import partitions, retention, tasks
+from manifests import tasks
 from manifests.models import Call as CallModel
 from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Project, Rollup
 from manifests.selectors import calls as call_selectors
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
+from manifests.storage import partitions, retention
 from tests.analysis_support import T0, flush_rollups, store_and_analyse
 from tests.conftest import make_manifest
 

@@ -122,7 +122,7 @@ def test_it_runs_the_task_function_as_a_plain_call(project):
 def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(project):
     from django.db import connection, transaction
 
-    from ctxview.celery import _close_old_connections
+    from ctxview.celery import release_stale_connections
 
     # What a task terminated half-way out of a transaction leaves behind: an atomic block
     # that never exited, on a connection that no longer works.
@@ -130,7 +130,7 @@ def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(proj
     block.__enter__()
     Call.objects.count()
     connection.connection.close()
-    _close_old_connections(task=tasks.sweep_unanalysed)
+    release_stale_connections(task=tasks.sweep_unanalysed)
     assert not connection.in_atomic_block
     assert Call.objects.count() == 0  # the next task's queries work on a fresh connection
     store(project, [make_manifest("after")])

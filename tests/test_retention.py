@@ -1,4 +1,4 @@
-"""Retention and project deletion (manifests/retention.py), on both databases."""
+"""Retention and project deletion (manifests/storage/retention.py), on both databases."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import models
 
-from manifests import retention, tasks
+from manifests import tasks
 from manifests.models import ApiKey, CacheEvent, Call, Compaction, Invariant, Item, Project, Rollup, Run
+from manifests.storage import retention
 from tests.analysis_support import T0, flush_rollups, store_and_analyse
 from tests.conftest import make_manifest
 

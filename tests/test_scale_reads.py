@@ -1,5 +1,5 @@
-"""The dashboard's reads rewritten so they do not grow with the tables (issue 13) show the
-same rows in the same order as the plain queries they replace, on the demo data."""
+"""The dashboard's reads that do not grow with the tables (docs/performance.md, "Dashboard
+pages") show the same rows in the same order as the plain queries, on the demo data."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _before(project, filters, cq, sort):
-    """The calls list's query before issue 13: one query, every column NULLS LAST."""
+    """The plain calls list query: one query, every column NULLS LAST."""
     return list(call_list.calls(project, filters, cq).select_related("run", "figures", "cache_event")
                 .order_by(*sort.order_by(call_list.SORTS)).values_list("pk", flat=True))
 

@@ -171,13 +171,13 @@ def test_it_folds_many_items_that_were_not_sent(demo_world):
     assert 'id="items-folded"' not in small
 
 
-# The items table's row as the template wrote it before it moved to Python
-# (manifests/templatetags/call_items.py), kept in tests/call_item_row.html: the tag must
+# The items table's row as a Django template (tests/call_item_row.html), the reference for
+# manifests/templatetags/call_items.py: the tag must
 # write exactly this markup.
 TEMPLATE_ROW = (Path(__file__).parent / "call_item_row.html").read_text()
 
 
-def test_it_renders_item_rows_exactly_as_the_template_did():
+def test_it_renders_item_rows_exactly_as_the_reference_template():
     import itertools
 
     from django.template import engines

@@ -1,7 +1,7 @@
-"""The call view renders the same bytes as before its rework for speed (issue 13): items read
-as tuples, the diff with the previous call from compact tuples, the item rows written by
-one tag, the previous / next / lost-at calls read within the run's time span. The view as
-it was (selectors, view and template, verbatim) is kept in tests/call_view_reference.py and
+"""The call view renders the same bytes as the reference call view. The call view reads items
+as tuples, diffs with the previous call from compact tuples, writes the item rows with
+one tag and reads the previous / next / lost-at calls within the run's time span; the
+reference (plain selectors, view and template) is in tests/call_view_reference.py and
 served at the same URL by tests/call_view_reference_urls.py."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def assert_same_pages(client: Client, urls: list[str]) -> None:
         assert a == b, url
 
 
-def test_it_renders_the_demo_calls_as_before(demo_world):
+def test_it_renders_the_demo_calls_as_the_reference(demo_world):
     client = demo_world.client(demo_world.member)
     slug = demo_world.project.slug
     every = list(Call.objects.filter(project=demo_world.project).order_by("pk").values_list("call_id", flat=True))
@@ -106,7 +106,7 @@ def _varied_run(rng: random.Random, run_id: str, steps: int) -> list[dict]:
     return out
 
 
-def test_it_renders_calls_whose_items_vary_from_step_to_step_as_before(project, owner):
+def test_it_renders_calls_whose_items_vary_from_step_to_step_as_the_reference(project, owner):
     rng = random.Random(13)
     manifests = [m for r in range(4) for m in _varied_run(rng, f"run-{r}", steps=6)]
     report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())

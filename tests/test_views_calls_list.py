@@ -105,7 +105,7 @@ def test_it_links_many_calls_exactly_as_reverse_would():
 
 
 def test_it_bounds_a_hex_prefix_by_the_next_digit():
-    from manifests.selectors.search import _hex_begins
+    from manifests.selectors.search import hex_begins
 
-    assert _hex_begins("h", "ab9") == {"h__gte": "ab9", "h__lt": "aba", "h__startswith": "ab9"}
-    assert _hex_begins("h", "0f")["h__lt"] == "0g"
+    assert hex_begins("h", "ab9") == {"h__gte": "ab9", "h__lt": "aba", "h__startswith": "ab9"}
+    assert hex_begins("h", "0f")["h__lt"] == "0g"

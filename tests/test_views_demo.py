@@ -1,11 +1,11 @@
-"""The demo data: each story of issue 5 is in it, built by ctxkit through the ingest path."""
+"""The demo data: each story of docs/dashboard.md is in it, built by ctxkit through the ingest path."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
 
-from manifests import demo
+from manifests.demo import runs as demo
 from manifests.models import CacheEvent, Call, Evidence, Invariant, Item, Project, Regression
 from tests.views_support import demo_world_fixture  # noqa: F401
 

@@ -57,10 +57,10 @@ def test_it_exports_the_evidence_with_its_cause_under_the_filters(demo_world):
 
 
 def test_it_defuses_spreadsheet_formulas_in_csv_cells():
-    from manifests.views.exports import _cell
+    from manifests.views.exports import export_cell
 
-    assert _cell("=HYPERLINK(\"http://x\")") == "'=HYPERLINK(\"http://x\")"
-    assert _cell("+1") == "'+1" and _cell("plain") == "plain" and _cell(3) == 3
+    assert export_cell("=HYPERLINK(\"http://x\")") == "'=HYPERLINK(\"http://x\")"
+    assert export_cell("+1") == "'+1" and export_cell("plain") == "plain" and export_cell(3) == 3
 
 
 def test_it_answers_404_for_an_unknown_export_and_400_for_a_bad_filter(demo_world):

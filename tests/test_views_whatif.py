@@ -8,8 +8,9 @@ from urllib.parse import quote
 
 import pytest
 
-from manifests import partitions, replay
+from manifests import replay
 from manifests.models import Call, Evidence, Item
+from manifests.storage import partitions
 from tests.views_support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db

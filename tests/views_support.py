@@ -17,7 +17,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
-from manifests import demo, ingest, services
+from manifests import ingest, services
+from manifests.demo import runs as demo
 from manifests.models import Membership, Project
 from tests.conftest import make_manifest
 

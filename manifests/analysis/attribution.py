@@ -1,4 +1,4 @@
-"""Drop attribution (seed 004): why a required piece of evidence did not help.
+"""Drop attribution: why a required piece of evidence did not help (docs/analysis.md).
 
 Missing evidence (it did not reach the model) gets exactly one cause, decided by the
 run's history (ctxkit.figures.trace_missing): the first step of the run where it was
@@ -20,9 +20,9 @@ from django.db.models import Max, Min
 from ctxkit import figures as fig
 from ctxkit.record.manifest import Evidence as ManifestEvidence
 from ctxkit.record.manifest import Manifest, decode_manifest
-from manifests import partitions
 from manifests.analysis.data import CallData, clean
 from manifests.models import Attribution, Call, Evidence, Run
+from manifests.storage import partitions
 
 FIXES = {
     Attribution.NEVER_CANDIDATE: (

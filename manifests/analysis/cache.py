@@ -1,4 +1,4 @@
-"""Prompt-cache analysis (seed 001, 5.7): a cause for every call's cache outcome
+"""Prompt-cache analysis (docs/analysis.md): a cause for every call's cache outcome
 within its run, and the prefix registry.
 
 Prompt caching matches a prefix token by token: at the first difference the rest

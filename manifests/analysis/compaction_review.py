@@ -1,4 +1,4 @@
-"""Compaction review (seed 001 5.4.3, seed 003/004): per compaction event, the
+"""Compaction review (docs/analysis.md): per compaction event, the
 compression ratio r, the field distortion d and what was lost.
 
 r = tokens_after / tokens_before (lower is smaller). d is the share of the required

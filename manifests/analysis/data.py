@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from ctxkit import figures
 from ctxkit.record.manifest import Item as ManifestItem
 from ctxkit.record.manifest import Manifest, decode_manifest
-from manifests import partitions
 from manifests.models import Call, Compaction, Evidence
+from manifests.storage import partitions
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The per-model price table (relative units, seed 001 5.1.1) and cache facts.
+"""The per-model price table (relative units, docs/analysis.md) and cache facts.
 
 Prices are relative units per 1k tokens, for comparing strategies, not a
 provider's bill: input 1, output 4, cache read 0.1, cache write 1.25 by default.

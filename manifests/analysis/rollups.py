@@ -14,7 +14,7 @@ do and a worker killed mid-chunk leaves neither. :func:`refresh` (the beat task
 bucket once, however many batches marked it, and deletes the marks it claimed, and
 only those: a mark committed while it runs stays for the next run. With the interval
 0 (the embedded default, which has no beat) the analysis refreshes right after each
-task instead (manifests/analysis/__init__.py).
+task instead (manifests/analysis/pipeline.py).
 
 Two workers refreshing at once claim different marks (``SKIP LOCKED``); two that end up
 recomputing one bucket are serialised by a row lock on the rollup (taken in one global

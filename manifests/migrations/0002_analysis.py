@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 
 def default_price_row(apps, schema_editor):
-    """The '*' row of the price table, with the defaults of seed 001 (5.1.1), so the table
+    """The '*' row of the price table, with the default relative prices (docs/analysis.md), so the table
     shows and can be edited in the admin from the start."""
     ModelPrice = apps.get_model("manifests", "ModelPrice")
     ModelPrice.objects.get_or_create(model_pattern="*")

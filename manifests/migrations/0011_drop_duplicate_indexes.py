@@ -1,6 +1,6 @@
 """Drop the single-column indexes that duplicate the leading column of a composite one
 (items: call_id, project_id; evidence: call_id twice, project_id): every index is paid by
-every row written (docs/performance.md, "second pass").
+every row written (docs/performance.md, "Ingest").
 
 The indexes are dropped by name only: Django's AlterField would also drop and re-add the
 project foreign keys, which re-checks every stored row under a lock. Dropping a partitioned

@@ -1,7 +1,7 @@
 """Drop the single-column foreign-key indexes of the tables only ingest writes whose column
 leads a composite index already (calls: project_id, run_id; the idempotency registry:
 project_id; runs: project_id): every index is paid by every row written, and a query on the
-column alone uses the composite one (docs/performance.md, "Third pass").
+column alone uses the composite one (docs/performance.md, "Ingest").
 
 As in 0011, by name only: Django's AlterField would also drop and re-add the foreign keys,
 re-checking every stored row under a lock. Dropping a partitioned parent's index drops its

@@ -112,7 +112,7 @@ def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, pa
         # Join only the range's figures rows (the figures table is not partitioned; its
         # (project, started_at) index bounds them): a plain join reads every figures row of
         # every project and time to hash them. Still a LEFT join: a call not analysed yet
-        # has no figures row and sorts last, as before. A call's figures carry its time.
+        # has no figures row and sorts last. A call's figures carry its time.
         keys = keys.annotate(fig=FilteredRelation("figures", condition=_figures_in(project, filters)))
         columns = {**SORTS, sort.column: SORTS[sort.column].replace("figures__", "fig__", 1)}
     keys = keys.order_by(*sort.order_by(columns, nullable=NULLABLE_SORTS))

@@ -84,7 +84,7 @@ def cache_event(call: Call) -> CacheEvent | None:
 
 
 # An item of the call view: its stored fields as a tuple (no model instance: a call has up
-# to a few hundred items, and building instances was a good part of the page's time), and
+# to a few hundred items, and building instances would be a good part of the page's time), and
 # whether it reached the model (ctxkit.figures.in_context), computed once.
 ItemRow = namedtuple("ItemRow", (*ITEM_FIELDS, "in_context"))
 

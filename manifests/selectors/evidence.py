@@ -8,12 +8,12 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet
 
 from ctxkit import figures
-from manifests import partitions
 from manifests.figures import MISSING_CAUSES, RISK_CAUSES
 from manifests.models import Attribution, Evidence, Item, Project, Run
 from manifests.selectors import series
 from manifests.selectors.calls import run_calls
 from manifests.selectors.filters import Filters
+from manifests.storage import partitions
 
 CUT_ACTIONS = figures.CUT_ACTIONS
 SUMMARY_ACTIONS = {"summarize", "compress", "extract"}

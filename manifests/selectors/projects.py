@@ -52,7 +52,7 @@ def filter_options(project: Project) -> dict[str, list[str]]:
     are far fewer than calls."""
     if connection.vendor == "postgresql":
         # A loose index scan: one index probe per distinct pair, however many runs there are
-        # (a DISTINCT over the runs cost 25 ms at 20,000 runs, on every dashboard page).
+        # (a DISTINCT over the runs grows with them, and runs on every dashboard page).
         with connection.cursor() as cursor:
             cursor.execute(_PAIRS, [project.pk, project.pk])
             pairs = set(cursor.fetchall())

@@ -9,11 +9,12 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Sum
 
 from ctxkit.figures import hit_rate
-from manifests import figures, partitions
+from manifests import figures
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
 from manifests.selectors.calls import run_calls
 from manifests.selectors.filters import Filters
 from manifests.selectors.sorting import Sort
+from manifests.storage import partitions
 
 RUNS_PER_PAGE = 50
 STEPS_PER_PAGE = 100

@@ -43,7 +43,7 @@ def _begins(field: str, query: str) -> dict[str, str]:
     return {f"{field}__startswith": query}
 
 
-def _hex_begins(field: str, prefix: str) -> dict[str, str]:
+def hex_begins(field: str, prefix: str) -> dict[str, str]:
     """A hex prefix as an index range (``>= "ab9"`` and ``< "aba"``) plus the exact test: LIKE
     alone scans the table on SQLite and under PostgreSQL's non-C collations; the range uses
     the (project, hash) index, and the next hex digit bounds it under any collation."""
@@ -103,13 +103,13 @@ def find(project: Project, query: str, filters: Filters | None = None) -> list[M
 
     hex_query = query.lower()
     if len(hex_query) >= MIN_HASH_PREFIX and all(c in HEX for c in hex_query):
-        hashes = (Item.objects.filter(project=project, **_hex_begins("content_hash", hex_query))
+        hashes = (Item.objects.filter(project=project, **hex_begins("content_hash", hex_query))
                   .values_list("content_hash", flat=True).distinct().order_by("content_hash")[:PER_KIND])
         for h in hashes:
             out.append(Match("content hash", h, "item content hash: the items with this content",
                              f"{evidence_url}?{urlencode({'q': h, 'range': 'all'})}", h == hex_query))
         calls_url = reverse("calls", args=[slug])
-        prefixes = (Call.objects.filter(project=project, **_hex_begins("prefix_hash", hex_query))
+        prefixes = (Call.objects.filter(project=project, **hex_begins("prefix_hash", hex_query))
                     .values_list("prefix_hash", flat=True).distinct().order_by("prefix_hash")[:PER_KIND])
         for h in prefixes:
             out.append(Match("prefix hash", h, "prefix hash: the calls sent with this prefix",

@@ -1,11 +1,11 @@
 """The call view's item rows, rendered in Python.
 
 A call has up to a few hundred items and each row has a dozen cells; through the template
-language that was most of the call view's server time (docs/performance.md, "At 100M
-items"). This writes the same markup the template wrote, escaping every value as the
-template's autoescape did; tests/test_views_call.py checks the row against the template, and
-tests/test_views_call_equivalence.py the whole page (``item_rows``: all rows and the fold) against
-the page as it was.
+language they would be most of the call view's server time (docs/performance.md, "Dashboard
+pages"). This writes the same markup as a template, escaping every value as the
+template's autoescape does; tests/test_views_call.py checks the row against a reference template,
+and tests/test_views_call_equivalence.py the whole page (``item_rows``: all rows and the fold)
+against a reference view.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DASH = "–"
 
 
 def _e(value: Any) -> str:
-    """conditional_escape without its lazy-string wrapper (a third of this module's time)."""
+    """conditional_escape without its lazy-string wrapper (a large share of this module's time)."""
     if type(value) is str:  # most values: skip the __html__ probe
         return html.escape(value)
     if hasattr(value, "__html__"):

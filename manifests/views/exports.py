@@ -28,7 +28,7 @@ class _Line:
         return value
 
 
-def _cell(value: Any) -> Any:
+def export_cell(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, str) and value.startswith(FORMULA_START):
@@ -40,7 +40,7 @@ def _csv(header: list[str], rows: Iterator[tuple]) -> Iterator[str]:
     writer = csv.writer(_Line())
     yield writer.writerow(header)
     for row in rows:
-        yield writer.writerow([_cell(v) for v in row])
+        yield writer.writerow([export_cell(v) for v in row])
 
 
 def _jsonl(header: list[str], rows: Iterator[tuple]) -> Iterator[str]:

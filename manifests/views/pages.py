@@ -39,7 +39,7 @@ PATH_SAFE = "!$&'()*+,;=/~:@"
 
 def call_linker(slug: str, qs: str = "") -> Callable[[str], str]:
     """call_url for many calls of one page: reverse() once, then quote each id the way reverse()
-    does (a chart links up to 5,000 calls, and reverse() costs ~50 µs a call)."""
+    does (a chart links up to 5,000 calls, and reverse() per call would dominate the page)."""
     prefix = reverse("calls", args=[slug])
     suffix = f"/?{qs}" if qs else "/"
     return lambda call_id: prefix + quote(call_id, safe=PATH_SAFE) + suffix

@@ -66,6 +66,8 @@ _EXPORTS: dict[str, str] = {
     "clear_thinking": "context.editing",
     # cost and caching
     **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
+    # prefix stability in an agent's tests (docs/sdk.md, "Catch cache breaks in CI")
+    **dict.fromkeys(("assert_prefix_stable", "scan_prefix"), "testing"),
     # sending
     "Client": "record.client",
     "Spool": "record.spool",
@@ -167,6 +169,8 @@ __all__ = [
     "cache_saving",
     "cache_break_even",
     "ttl_expired",
+    "assert_prefix_stable",
+    "scan_prefix",
     "Client",
     "Spool",
     "instrument",
@@ -254,4 +258,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         normalize_usage,
         uncached_input_tokens,
     )
+    from ctxkit.testing import assert_prefix_stable, scan_prefix
     from ctxkit.version import __version__

@@ -7,6 +7,11 @@
     send what a client spooled to disk (server down, process ended) now, and
     exit non-zero if anything is left. Host and key default to ``CTXVIEW_HOST``
     and ``CTXVIEW_API_KEY``.
+``ctxkit check-prefix BEFORE AFTER [--host URL --key KEY] [--json]``
+    compare the cacheable prefix of two recorded runs (two manifests files, or two
+    run ids on a ctxview server) step by step; exit 1 naming the segment, the line
+    and the extra cost per 1,000 calls when it changed, 0 when not
+    (``ctxkit.prefixcheck``).
 """
 
 from __future__ import annotations
@@ -62,6 +67,12 @@ def _send_spool(args: argparse.Namespace) -> int:
     return 1 if counts["left"] else 0
 
 
+def _check_prefix(args: argparse.Namespace) -> int:
+    from ctxkit import prefixcheck
+
+    return prefixcheck.command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxkit", description="ctxkit: context manifests for ctxview.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
@@ -78,6 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--retries", type=int, default=3, help="retries per batch on transient errors")
     send.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout in seconds")
     send.set_defaults(func=_send_spool)
+
+    check = sub.add_parser("check-prefix", help="compare the cacheable prefix of two recorded runs (CI)")
+    check.add_argument("before", help="manifests file (JSON lines) or, with --host, a run id: the baseline")
+    check.add_argument("after", help="manifests file or run id: the run to check")
+    check.add_argument("--host", default=None,
+                       help="read both runs from this ctxview server (BEFORE and AFTER are run ids)")
+    check.add_argument("--key", default=None, help="a read-scoped API key (env CTXVIEW_API_KEY)")
+    check.add_argument("--before-run", default=None, help="the run to take from the BEFORE file")
+    check.add_argument("--after-run", default=None, help="the run to take from the AFTER file")
+    check.add_argument("--prices", default=None,
+                       help="per 1k tokens, e.g. input=3,cache_read=0.3,cache_write=3.75 (default: the server's "
+                            "price book, else its default row)")
+    check.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout in seconds")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.set_defaults(func=_check_prefix)
     return parser
 
 

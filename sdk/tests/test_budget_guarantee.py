@@ -7,6 +7,8 @@ W - R - margin, or the result (and its manifest) is flagged over budget with the
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,39 @@ def test_default_reserve_is_the_largest_step_output_plus_ten_percent() -> None:
     """R is the largest single-step output (a tool call's JSON, 800) + 10 %."""
     assert ContextBuilder(budget=128_000).reserve == DEFAULT_RESERVE == 880
     assert ContextBuilder(budget=1200).reserve == 240  # never more than a fifth of a small budget
+
+
+def test_a_pinned_constraint_is_restated_at_the_end_or_the_plan_is_over_budget() -> None:
+    """Hard constraints go at the start and again at the end of the context. When the pinned parts
+    fit the cap but their TAIL copy does not, the copy is kept and the plan says it is over budget
+    (with the figures), instead of reporting a fit and only warning that the copy went missing."""
+    time_limit = TASK.splitlines()[2]  # "约束 2：每次查询必须在 30 秒内完成，超时即返回 partial=true 的部分结果。"
+    segments = [*fixture_segments(),
+                Segment(name="time_limit", kind="constraint", text=time_limit, priority=100, policy="pin")]
+    without_copy = ContextBuilder(budget=400, reserve=80, restate_constraints=False).build(segments)
+    assert not without_copy.over_budget and without_copy.measured_tokens is not None
+    assert without_copy.measured_tokens <= 320  # the pinned parts alone fit the cap 400 - 80
+
+    built = ContextBuilder(budget=400, reserve=80).build(segments)
+    assert built.layout is not None
+    tail = {p.id: p for p in built.layout.tail}
+    head = {p.id: p for p in built.layout.head}
+    assert tail["time_limit#restated"].content_hash == head["time_limit"].content_hash
+    assert built.text().endswith("\n\n" + time_limit)  # the last thing the model reads
+    assert built.text().count(time_limit) == without_copy.text().count(time_limit) + 1
+    assert built.measured_tokens is not None and built.measured_tokens > 320
+    assert built.over_budget and built.plan.over_budget
+    reason = built.over_budget_reason or ""
+    assert "the restatement at the end of TAIL ('time_limit'" in reason
+    found = re.search(r"without the copy they would measure (\d+), within the cap", reason)
+    assert found is not None and int(found.group(1)) + tail["time_limit#restated"].tokens <= built.measured_tokens
+    assert "input cap 320 = window 400 - reserve 80" in reason
+    assert not any("not restated" in note for note in built.notes)
+
+    manifest = built.manifest(call_id="c", run_id="r", step=0, model="m")
+    assert manifest.budget.over_budget is True and manifest.budget.over_budget_reason == reason
+    items = {i.id: i for i in manifest.items}
+    assert items["time_limit#restated"].zone == "tail" and items["time_limit"].zone == "head"
+
+    roomy = ContextBuilder(budget=480, reserve=80).build(segments)  # room for both copies: no flag
+    assert not roomy.over_budget and roomy.text().endswith("\n\n" + time_limit)

@@ -391,3 +391,69 @@ def test_a_cleared_placeholder_is_not_summarised_again() -> None:
     cleared = clear_tool_results(tool_history(), keep_last=0, estimate=chars).records
     summary = extractive_summarizer(cleared)
     assert not any("cleared tool result" in line for line in summary.facts + summary.open_items)
+
+
+# --------------------------------------------------------------------------- #
+# Pending work in the folded turns
+
+
+SUBMITTED = "已为您提交退款申请，财务审批通过后原路退回到您的支付账户。"
+PROMISE = "审批结果出来后，我会在周五 18:00 前给您回话。"
+
+
+def refund_in_progress() -> list[Record]:
+    """The material's refund conversation (a broken cup, order DD20241107-5531, 328.00 元 under
+    return policy 7.2), up to a submitted refund awaiting finance's approval and the agent's
+    promise to report back, then a turn of small talk."""
+    turns = [
+        ("我的订单 DD20241107-5531 收到的时候外包装已经破了，里面的杯子也碎了",
+         "您好，非常抱歉，我先帮您查一下这个订单"),
+        ("查到了吗？", "查到了，退款金额 328.00 元，根据退货政策第 7.2 条可以全额退款"),
+        ("那就退吧", SUBMITTED + PROMISE),
+        ("好的，谢谢", "不客气"),
+    ]
+    records: list[Record] = []
+    for n, (user, assistant) in enumerate(turns):
+        records += [Record(f"u{n}", "user", user, turn=n), Record(f"a{n}", "assistant", assistant, turn=n)]
+    return records
+
+
+def test_a_submitted_request_and_a_promise_to_follow_up_are_open_items() -> None:
+    result = compact(refund_in_progress(), keep_last=1, obligations=[PROMISE], active_operations=[SUBMITTED])
+    summary = extractive_summarizer([r for r in refund_in_progress() if r.turn != 3])
+    assert [item.split(" [src")[0] for item in summary.open_items] == [SUBMITTED, PROMISE]
+    assert summary.constraints == []  # a promise with a deadline is work to do, not a rule
+    assert result.summary is not None
+    text = result.summary.text
+    assert text.index("待办事项：") < text.index(PROMISE) < text.index("硬约束：")
+    assert "硬约束：\n- 无" in text
+    assert result.ok
+
+
+def test_english_pending_work_is_filed_under_open_items_and_rules_stay_constraints() -> None:
+    records = [
+        Record("a1", "assistant", "I submitted the refund request for ORD-1234."),
+        Record("a2", "assistant", "I will get back to you once finance approves it."),
+        Record("u1", "user", "Refunds are allowed only after approval."),
+        Record("a3", "assistant", "The request for ORD-1200 was submitted and approved."),
+    ]
+    s = extractive_summarizer(records)
+    assert [o.split(" [src")[0] for o in s.open_items] == ["I submitted the refund request for ORD-1234.",
+                                                          "I will get back to you once finance approves it."]
+    assert [c.split(" [src")[0] for c in s.constraints] == ["Refunds are allowed only after approval."]
+    assert [f.split(" [src")[0] for f in s.facts] == ["The request for ORD-1200 was submitted and approved."]
+
+
+def test_a_pending_obligation_filed_as_a_constraint_fails_its_invariant() -> None:
+    """Present in the summary is not enough: under hard constraints a promise reads as a rule."""
+
+    def as_constraint(records: object) -> Summary:
+        return Summary(facts=["退款金额 328.00 元"], constraints=[PROMISE], language="zh")
+
+    result = compact(refund_in_progress(), keep_last=1, summarizer=as_constraint, obligations=[PROMISE])
+    failed = {inv.name: inv for inv in result.failed}
+    assert list(failed) == ["pending_obligations"]
+    assert failed["pending_obligations"].lost == [PROMISE] == failed["pending_obligations"].misfiled
+    assert "filed in the summary, but not under open items" in result.to_manifest().invariants[0].detail
+    # The default summarizer files it where it belongs.
+    assert compact(refund_in_progress(), keep_last=1, obligations=[PROMISE]).ok

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from ctxkit import ContextBuilder, Memory, Record, Segment, build_manifest, clear_thinking
 from ctxkit.context.compaction import clear_tool_results
+from ctxkit.context.memory import Fact
 
 
 def test_a_newer_fact_supersedes_the_older_and_the_manifest_records_which() -> None:
@@ -77,3 +80,65 @@ def test_clearing_thinking_respects_clear_at_least() -> None:
     """Clearing breaks the cache prefix, so it only acts when it frees enough."""
     result = clear_thinking(_history(), keep_last=1, clear_at_least=10_000)
     assert not result.applied and "below clear_at_least" in result.reason
+
+
+def test_a_fact_carries_the_write_back_records_confidence() -> None:
+    """The write-back record: key, value, previous, source, observed_at, supersedes, confidence."""
+    memory = Memory()
+    memory.write("report.language", "en", authority="preference", source="mem:profile", fact_id="mem_7f31")
+    new = memory.write("report.language", "zh", authority="user", source="user:turn-8",
+                       observed_at=datetime(2026, 10, 19, 1, 24, 3, tzinfo=UTC))
+    assert {k: v for k, v in new.record().items() if k != "id"} == {
+        "key": "report.language", "value": "zh", "previous": "en", "source": "user:turn-8",
+        "observed_at": "2026-10-19T01:24:03Z", "supersedes": "mem_7f31", "confidence": "explicit"}
+    assert memory.facts[0].confidence == "recalled"  # long-term memory: possibly out of date
+    assert memory.write("refund.rate", "0.0321", source="bi://refund/v2").confidence == "verified"
+    assert memory.write("refund.rate", "0.0321", source="bi://refund/v2", confidence="explicit").confidence == \
+        "explicit"
+    with pytest.raises(ValueError, match="confidence"):
+        memory.write("refund.rate", "0.03", confidence="probably")  # type: ignore[arg-type]
+
+
+def _read_only_task() -> tuple[Memory, Fact, Fact]:
+    """The spec says read only; the user says "while you're at it, change it"."""
+    memory = Memory()
+    task = memory.write("task.access", "只读", authority="task", source="task:spec")
+    change = memory.write("task.access", "顺便改一下", authority="user", source="user:turn-9")
+    return memory, task, change
+
+
+def test_a_users_change_to_a_task_constraint_waits_for_confirmation() -> None:
+    memory, task, change = _read_only_task()
+    assert change.held_against == task.id and change.supersedes is None and change.previous == "只读"
+    assert memory.current_fact("task.access") == task and memory.held() == [change]
+    built = ContextBuilder(budget=2000).build([Segment(name="system", kind="system", text="规则。", policy="pin"),
+                                               *memory.segments()])
+    text = built.text()
+    assert "task.access: 只读" in text and "task.access: 顺便改一下" not in text
+    assert "awaiting the user's confirmation: change task constraint task.access from '只读' to '顺便改一下'" in text
+    manifest = memory.record(build_manifest(call_id="c", run_id="r", step=0, model="m", window=1000))
+    reason = {i.id: i.reason for i in manifest.items}[change.id]
+    assert reason.startswith("held for confirmation: the user's change of task constraint task.access")
+
+    confirmed = memory.confirm(change.id, source="user:turn-10")
+    assert confirmed.supersedes == task.id and memory.current_fact("task.access") == confirmed
+    assert memory.held() == [] and memory.facts[:2] == [task, change]  # appended, never rewritten
+    reasons = {i.id: i.reason for i in memory.record(
+        build_manifest(call_id="c", run_id="r", step=1, model="m", window=1000)).items}
+    assert f"superseded by {confirmed.id}" in reasons[task.id]
+    assert f"was confirmed in {confirmed.id} (user:turn-10)" in reasons[change.id]
+
+
+def test_a_rejected_change_leaves_the_task_constraint_in_force() -> None:
+    memory, task, change = _read_only_task()
+    rejected = memory.reject(change.id, source="user:turn-10")
+    assert memory.current() == [task] and memory.held() == []
+    assert "顺便改一下" not in "\n".join(s.text for s in memory.segments())
+    reasons = {i.id: i.reason for i in memory.record(
+        build_manifest(call_id="c", run_id="r", step=1, model="m", window=1000)).items}
+    assert f"was rejected in {rejected.id}" in reasons[change.id]
+    assert reasons[rejected.id].startswith("rejected: task.access stays '只读'")
+    with pytest.raises(ValueError, match="not a change waiting"):
+        memory.confirm(change.id)
+    # Changes that need no confirmation still apply at once: the user over a preference, the system over a task.
+    assert memory.write("task.access", "只读，且不得导出", authority="system").supersedes == task.id

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 
+from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.operators import compress_schema
-from ctxkit.context.ops_schema import risk_sentences
+from ctxkit.context.ops_schema import MINIMAL_FORM, plan_schema, risk_kinds, risk_sentences
 from ctxkit.context.tokens import estimate_tokens
+from ctxkit.record.builder import ContextBuilder
 
 
 def _tool(name: str, description: str, props: dict[str, dict[str, object]], required: list[str]) -> dict:
@@ -97,3 +99,77 @@ def test_risk_sentence_detection() -> None:
         ["Deletes nothing.", "Charges $0.01 per call."]
     assert risk_sentences("查询余额。转账后无法撤销。") == ["转账后无法撤销。"]
     assert risk_sentences("Read the dataset schema.") == []
+
+
+# A payment tool whose risk words keep two sentences in every step before the minimal form.
+REFUND = _tool("refund", "Refund an order to the payment card. Risky: moves money and cannot be undone.",
+               {"order_id": {"type": "string", "description": "Order id such as ord_123."},
+                "mode": {"type": "string", "enum": ["full", "partial"], "description": "Full or part of the amount."},
+                "note": {"type": "string", "description": "Shown to the customer."}},
+               ["order_id", "mode"])
+REFUND_MINIMAL = 'refund(order_id: string, mode: "full"|"partial") - Risky: moves money and cannot be undone.'
+
+
+def test_a_risky_tool_falls_back_to_its_minimal_form_before_it_is_dropped() -> None:
+    """Name, required parameters, enum values and the risk statement: what a valid, safe call needs."""
+    text = json.dumps([REFUND])
+    steps = plan_schema(text).steps
+    assert steps is not None
+    before_minimal = {label: tokens for label, _, tokens in steps}["dropped optional parameters"]
+    assert before_minimal > 25 >= estimate_tokens(REFUND_MINIMAL)  # the older steps cannot fit 25 tokens
+    out, record = compress_schema(text, 25)
+    assert out == REFUND_MINIMAL
+    assert record.tokens_after == estimate_tokens(REFUND_MINIMAL) and "dropped_tools" not in record.data
+    assert record.data["steps"][-1] == MINIMAL_FORM
+    # Below the minimal form an unpinned tool is still dropped, and the record says which.
+    out, record = compress_schema(text, estimate_tokens(REFUND_MINIMAL) - 1)
+    assert out == "" and record.data["dropped_tools"] == ["refund"] and "over_budget" not in record.data
+
+
+def test_the_minimal_form_states_each_kind_of_risk_once() -> None:
+    """Of several risk sentences the fewest, shortest ones that still name every kind of risk stay."""
+    tool = _tool("close_account", "Close a customer account. Its balance is refunded to the card on file. "
+                 "Deletes the account's data permanently. This cannot be undone.",
+                 {"user_id": {"type": "string", "description": "Also wipes exported personal data."}}, ["user_id"])
+    steps = {label: out for label, out, _ in plan_schema(json.dumps([tool])).steps or ()}
+    assert "Deletes the account's data permanently." in steps["dropped optional parameters"]
+    assert steps[MINIMAL_FORM] == ("close_account(user_id: string) - Its balance is refunded to the card on file. "
+                                   "This cannot be undone. [user_id: Also wipes exported personal data.]")
+    # money, irreversible, destructive and privacy are each still stated
+    assert risk_kinds(steps[MINIMAL_FORM]) == {"money", "irreversible", "destructive", "privacy"}
+
+
+def test_a_pinned_tool_is_never_dropped_and_the_result_is_over_budget() -> None:
+    text = json.dumps([REFUND, *PAYMENTS[3:]])  # refund and bi_describe (read only)
+    tight = estimate_tokens(REFUND_MINIMAL) - 1
+    out, record = compress_schema(text, tight, pinned={"refund"})
+    assert out == REFUND_MINIMAL  # bi_describe went first; refund stays, over the budget
+    assert record.data["dropped_tools"] == ["bi_describe"] and record.data["over_budget"] is True
+    assert "over budget: pinned tools refund need 23 tokens" in record.detail
+
+
+def test_a_schema_segment_with_a_pinned_tool_makes_the_plan_over_budget() -> None:
+    tools = Segment(name="tools", kind="tools", text=json.dumps([REFUND]), priority=60, policy="schema",
+                    pinned_lines=("refund",))
+    task = Segment(name="task", kind="task", text="退款前必须核对订单状态。" * 2, policy="pin")
+    plan = allocate([task, tools], budget=estimate_tokens(task.text) + 10)
+    allocation = plan.get("tools")
+    assert allocation.text == REFUND_MINIMAL and allocation.used == allocation.granted == 23
+    assert plan.over_budget and any("pinned tools of tools (23 tokens)" in w for w in plan.warnings)
+    unpinned = allocate([task, Segment(name="tools", kind="tools", text=json.dumps([REFUND]), priority=60,
+                                       policy="schema")], budget=estimate_tokens(task.text) + 10)
+    assert unpinned.get("tools").action == "drop" and not unpinned.over_budget
+
+    built = ContextBuilder(budget=estimate_tokens(task.text) + 10, reserve=0).build([task, tools])
+    assert built.over_budget and REFUND_MINIMAL in built.text()
+    assert "pinned tools (tools: 23 tokens)" in (built.over_budget_reason or "")
+
+
+def test_pinned_tools_get_their_floor_before_higher_priority_floors() -> None:
+    tools = Segment(name="tools", kind="tools", text=json.dumps([REFUND]), priority=10, policy="schema",
+                    pinned_lines=("refund",))
+    notes = Segment(name="notes", kind="memory", text="用户偏好：中文输出，金额单位为分。" * 6, priority=90,
+                    policy="extract", min_tokens=40)
+    plan = allocate([notes, tools], budget=50)
+    assert plan.get("tools").text == REFUND_MINIMAL and not plan.over_budget
+    assert plan.get("tools").granted == 23 and plan.used <= plan.cap

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from manifests import retention
 from manifests.models import Project
+from manifests.storage import retention
 
 
 class Command(BaseCommand):

@@ -8,7 +8,10 @@ import os
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from manifests import demo, demo_instrument, demo_otlp, services
+from manifests import services
+from manifests.demo import instrument as demo_instrument
+from manifests.demo import otlp as demo_otlp
+from manifests.demo import runs as demo
 from manifests.models import Membership, Project
 
 DEMO_USER = "demo"

@@ -4,7 +4,7 @@ The dashboard must work offline: plotly.js is served from our own static files, 
 from a CDN, and nothing is downloaded at run time. ``static/vendor/plotly.min.js`` is
 ``plotly-cartesian.min.js`` of the npm package ``plotly.js-cartesian-dist-min`` (the
 trace types every chart here uses: bar, scatter, heatmap; category, multicategory and
-date axes), a third of the full bundle. To move to another release, run
+date axes), much smaller than the full bundle. To move to another release, run
 ``npm pack plotly.js-cartesian-dist-min@<version>``, copy ``package/plotly-cartesian.min.js``
 over the file and update VERSION and SHA256 below (``make browser`` runs this check).
 """

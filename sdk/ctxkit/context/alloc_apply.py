@@ -62,12 +62,14 @@ def apply_policies(
         if a.requested <= granted:  # whole: the text is the (deduped) segment as counted
             a.text, a.action, a.used = text, ("compress" if ops else "keep"), a.requested
             note = "fits whole"
-        elif granted <= 0:
+        elif granted <= 0 and not (seg.policy == "schema" and seg.pinned_lines):  # pinned tools: never dropped
             a.action = "drop"
             note = "no budget left after pinned segments and higher priorities"
         else:
             out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk)
             used = estimate(out)
+            if rec.data.get("over_budget"):  # pinned tools that do not fit: kept and charged, the plan is over
+                a.granted = granted = used
             if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing
                 out, rec = truncate_head_tail(out, granted, ref=seg.source_ref, estimate=estimate)
                 used = estimate(out)
@@ -130,12 +132,13 @@ def _run_policy(
         return sliding_window(turns, budget=grant, max_turns=seg.keep_recent or None, pinned=seg.pinned_lines,
                               estimate=estimate, scorer=scorer)
     if seg.policy == "schema":  # every step's rendering is grant-independent too
+        pinned = seg.pinned_lines  # for a schema: names of tools that are never dropped
         if not is_default_estimator(estimate):
-            return compress_schema(text, grant, estimate=estimate)
+            return compress_schema(text, grant, estimate=estimate, pinned=pinned)
         schema = alloc_cache.plan(("schema", text))
         if not isinstance(schema, SchemaPlan):
             schema = plan_schema(text, estimate=estimate)
             alloc_cache.keep_plan(("schema", text), text, schema)
-        return cut_schema(schema, text, grant, estimate=estimate)
+        return cut_schema(schema, text, grant, estimate=estimate, pinned=pinned)
     before = estimate(text)
     return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")

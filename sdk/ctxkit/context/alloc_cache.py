@@ -145,7 +145,7 @@ def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable,
 
 
 def plan(key: Hashable) -> object | None:
-    """The plan (``LinePlan``, ``LazySchemaPlan``) kept for ``key``, or None. The key must hold
+    """The plan (``LinePlan``, ``SchemaPlan``) kept for ``key``, or None. The key must hold
     everything the plan depends on besides the (default) estimator: policy, text, pinned
     lines, keep_recent."""
     hit = _plans.entries.get(key)

@@ -22,7 +22,8 @@ class Segment:
     ``priority`` is a weight (value / replaceability), 0..1000 as in the manifest;
     ``trust`` is separate from it on purpose (a web page can matter and still be only data).
     ``keep_recent``: lines kept verbatim by ``summarize``; maximum turns for ``window`` (0 = as
-    many as fit). ``pinned_lines``: lines that ``extract``/``summarize``/``window`` keep first.
+    many as fit). ``pinned_lines``: lines that ``extract``/``summarize``/``window`` keep first;
+    for ``schema``, the names of tools that are never dropped (kept at least in their minimal form).
     ``why``: for ``ref``, why the reference matters.
     """
 

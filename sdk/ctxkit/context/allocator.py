@@ -16,7 +16,8 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
 3. Pinned segments (``policy="pin"``) are kept whole and charged first. If they alone exceed
    the cap, ``over_budget=True`` and every other segment gets 0: capacity is never faked.
 4. Floors: in order ``(-effective_priority, name)`` each segment gets
-   ``min(min_tokens, requested, left)`` (for ``window`` at least its pinned lines).
+   ``min(min_tokens, requested, left)`` (for ``window`` at least its pinned lines, for ``schema``
+   at least the minimal form of its pinned tools; those ``schema`` segments go first).
 5. The rest is shared by weight (= effective priority): ``int(pool * w / W)`` capped at need,
    from a fixed pool (not the shrinking ``left``). What capped segments leave is shared again among the others (water
    filling); the last tokens from rounding go one each in ``(-effective_priority, name)`` order.
@@ -26,7 +27,9 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
    ``(-effective_priority, name)`` order while they fit; the rest of the pool water-fills the
    segments that can shrink.
 7. Each segment is cut to its grant by its policy (operators module). ``used <= granted``
-   always; a segment whose grant buys nothing is ``drop``.
+   always; a segment whose grant buys nothing is ``drop``. A ``schema`` segment's pinned tools
+   (``pinned_lines`` holds their names) are never dropped: when their minimal form does not fit
+   what is left, it is kept and charged anyway and the plan is ``over_budget``.
 
 Aging: ``aging`` maps segment name -> number of consecutive previous calls in which
 it was starved (dropped for lack of budget). Its effective priority is
@@ -71,6 +74,7 @@ from ctxkit.context.operators import (
     score_line,
 )
 from ctxkit.context.ops_dedupe import dedupe_record
+from ctxkit.context.ops_schema import pinned_tools_tokens
 from ctxkit.context.tokens import (
     Estimator,
     clip,
@@ -297,12 +301,20 @@ def _priority(
                         "reduce hard segments, split the task or use a larger window")
     left = max(0, cap - pinned_tokens)
     others = [a for a in order if not a.pinned and a.duplicate_of is None]  # (-effective_priority, name) order
-    for a in others:
+    # Segments holding pinned tools get their floor first: like pinned segments, those are never dropped.
+    with_pinned_tools = [a for a in others
+                         if segments[a.position].policy == "schema" and segments[a.position].pinned_lines]
+    floors_order = others
+    if with_pinned_tools:
+        floors_order = [*with_pinned_tools, *(a for a in others if a not in with_pinned_tools)]
+    for a in floors_order:
         seg = segments[a.position]
-        if seg.min_tokens or seg.policy == "window":  # else the floor is 0, as granted already is
-            floor = seg.min_tokens
+        if seg.min_tokens or seg.policy == "window" or (seg.policy == "schema" and seg.pinned_lines):
+            floor = seg.min_tokens  # (else the floor is 0, as granted already is)
             if seg.policy == "window" and seg.pinned_lines:
                 floor = max(floor, estimate("\n".join(seg.pinned_lines)) + 1)
+            elif seg.policy == "schema" and seg.pinned_lines:  # the minimal form of its pinned tools
+                floor = max(floor, pinned_tools_tokens(texts[a.position], seg.pinned_lines, estimate=estimate))
             a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
@@ -312,7 +324,13 @@ def _priority(
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
     apply_policies(segments, allocs, texts, budget, estimate, scorer, line_cjk)  # texts[i] is allocs[i]'s
-    if over_budget:
+    pinned_tools = [a for a in others if any(op.data.get("over_budget") for op in a.operations)]
+    if pinned_tools:  # kept whole in their minimal form past the cap, like pinned segments
+        over_budget = True
+        names = ", ".join(f"{a.name} ({a.used} tokens)" for a in pinned_tools)
+        warnings.append(f"pinned tools of {names} do not fit the input cap {cap} even in their minimal form: "
+                        "they are kept, never dropped; reduce hard segments, split the task or use a larger window")
+    if pinned_tokens > cap:
         for a in allocs:
             if not a.pinned and a.action == "drop" and a.requested:
                 a.reason = f"pinned segments ({pinned_tokens} tokens) exceed the input cap {cap}; " + a.reason

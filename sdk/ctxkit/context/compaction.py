@@ -10,7 +10,9 @@ Two tools, to be used in this order:
    rewritten: the folded records stay in ``new_history`` marked ``compacted_by`` the summary,
    the summary is appended as a new record, and the input list is left untouched. After the
    fold four invariants are checked (pending obligations, active operations, user
-   constraints, required evidence); a failure is reported with the literal items lost.
+   constraints, required evidence); a failure is reported with the literal items lost. A
+   pending obligation that a sectioned summary files anywhere but under open items counts as
+   lost (misfiled): a promise filed as a hard constraint no longer reads as work to do.
 
 Compaction is triggered by window occupancy (:func:`should_compact`), never by turn count:
 one tool result can weigh as much as twenty turns of chat.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ctxkit.context.summary import (  # noqa: F401  (re-exported)
     Summary,
@@ -119,6 +121,7 @@ class InvariantCheck:
     checked: int
     lost: list[str]
     absent_before: list[str]
+    misfiled: list[str] = field(default_factory=list)  # in ``lost``: present, but not as an open item
 
     @property
     def detail(self) -> str:
@@ -127,9 +130,12 @@ class InvariantCheck:
         if self.ok:
             return f"all {self.checked} present after compaction"
         text = f"{len(self.lost)} of {self.checked} missing after compaction"
+        notes = []
         if self.absent_before:
-            text += f" ({len(self.absent_before)} already missing before it)"
-        return text
+            notes.append(f"{len(self.absent_before)} already missing before it")
+        if self.misfiled:
+            notes.append(f"{len(self.misfiled)} filed in the summary, but not under open items")
+        return text + (f" ({'; '.join(notes)})" if notes else "")
 
     def to_manifest(self) -> Invariant:
         # The manifest caps names at MAX_NAME characters and lists at MAX_EVIDENCE entries.
@@ -217,11 +223,16 @@ def _norm(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def _check(name: str, items: Sequence[str], before: str, after: str) -> InvariantCheck:
+def _check(name: str, items: Sequence[str], before: str, after: str, where: str | None = None) -> InvariantCheck:
+    """Which ``items`` are not in ``after``; with ``where`` (the part of ``after`` they must be in),
+    an item found in ``after`` but not there is lost too, and listed as misfiled."""
     wanted = list(dict.fromkeys(i for i in items if _norm(i)))
-    lost = [i for i in wanted if _norm(i) not in after]
+    found_in = after if where is None else where
+    lost = [i for i in wanted if _norm(i) not in found_in]
     absent_before = [i for i in lost if _norm(i) not in before]
-    return InvariantCheck(name=name, ok=not lost, checked=len(wanted), lost=lost, absent_before=absent_before)
+    misfiled = [i for i in lost if where is not None and _norm(i) in after]
+    return InvariantCheck(name=name, ok=not lost, checked=len(wanted), lost=lost, absent_before=absent_before,
+                          misfiled=misfiled)
 
 
 def compact(
@@ -289,7 +300,14 @@ def compact(
 
     live_after = [r for r in new_history if r.live]
     after_text = _norm("\n".join([r.text for r in live_after] + [elsewhere]))
-    invariants = _invariants(constraints, obligations, active_operations, required_evidence, before_text, after_text)
+    # A pending obligation the summary files as a settled fact or a hard constraint reads as done
+    # or as a rule: with a sectioned summary it must be under open items (or outside the summary).
+    pending_text = None
+    if isinstance(produced, Summary):
+        outside = [r.text for r in live_after if r.id != summary_id]
+        pending_text = _norm("\n".join([*produced.open_items, *outside, elsewhere]))
+    invariants = _invariants(constraints, obligations, active_operations, required_evidence, before_text, after_text,
+                             pending_text)
     present = sum(inv.checked - len(inv.absent_before) for inv in invariants)
     lost_now = sum(len(inv.lost) - len(inv.absent_before) for inv in invariants)
     return CompactionResult(
@@ -315,10 +333,11 @@ def _invariants(
     required_evidence: Sequence[str],
     before: str,
     after: str,
+    pending: str | None = None,
 ) -> list[InvariantCheck]:
     after = after or before  # no compaction: the context after is the context before
     return [
-        _check("pending_obligations", obligations, before, after),
+        _check("pending_obligations", obligations, before, after, pending),
         _check("active_operations", active_operations, before, after),
         _check("user_constraints", constraints, before, after),
         _check("required_evidence", required_evidence, before, after),

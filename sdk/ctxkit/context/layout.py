@@ -327,18 +327,23 @@ def volatile_warnings(text: str) -> list[str]:
 _VOLATILE_SEEN: dict[str, tuple[str, ...]] = {}
 
 
-def _scan_volatile(text: str) -> list[str]:
-    warnings: list[str] = []
+def volatile_matches(text: str) -> list[tuple[str, str, int]]:
+    """Each per-call value in ``text`` as ``(label, value, offset)``, widest match first where
+    two overlap (a timestamp also contains a date and a time: only the timestamp is reported)."""
+    found: list[tuple[str, str, int]] = []
     covered: list[tuple[int, int]] = []
     for label, pattern in _VOLATILE:
         for match in pattern.finditer(text):
             start, end = match.span()
-            # A timestamp also contains a date and a time: report the widest match only.
             if any(s <= start and end <= e for s, e in covered):
                 continue
             covered.append((start, end))
-            warnings.append(
-                f"prefix holds {label} {match.group(0)!r}: it changes between calls and breaks the prompt cache; "
-                "move it to the tail"
-            )
-    return warnings
+            found.append((label, match.group(0), start))
+    return found
+
+
+def _scan_volatile(text: str) -> list[str]:
+    return [
+        f"prefix holds {label} {value!r}: it changes between calls and breaks the prompt cache; move it to the tail"
+        for label, value, _ in volatile_matches(text)
+    ]

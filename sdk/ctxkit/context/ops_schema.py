@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,18 +41,24 @@ def _strip_param_docs(schema: Any) -> None:
                 _strip_param_docs(sub)
 
 
-# Descriptions may be shortened; required parameters, enums, risks and result states may not. A sentence that warns
-# of an irreversible, destructive, costly or privacy-affecting action survives every step.
-_RISK_WORDS = (
-    r"\b(irreversibl\w*|cannot be undone|can't be undone|not be undone|permanent\w*|delet\w*|destr\w*|"
-    r"drops?|overwrit\w*|wipes?|purg\w*|truncat\w*|erase\w*|charg\w*|bill\w*|payments?|pays?|costs?|costly|"
-    r"spend\w*|refund\w*|money|transfers? funds|invoice\w*|privacy|private|personal data|PII|sensitive|"
-    r"secrets?|credentials?|passwords?|publish\w*|sends? (?:an )?e-?mails?|production|prod)\b"
+# Descriptions may be shortened; required parameters, enums, risks and result states may not. A
+# sentence that warns of an irreversible, destructive, costly or privacy-affecting action survives
+# every step. The words by kind of risk (English, Chinese); RISK is their union, in this order.
+_RISK_KIND_WORDS: tuple[tuple[str, str, str], ...] = (
+    ("irreversible", r"irreversibl\w*|cannot be undone|can't be undone|not be undone|permanent\w*",
+     "不可逆|无法撤销|不可撤销|不能撤销|永久"),
+    ("destructive", r"delet\w*|destr\w*|drops?|overwrit\w*|wipes?|purg\w*|truncat\w*|erase\w*", "删除|销毁|覆盖|清空"),
+    ("money", r"charg\w*|bill\w*|payments?|pays?|costs?|costly|spend\w*|refund\w*|money|transfers? funds|invoice\w*",
+     "扣款|收费|计费|付款|支付|转账|费用|退款"),
+    ("privacy", r"privacy|private|personal data|PII|sensitive|secrets?|credentials?|passwords?",
+     "隐私|个人信息|敏感|密钥|凭证"),
+    ("external", r"publish\w*|sends? (?:an )?e-?mails?|production|prod", "生产环境|对外发送"),
 )
-RISK = re.compile(
-    _RISK_WORDS + r"|不可逆|无法撤销|不可撤销|不能撤销|永久|删除|销毁|覆盖|清空|扣款|收费|计费|付款|支付|转账|"
-    r"费用|退款|隐私|个人信息|敏感|密钥|凭证|生产环境|对外发送",
-    re.IGNORECASE,
+_RISK_WORDS = r"\b(" + "|".join(en for _, en, _ in _RISK_KIND_WORDS) + r")\b"
+RISK = re.compile(_RISK_WORDS + "|" + "|".join(zh for _, _, zh in _RISK_KIND_WORDS), re.IGNORECASE)
+# One pattern per kind of risk, for the minimal form (which keeps one statement of each kind).
+RISK_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(rf"\b(?:{en})\b|{zh}", re.IGNORECASE)) for kind, en, zh in _RISK_KIND_WORDS
 )
 
 
@@ -82,6 +88,61 @@ def _short_with_risks(text: str) -> str:
         return text
     kept = [sentences[0], *(x for x in sentences[1:] if is_risky(x))]
     return " ".join(kept)
+
+
+def risk_kinds(text: str) -> frozenset[str]:
+    """The kinds of risk ``text`` states (irreversible, destructive, money, privacy, external)."""
+    if not is_risky(text):
+        return frozenset()
+    return frozenset(kind for kind, pattern in RISK_KINDS if pattern.search(text))
+
+
+def _one_statement_per_risk(statements: list[tuple[str | None, str]]) -> set[int]:
+    """Indexes of the fewest, shortest statements that still state every kind of risk the
+    ``statements`` (``(parameter or None for the tool, sentence)``) state, chosen greedily: the
+    statement covering most kinds not yet stated, the shorter on a tie, the earlier after that."""
+    kinds = [risk_kinds(sentence) for _, sentence in statements]
+    needed = frozenset().union(*kinds)
+    chosen: set[int] = set()
+    while needed:
+        best = min(range(len(statements)), key=lambda i: (-len(kinds[i] & needed), len(statements[i][1]), i))
+        chosen.add(best)
+        needed -= kinds[best]
+    return chosen
+
+
+def _minimal(tool: dict[str, Any]) -> None:
+    """Reduce a tool (already without optional parameters and non-risk prose) to its minimal form:
+    name, required parameters with types and enums, and one statement of each kind of risk its
+    description and parameter notes state."""
+    holder, params = _tool_parts(tool)
+    props = params.get("properties") if params else None
+    statements: list[tuple[str | None, str]] = []
+    if isinstance(holder.get("description"), str):
+        statements += [(None, sentence) for sentence in _sentences(holder["description"])]
+    if isinstance(props, dict):
+        for name, spec in props.items():
+            if isinstance(spec, dict) and isinstance(spec.get("description"), str):
+                statements += [(name, sentence) for sentence in _sentences(spec["description"])]
+    chosen = _one_statement_per_risk(statements)
+    kept: dict[str | None, list[str]] = {}
+    for i, (where, sentence) in enumerate(statements):
+        if i in chosen:
+            kept.setdefault(where, []).append(sentence)
+    if None in kept:
+        holder["description"] = " ".join(kept[None])
+    else:
+        holder.pop("description", None)
+    if isinstance(props, dict):
+        for name, spec in props.items():
+            if isinstance(spec, dict):
+                if name in kept:
+                    spec["description"] = " ".join(kept[name])
+                else:
+                    spec.pop("description", None)
+
+
+MINIMAL_FORM = "minimal form: name, required parameters, enums and one statement of each risk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +204,7 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[s
         ("dropped tool descriptions but their risk statements, kept name/parameters/required/enums", no_desc,
          True),
         ("dropped optional parameters", required_only, True),
+        (MINIMAL_FORM, _minimal, True),
     ]
     for label, step, signatures in steps:
         if step is not None:
@@ -153,22 +215,44 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[s
 
 
 def _drop_tools(
-    tools: list[dict[str, Any]], budget: int, before: int, done: list[str], estimate: Estimator
+    tools: list[dict[str, Any]], budget: int, before: int, done: list[str], estimate: Estimator,
+    pinned: Collection[str] = (),
 ) -> tuple[str, OpRecord]:
-    """Nothing fits after every step: drop trailing tools (from ``tools``, in place) until it does."""
+    """Nothing fits after every step: drop tools (from ``tools``, in place), the last unpinned one
+    first, until the rest fits. Pinned tools are never dropped: when they alone do not fit, their
+    minimal form is returned over ``budget`` and the record says so (``over_budget``)."""
     dropped: list[str] = []
-    while tools and estimate(_signatures(tools)) > budget:
-        dropped.insert(0, str(_tool_parts(tools.pop())[0].get("name", "?")))
+    index = len(tools) - 1
+    while tools and index >= 0 and estimate(_signatures(tools)) > budget:
+        name = str(_tool_parts(tools[index])[0].get("name", "?"))
+        if name not in pinned:
+            tools.pop(index)
+            dropped.insert(0, name)
+        index -= 1
     out = _signatures(tools) if tools else ""
-    done.append(f"dropped tools {', '.join(dropped)}")
-    return out, OpRecord("schema", before, estimate(out), "; ".join(done), {"steps": done, "dropped_tools": dropped})
+    tokens = estimate(out)
+    if dropped:
+        done.append(f"dropped tools {', '.join(dropped)}")
+    data: dict[str, Any] = {"steps": done, "dropped_tools": dropped}
+    if tokens > budget:
+        kept = [str(_tool_parts(t)[0].get("name", "?")) for t in tools]
+        done.append(f"over budget: pinned tools {', '.join(kept)} need {tokens} tokens in their minimal form, "
+                    f"over the budget {budget}; never dropped")
+        data["over_budget"] = True
+        data["pinned_tools"] = kept
+    return out, OpRecord("schema", before, tokens, "; ".join(done), data)
 
 
-def compress_schema(text: str, budget: int, *, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:
+def compress_schema(
+    text: str, budget: int, *, estimate: Estimator = estimate_tokens, pinned: Collection[str] = ()
+) -> tuple[str, OpRecord]:
     """Compress a JSON list of tool schemas step by step until it fits.
 
     Names, required parameters, types and enums survive longest: they are what a valid
-    call needs. Non-JSON input falls back to :func:`extract_lines`.
+    call needs. The last step before a tool is dropped is the minimal form (name, required
+    parameters, enums and one statement of each kind of risk). Tools named in ``pinned`` are
+    never dropped: when they do not fit even so, the result is over ``budget`` and its record
+    says so (``data["over_budget"]``). Non-JSON input falls back to :func:`extract_lines`.
     """
     before = estimate(text)
     if before <= budget:
@@ -181,7 +265,19 @@ def compress_schema(text: str, budget: int, *, estimate: Estimator = estimate_to
         done.append(label)
         if tokens <= budget:
             return out, OpRecord("schema", before, tokens, "; ".join(done), {"steps": done})
-    return _drop_tools(tools, budget, before, done, estimate)
+    return _drop_tools(tools, budget, before, done, estimate, pinned)
+
+
+def pinned_tools_tokens(text: str, pinned: Collection[str], *, estimate: Estimator = estimate_tokens) -> int:
+    """Tokens of the minimal form of the tools named in ``pinned`` (0 when none is in ``text``):
+    the floor a schema segment with pinned tools needs."""
+    tools = _parse_tools(text)
+    if tools is None or not pinned:
+        return 0
+    for _ in _steps(tools, lambda rendered: 0):  # every step, in place; no counting needed
+        pass
+    kept = [t for t in tools if str(_tool_parts(t)[0].get("name", "?")) in pinned]
+    return estimate(_signatures(kept)) if kept else 0
 
 
 def plan_schema(text: str, *, estimate: Estimator = estimate_tokens) -> SchemaPlan:
@@ -194,7 +290,7 @@ def plan_schema(text: str, *, estimate: Estimator = estimate_tokens) -> SchemaPl
 
 
 def cut_schema(
-    plan: SchemaPlan, text: str, budget: int, *, estimate: Estimator = estimate_tokens
+    plan: SchemaPlan, text: str, budget: int, *, estimate: Estimator = estimate_tokens, pinned: Collection[str] = ()
 ) -> tuple[str, OpRecord]:
     """``compress_schema(text, budget)`` from the plan of ``text``: the first step that fits."""
     if plan.before <= budget:
@@ -206,7 +302,7 @@ def cut_schema(
         done.append(label)
         if tokens <= budget:
             return out, OpRecord("schema", plan.before, tokens, "; ".join(done), {"steps": done})
-    return _drop_tools(list(plan.tools), budget, plan.before, done, estimate)
+    return _drop_tools(list(plan.tools), budget, plan.before, done, estimate, pinned)
 
 
 def _signatures(tools: list[dict[str, Any]]) -> str:

@@ -73,6 +73,58 @@ _PENDING = re.compile(
     r"|等待(?!了)[^，。；,.;]{0,6}?(?:确认|审批|批准|回复|答复|结果|用户|客户)",
     re.IGNORECASE,
 )
+# Pending work that names no such marker is still pending: a request submitted and not yet
+# decided, something that happens only once an approval comes, and the speaker's promise to
+# follow up. Each is an open item, even when it also carries a deadline ("我会在周五 18:00 前
+# 给您回话" is work still to do, not a rule); a user's demand ("请在周五 18:00 之前答复") stays a
+# hard constraint.
+_AWAITING_APPROVAL = re.compile(
+    r"(?:审批|批准|审核|复核|确认)(?:通过|完成|结果出来|下来)?(?:后|之后|以后)(?![^，。；,.;]{0,3}已)"
+    r"|(?:审批|审核|处理|受理)中|待(?:\w{0,4}?)(?:审批|批准|审核)"
+    r"|\b(?:once|after|when|until)\b[^.;!?]{0,30}?\b(?:approved|approves|approval|signs? off|reviewed)\b"
+    r"|\b(?:pending|awaiting|waiting for)\b[^.;!?]{0,20}?\b(?:approval|review|sign-off)\b",
+    re.IGNORECASE,
+)
+_SUBMITTED = re.compile(
+    r"(?:已|刚|刚刚|已经)[^，。；,.;]{0,6}?(?:提交|发起|提出|递交)[^，。；,.;]{0,8}?(?:申请|请求|工单|审批|流程|退款)"
+    r"|\b(?:submitted|filed|raised|opened|lodged)\b[^.;!?]{0,30}?\b(?:request|application|ticket|claim)\b",
+    re.IGNORECASE,
+)
+# A submission whose outcome the same sentence reports is settled, not pending.
+_DECIDED = re.compile(
+    r"已(?:通过|批准|完成|退款|到账|驳回|拒绝)|\b(?:approved|rejected|declined|completed|refunded|done)\b"
+    r"|(?:通过|批准|完成|驳回|拒绝)了",
+    re.IGNORECASE,
+)
+_PROMISE = re.compile(
+    r"(?:我|我们)[^，。；,.;]{0,10}?(?:会|将|再)[^，。；,.;]{0,16}?"
+    r"(?:通知|回复|答复|回话|回个话|联系|告知|反馈|跟进|同步)"
+    r"|\b(?:I|we)(?:'ll| will| shall| am going to| are going to)\b[^.;!?]{0,40}?"
+    r"\b(?:get back|follow up|let you know|notify|update you|contact|reply|respond|check back|report back)\b",
+    re.IGNORECASE,
+)
+
+
+# A rule that names an approval ("只有审批通过后才能退款", "refunds only after approval") is a
+# hard constraint, not pending work.
+_RULE = re.compile(
+    r"\b(?:must|never|always|only|do not|don't|forbidden|not allowed|required)\b"
+    r"|必须|不能|不得|禁止|不要|只能|只有|仅|务必|才能|才可",
+    re.IGNORECASE,
+)
+
+
+def is_pending(sentence: str) -> bool:
+    """Whether ``sentence`` states work still to do: an explicit marker (todo, 待办, 等待审批),
+    a promise to follow up, or, unless it states a rule, something awaiting an approval or a
+    request submitted and not yet decided."""
+    if _PENDING.search(sentence) or _PROMISE.search(sentence):
+        return True
+    waits = _AWAITING_APPROVAL.search(sentence) is not None or (
+        _SUBMITTED.search(sentence) is not None and _DECIDED.search(sentence) is None)
+    return waits and _RULE.search(sentence) is None
+
+
 _TIME = (r"(?:\d{1,2}[:：点]\d{0,2}|\d{1,2}\s*[日号]|周[一二三四五六日天末]|星期[一二三四五六日天]"
          r"|明天|今天|月底|本周|下周|年底)")
 _CONSTRAINT = re.compile(
@@ -108,8 +160,9 @@ def extractive_summarizer(records: Sequence[SummarizedRecord]) -> Summary:
     """Deterministic, no model call: keep verbatim the sentences that carry an identifier,
     a number, an error, a constraint or a pending item, each tagged with its source record.
 
-    Pending sentences go to open items, constraint sentences to hard constraints, the rest
-    to settled facts. Sentences with none of these markers are dropped, which is exactly how
+    Pending sentences (:func:`is_pending`: a todo, something awaiting approval, a submitted
+    request not yet decided, a promise to follow up) go to open items, constraint sentences to
+    hard constraints, the rest to settled facts. Sentences with none of these markers are dropped, which is exactly how
     a soft requirement ("get back to me by Friday evening") can be lost: the invariant checks
     in :func:`compact` exist to catch that.
     """
@@ -118,7 +171,7 @@ def extractive_summarizer(records: Sequence[SummarizedRecord]) -> Summary:
         if record.cleared:
             continue  # a placeholder says nothing new; its ref is the record's own
         for seg in _segments(record.text):
-            if _PENDING.search(seg):
+            if is_pending(seg):
                 key = "open"
             elif _CONSTRAINT.search(seg):
                 key = "constraints"

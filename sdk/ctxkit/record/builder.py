@@ -568,9 +568,10 @@ class ContextBuilder:
     The guarantee: |x| + R <= W, where |x| is measured on the final text,
     restated constraints, the caller's blocks and separators included. When the allocation
     alone fits but the final text does not, the builder re-allocates with the difference held
-    back (a few rounds), then with nothing but the pinned segments, then without the TAIL
-    restatement. If the pinned segments and the caller's blocks alone exceed the cap, the
-    result is flagged ``over_budget`` with the reason (in the manifest too), never silently.
+    back (a few rounds), then with nothing but the pinned segments. The TAIL restatement of a
+    pinned constraint is never dropped to make room: if the pinned segments, their restatement
+    and the caller's blocks alone exceed the cap, the result is flagged ``over_budget`` with
+    the reason (in the manifest too), never silently.
     ``cache_ttl_seconds``: the provider's prompt-cache TTL, recorded in every manifest.
     """
 
@@ -605,8 +606,11 @@ class ContextBuilder:
         aging = self.aging
         cap = self.cap
         held_back = 0
-        restate = self.restate_constraints
         notes: list[str] = []
+        # The TAIL copy of a pinned constraint is as binding as the HEAD one (constraints at the
+        # start and restated at the end): when both do not fit, the result is over budget, never
+        # quietly left without the copy. Only the caller's restate_constraints=False turns it off.
+        restate = self.restate_constraints
         built = self._attempt(segments, blocks, aging, 0, restate)
         rounds = 0
         while not self.naive and built.measured_tokens is not None and built.measured_tokens > cap:
@@ -615,9 +619,6 @@ class ContextBuilder:
                 held_back = min(cap, held_back + built.measured_tokens - cap)
             elif held_back < cap:
                 held_back = cap  # only the pinned segments and the caller's blocks
-            elif restate:
-                restate = False
-                notes.append("constraints not restated in TAIL: the pinned segments leave no room for the copy")
             else:
                 break
             built = self._attempt(segments, blocks, aging, held_back, restate)
@@ -631,12 +632,7 @@ class ContextBuilder:
                 built.over_budget_reason = (f"naive baseline: filled in order to the window with no output reserve; "
                                             f"input {measured} + reserve {self.reserve} > window {self.budget}")
             else:
-                pinned = sum(a.used for a in built.plan.allocations if a.pinned)
-                extra = sum(self.estimate(b.text) for b in blocks)
-                built.over_budget_reason = (
-                    f"pinned segments ({pinned} tokens) and the caller's blocks ({extra} tokens) alone measure "
-                    f"{measured} tokens, over the input cap {cap} = window {self.budget} - reserve {self.reserve} "
-                    f"- margin {self.safety_margin}: reduce hard segments, split the task or use a larger window")
+                built.over_budget_reason = self._over_budget_reason(built, blocks, measured)
             notes.append(built.over_budget_reason)
         self.aging = dict(built.plan.starvation)
         built.notes = notes
@@ -647,6 +643,35 @@ class ContextBuilder:
             outputs.setdefault(b.id, b.text)
         built.readback = read_back(fields, outputs)
         return built
+
+    def _over_budget_reason(self, built: BuiltContext, blocks: Sequence[Block], measured: int) -> str:
+        """Why |x| exceeds the cap although only what may never be cut is left: the pinned
+        segments, their restatement in TAIL and the caller's blocks, with the figures."""
+        pinned = sum(a.used for a in built.plan.allocations if a.pinned)
+        tools = [a for a in built.plan.allocations
+                 if not a.pinned and a.text and any(op.data.get("over_budget") for op in a.operations)]
+        if tools:  # a schema segment's pinned tools, kept in their minimal form
+            listed = ", ".join(f"{a.name}: {a.used} tokens" for a in tools)
+            pinned_part = f"pinned segments ({pinned} tokens), pinned tools ({listed})"
+        else:
+            pinned_part = f"pinned segments ({pinned} tokens)"
+        extra = sum(self.estimate(b.text) for b in blocks)
+        restated = [p for p in built.layout.placed if p.restated_from is not None] if built.layout else []
+        cap = self.cap
+        figures_of = (f"input cap {cap} = window {self.budget} - reserve {self.reserve} - margin {self.safety_margin}")
+        advice = "reduce hard segments, split the task or use a larger window"
+        if not restated:
+            return (f"{pinned_part} and the caller's blocks ({extra} tokens) alone measure "
+                    f"{measured} tokens, over the {figures_of}: {advice}")
+        copies = sum(p.tokens for p in restated)
+        names = ", ".join(repr(p.restated_from) for p in restated)
+        without = self.estimate(self.separator.join(
+            p.block.text for p in built.layout.placed if p.block.text and p.restated_from is None))  # type: ignore[union-attr]
+        fits_without = (f"; without the copy they would measure {without}, within the cap, but a pinned constraint "
+                        "is stated at the start and restated at the end, so the copy is kept") if without <= cap else ""
+        return (f"{pinned_part}, the restatement at the end of TAIL ({names}: {copies} "
+                f"tokens) and the caller's blocks ({extra} tokens) alone measure {measured} tokens, over the "
+                f"{figures_of}{fits_without}: {advice}")
 
     def _attempt(self, segments: Sequence[Segment], blocks: Sequence[Block], aging: dict[str, int],
                  held_back: int, restate: bool) -> BuiltContext:

@@ -1,7 +1,7 @@
 """A manifest from a model call that ctxkit did not build: the request as sent and the usage.
 
 Shared by ``ctxkit.instrument`` (the Anthropic and OpenAI clients) and the server's OTLP
-ingest (manifests/otlp.py), so both infer items, kinds, tokens and prefix segments the same
+ingest (manifests/ingest/otlp.py), so both infer items, kinds, tokens and prefix segments the same
 way. Each adapter turns its request into :class:`Part` s (one per system block, tool
 definition, message content block) and names the prefix segments (text per segment, in the
 provider's cache order); :func:`call_manifest` does the rest.

@@ -1,9 +1,8 @@
-"""Ingestion's PostgreSQL write path, moved unchanged from ``manifests/ingest.py`` (which
-calls it from ``_store`` and its retries): the batch's advisory locks and registry lookup in
-one pipeline, the rows written by ``COPY`` while this process builds the next ones, the runs
-and the registry in one pipeline, and the duplicate-key proofs run during the foreign-key
-checks (``_prove_while_checking``, raising ``_Unproven`` to roll the batch back). The rows
-themselves are built in ``manifests/ingest_rows.py``; see docs/performance.md for the why.
+"""Ingestion's PostgreSQL write path (``store`` calls it from ``_store`` and its retries): the batch's
+advisory locks and registry lookup in one pipeline, the rows written by ``COPY`` while this process
+builds the next ones, the runs and the registry in one pipeline, and the duplicate-key proofs run
+during the foreign-key checks (``prove_while_checking``, raising ``Unproven`` to roll the batch
+back). The rows themselves are built in ``rows``; see docs/performance.md for the why.
 """
 
 from __future__ import annotations
@@ -16,23 +15,23 @@ from django.db import connection
 from django.utils import timezone
 
 from ctxkit.record.manifest import Manifest
-from manifests.dupkeys import no_duplicate_keys
-from manifests.ingest_rows import (
+from manifests.ingest.dupkeys import no_duplicate_keys
+from manifests.ingest.rows import (
     ITEM_COLUMNS,
-    _call_row,
-    _clean,
-    _copy,
-    _digest,
-    _evidence_rows,
-    _iter_item_rows,
-    _runs_statement,
-    _store_children,
-    _values,
+    call_row,
+    clean_text,
+    copy_rows,
+    digest,
+    evidence_rows,
+    iter_item_rows,
+    runs_statement,
+    store_children,
+    values_statement,
 )
 from manifests.models import Call, CallKey, Evidence, Item, Project
 
 
-class _Unproven(Exception):
+class Unproven(Exception):
     """Manifests whose fast duplicate-key proof failed during the store (their indexes): the
     transaction is rolled back, they are judged the slow way, and the rest stored again."""
 
@@ -60,7 +59,7 @@ def _lock_key(project: Project, call_id: str | None) -> int:
     )
 
 
-def _lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, str], list[int]]:
+def lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, str], list[int]]:
     """Take the batch's locks and read the idempotency registry: ({call_id: content_hash} of
     the call_ids already stored, ids for the calls to store: one per call_id, ascending,
     from the calls' sequence; none on SQLite).
@@ -77,7 +76,7 @@ def _lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, 
     if connection.vendor != "postgresql":
         found = CallKey.objects.filter(project=project, call_key__in=call_ids).values_list("call_key", "content_hash")
         return dict(found), []
-    keys = sorted({_lock_key(project, _clean(c)) for c in call_ids})
+    keys = sorted({_lock_key(project, clean_text(c)) for c in call_ids})
     with connection.cursor() as cursor:
         pg = cursor.connection
         sequence = _sequence(cursor, Call._meta.db_table)
@@ -97,8 +96,8 @@ def _lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, 
             )
             # One probe of the unique (project_id, call_key) index per call_id. The plainer
             # ``call_key = ANY(...)`` let the planner, on stale statistics (a new or fast-growing
-            # project), scan every registry row of the project and filter: 6 ms per batch at
-            # 24,000 rows, growing with the project (docs/performance.md, fourth pass).
+            # project), scan every registry row of the project and filter, a cost that grows
+            # with the project (docs/performance.md, "Ingest").
             lookup.execute(
                 "SELECT u.k, c.content_hash FROM unnest(%s::text[]) AS u(k) CROSS JOIN LATERAL "
                 f"(SELECT content_hash FROM {CallKey._meta.db_table} WHERE project_id = %s AND call_key = u.k "
@@ -109,12 +108,12 @@ def _lock_and_look_up(project: Project, call_ids: list[str]) -> tuple[dict[str, 
         return dict(lookup.fetchall()), sorted(i for (i,) in ids.fetchall())
 
 
-def _prove_while_checking(unproven: dict[int, bytes], *, wrote: bool) -> None:
-    """The duplicate-key proofs ``ingest_body`` deferred, raising ``_Unproven`` for those that
+def prove_while_checking(unproven: dict[int, bytes], *, wrote: bool) -> None:
+    """The duplicate-key proofs ``ingest_body`` deferred, raising ``Unproven`` for those that
     fail. When the batch wrote rows, PostgreSQL first gets ``SET CONSTRAINTS ALL IMMEDIATE``
     in a pipeline: it runs the deferred foreign-key checks of every row now (the work COMMIT
-    would do, ≈ 4,700 checks per 100 manifests) while this process runs the proofs on the
-    other core; the pipeline's end waits for both (docs/performance.md, fourth pass)."""
+    would do, one or more per row) while this process runs the proofs on the
+    other core; the pipeline's end waits for both (docs/performance.md, "Ingest")."""
     if not unproven:
         return
     if wrote:
@@ -126,46 +125,46 @@ def _prove_while_checking(unproven: dict[int, bytes], *, wrote: bool) -> None:
     else:
         failed = [index for index, raw in unproven.items() if not no_duplicate_keys(raw)]
     if failed:
-        raise _Unproven(failed)
+        raise Unproven(failed)
 
 
-def _store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_pks: list[int]) -> list[int]:
-    """PostgreSQL: the batch's rows, with the calls' ids reserved by ``_lock_and_look_up``.
+def store_rows(project: Project, to_store: list[tuple[Manifest, bytes]], call_pks: list[int]) -> list[int]:
+    """PostgreSQL: the batch's rows, with the calls' ids reserved by ``lock_and_look_up``.
 
     The items first (nothing references them, and they reference no call by key): while the
-    server stores them, the longest step of a batch (4,000 rows per 100 manifests), this
+    server stores them, the longest step of a batch, this
     process computes the content hashes and builds the calls' and the evidence's rows and the
-    runs' statement, work that otherwise kept the server waiting (docs/performance.md, fifth
-    pass). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
+    runs' statement, work that would otherwise keep the server waiting (docs/performance.md,
+    "Ingest"). Then the runs and the registry (one pipeline, ``_upsert_runs_and_register``; a
     unique-key race raises there), the calls, the evidence and the rest of the children."""
     manifests = [m for m, _ in to_store]
     digests: list[str] = []
     made: dict[str, Any] = {}
 
     def meanwhile() -> None:
-        digests.extend(_digest(canonical) for _, canonical in to_store)
+        digests.extend(digest(canonical) for _, canonical in to_store)
         now = timezone.now()
         # The run's id is filled in once the runs' upsert has answered.
-        calls = [_call_row(project, 0, m, c, d, now) for (m, c), d in zip(to_store, digests)]
-        made["calls"] = _values(Call, calls, call_pks)
-        made["evidence"] = _values(Evidence, _evidence_rows(project, manifests, call_pks))
-        made["runs"] = _runs_statement(project, manifests)
+        calls = [call_row(project, 0, m, c, d, now) for (m, c), d in zip(to_store, digests)]
+        made["calls"] = values_statement(Call, calls, call_pks)
+        made["evidence"] = values_statement(Evidence, evidence_rows(project, manifests, call_pks))
+        made["runs"] = runs_statement(project, manifests)
 
     with connection.cursor() as cursor:
-        # COPY is the physical baseline (about 10x bulk_create for item rows). The rows are
+        # COPY is the physical baseline (far cheaper than bulk_create for item rows). The rows are
         # made as they are sent: the server, not this process, sets the pace.
-        rows = _iter_item_rows(project.pk, manifests, call_pks)
-        _copy(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows, meanwhile=meanwhile)
+        rows = iter_item_rows(project.pk, manifests, call_pks)
+        copy_rows(cursor, Item._meta.db_table, list(ITEM_COLUMNS), rows, meanwhile=meanwhile)
         runs = _upsert_runs_and_register(project, manifests, digests, call_pks, made["runs"])
         columns, values = made["calls"]
         run_column = columns.index(Call._meta.get_field("run").column)
         for row, m in zip(values, manifests):
-            row[run_column] = runs[_clean(m.run_id)]
-        _copy(cursor, Call._meta.db_table, columns, values)
+            row[run_column] = runs[clean_text(m.run_id)]
+        copy_rows(cursor, Call._meta.db_table, columns, values)
         columns, values = made["evidence"]
         if values:
-            _copy(cursor, Evidence._meta.db_table, columns, values)
-    _store_children(project, manifests, call_pks, [])
+            copy_rows(cursor, Evidence._meta.db_table, columns, values)
+    store_children(project, manifests, call_pks, [])
     return call_pks
 
 
@@ -186,15 +185,15 @@ def _upsert_runs_and_register(
     manifests: list[Manifest],
     digests: list[str],
     call_pks: list[int],
-    runs_statement: tuple[str, list[Any]],
+    runs_sql: tuple[str, list[Any]],
 ) -> dict[str, int]:
-    """PostgreSQL: the runs' upsert (``_upsert_runs``) and the registry's rows (each with its
-    call's reserved id) in one pipeline: one round trip, where they were two statements and
+    """PostgreSQL: the runs' upsert (``upsert_runs``) and the registry's rows (each with its
+    call's reserved id) in one pipeline: one round trip instead of two statements and
     a COPY. A unique-key race raises here. Returns {run_id: pk}. (The evidence rows joined to
-    these in the same pipeline cost 7 ms more per batch than their own COPY: docs/performance.md.)
-    ``runs_statement`` is ``_runs_statement``'s for these manifests."""
-    run_sql, run_params = runs_statement
-    keys = [_clean(m.call_id) for m in manifests]
+    these in the same pipeline cost more than their own COPY: docs/performance.md, "Ingest".)
+    ``runs_sql`` is ``runs_statement``'s for these manifests."""
+    run_sql, run_params = runs_sql
+    keys = [clean_text(m.call_id) for m in manifests]
     with connection.cursor() as cursor:
         pg = cursor.connection
         with pg.pipeline():

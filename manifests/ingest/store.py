@@ -1,4 +1,4 @@
-"""Manifest ingestion: parse, validate, de-duplicate and store a batch.
+"""Storing a batch: decide accepted, duplicate or rejected, write, retry, hand to analysis.
 
 The hot path is built for speed (see docs/performance.md): the body is split into
 raw manifests without parsing them (msgspec.Raw), each is decoded straight into
@@ -6,11 +6,10 @@ the shared ``ctxkit.record.manifest.Manifest`` type, and the whole batch is writ
 one transaction with one statement per table (``COPY`` for items on PostgreSQL).
 A bad manifest is rejected with the JSON path of every bad field and never blocks
 the good ones beside it. The decoding, validation and duplicate-key rules live in
-``manifests/door.py``; this module stores what passes: it decides accepted, duplicate or
-rejected, retries a contended batch and hands the stored calls to analysis. The writes
-themselves live in ``manifests/ingest_pg.py`` (PostgreSQL's locks, lookup and pipelines,
-the duplicate-key proofs during the foreign-key checks) and ``manifests/ingest_rows.py``
-(the rows and the statements that write them), moved unchanged from here.
+``door``; this module stores what passes: it decides accepted, duplicate or rejected,
+retries a contended batch and hands the stored calls to analysis. The writes themselves
+live in ``postgres`` (PostgreSQL's locks, lookup and pipelines, the duplicate-key proofs
+during the foreign-key checks) and ``rows`` (the rows and the statements that write them).
 """
 
 from __future__ import annotations
@@ -33,31 +32,28 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ctxkit.record.manifest import FieldError, Manifest
-from manifests import partitions
-from manifests.door import (  # noqa: F401 - BadRequest, decode, validate, split_body, normalise_nul: re-exported
-    BadRequest,
+from manifests.ingest.door import (
     decode,
     decode_owing_proof,
-    normalise_nul,
     printable,
     rebase,
     slow_duplicate_errors,
     split_body,
-    validate,
 )
-from manifests.ingest_pg import _lock_and_look_up, _prove_while_checking, _store_rows, _Unproven
-from manifests.ingest_rows import (
+from manifests.ingest.postgres import Unproven, lock_and_look_up, prove_while_checking, store_rows
+from manifests.ingest.rows import (
     ITEM_COLUMNS,
-    _call_row,
-    _clean,
-    _digest,
-    _insert,
-    _item_rows,
-    _register_keys,
-    _store_children,
-    _upsert_runs,
+    call_row,
+    clean_text,
+    digest,
+    insert_rows,
+    item_rows,
+    register_keys,
+    store_children,
+    upsert_runs,
 )
 from manifests.models import Call, Item, Project
+from manifests.storage import partitions
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +113,9 @@ def _collector_paused(fn: Callable[..., IngestReport]) -> Callable[..., IngestRe
 
     A batch of 100 manifests allocates tens of thousands of container objects that live
     until the batch is stored (the decoded manifests, the rows of each COPY), none of them
-    in a cycle: the collector ran about 15 times per batch and found ≈ 140 objects (psycopg's
-    cursors and adapters), ≈ 10 % of the worker's CPU per batch (docs/performance.md,
-    "Ingest", fifth pass). Reference counting frees everything as usual; a cycle made
+    in a cycle: the collector would run many times per batch to find a few psycopg cursors
+    and adapters, a noticeable share of the worker's CPU (docs/performance.md, "Ingest").
+    Reference counting frees everything as usual; a cycle made
     meanwhile waits for the next collection.
     Process-wide: with threads, a batch may run paused or not, which changes nothing but time."""
 
@@ -143,7 +139,7 @@ def ingest_body(*, project: Project, body: bytes) -> IngestReport:
     results: list[ManifestResult] = []
     valid: list[Valid] = []
     # PostgreSQL: the duplicate-key proofs of non-canonical bytes are owed until the store,
-    # which runs them while the server checks the batch's foreign keys (_prove_while_checking).
+    # which runs them while the server checks the batch's foreign keys (prove_while_checking).
     defer = connection.vendor == "postgresql"
     unproven: dict[int, bytes] = {}
     for index, raw in enumerate(raws):
@@ -165,7 +161,7 @@ def _path_prefix(prefix: str, index: int) -> str:
 
 @_collector_paused
 def ingest_manifests(*, project: Project, manifests: list[Manifest]) -> IngestReport:
-    """Store manifests that are already decoded (OTLP spans mapped by manifests/otlp.py): the
+    """Store manifests that are already decoded (OTLP spans mapped by manifests/ingest/otlp.py): the
     same checks, de-duplication and storage as a JSON body, without the JSON round trip."""
     results: list[ManifestResult] = []
     valid: list[Valid] = []
@@ -250,7 +246,7 @@ def _store_with_retries(
                 # Days this process has seen are not asked again (partitions.forget_seen).
                 partitions.ensure_days({partitions.day_of(m.started_at) for _, m, _ in valid}, use_seen=True)
                 return _store(project, valid, results, unproven)
-        except _Unproven as exc:
+        except Unproven as exc:
             # Rare (a client that repeats keys): nothing was stored. Judge those manifests the
             # slow way, reject the ones that do repeat a key, and store the rest; every
             # remaining proof is settled, so this happens once per request at most.
@@ -320,15 +316,15 @@ def _store(
 ) -> list[int]:
     # The idempotency registry (CallKey: unique per project on every database) decides
     # duplicate or conflict; the calls table is partitioned by time and cannot.
-    existing, reserved = _lock_and_look_up(project, [m.call_id for _, m, _ in valid])
+    existing, reserved = lock_and_look_up(project, [m.call_id for _, m, _ in valid])
     to_store: list[tuple[Manifest, bytes]] = []
     seen: dict[str, bytes] = {}
     for index, manifest, canonical in valid:
         previous = existing.get(manifest.call_id)
         if previous is None and manifest.call_id in seen:
-            previous = _digest(seen[manifest.call_id])
+            previous = digest(seen[manifest.call_id])
         if previous is not None:
-            if previous == _digest(canonical):
+            if previous == digest(canonical):
                 results[index].status = DUPLICATE
             else:
                 results[index].status = REJECTED
@@ -338,28 +334,28 @@ def _store(
         to_store.append((manifest, canonical))
     if not to_store:
         # Duplicates too are answered only for bytes without a repeated key.
-        _prove_while_checking(unproven, wrote=False)
+        prove_while_checking(unproven, wrote=False)
         return []
 
     # Rows in call_id order: any two writers meet their rows in the same order.
     to_store.sort(key=lambda row: row[0].call_id)
     manifests = [m for m, _ in to_store]
     if reserved:
-        call_pks = _store_rows(project, to_store, reserved[: len(to_store)])
+        call_pks = store_rows(project, to_store, reserved[: len(to_store)])
     else:  # SQLite: the calls first (their ids), then their registry rows and children
-        digests = [_digest(canonical) for _, canonical in to_store]
-        runs = _upsert_runs(project, manifests)
+        digests = [digest(canonical) for _, canonical in to_store]
+        runs = upsert_runs(project, manifests)
         now = timezone.now()
         calls = [
-            _call_row(project, runs[_clean(m.run_id)], m, canonical, digest, now)
-            for (m, canonical), digest in zip(to_store, digests)
+            call_row(project, runs[clean_text(m.run_id)], m, canonical, content_hash, now)
+            for (m, canonical), content_hash in zip(to_store, digests)
         ]
-        call_pks = _insert(Call, calls)
-        _register_keys(project, calls, call_pks)
-        item_rows = _item_rows(project.pk, manifests, call_pks)
-        Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in item_rows], batch_size=500)
-        _store_children(project, manifests, call_pks)
-    _prove_while_checking(unproven, wrote=True)
+        call_pks = insert_rows(Call, calls)
+        register_keys(project, calls, call_pks)
+        rows = item_rows(project.pk, manifests, call_pks)
+        Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in rows], batch_size=500)
+        store_children(project, manifests, call_pks)
+    prove_while_checking(unproven, wrote=True)
     transaction.on_commit(partial(_on_commit_analysis, call_pks))
     return call_pks
 

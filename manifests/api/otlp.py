@@ -1,4 +1,4 @@
-"""``POST /v1/traces``: the OTLP/HTTP trace endpoint (mapping in manifests/otlp.py).
+"""``POST /v1/traces``: the OTLP/HTTP trace endpoint (mapping in manifests/ingest/otlp.py).
 
 Answers as the OTLP spec asks: 200 with an ExportTraceServiceResponse in the request's
 encoding (``partialSuccess`` lists spans refused; with none refused its message is a
@@ -24,8 +24,9 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from rest_framework import exceptions
 
-from manifests import ingest, otlp
-from manifests.auth import ApiKeyAuthentication
+from manifests import ingest
+from manifests.api.auth import ApiKeyAuthentication
+from manifests.ingest import otlp
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -1,8 +1,7 @@
-"""Ingestion's rows and the statements that write them, moved unchanged from
-``manifests/ingest.py``: the content hash, the runs' upsert, a call's, its items' and its
+"""Ingestion's rows and the statements that write them: the content hash, the runs' upsert, a call's, its items' and its
 evidence's column values, the generic insert (binary ``COPY`` on PostgreSQL, ``bulk_create``
 on SQLite), the calls' other children, and the idempotency registry's rows on SQLite.
-``manifests/ingest.py`` and ``manifests/ingest_pg.py`` decide what to write and when.
+``store`` and ``postgres`` decide what to write and when.
 """
 
 from __future__ import annotations
@@ -20,20 +19,20 @@ from manifests.figures import ITEM_FIELDS
 from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Project, Run
 
 
-def _digest(canonical: bytes) -> str:
+def digest(canonical: bytes) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
-def _upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
-    """Create the batch's missing runs and widen the others' time span (``_runs_statement``).
+def upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
+    """Create the batch's missing runs and widen the others' time span (``runs_statement``).
     Returns {run_id: pk}."""
-    sql, params = _runs_statement(project, manifests)
+    sql, params = runs_statement(project, manifests)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return dict(cursor.fetchall())
 
 
-def _runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, list[Any]]:
+def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, list[Any]]:
     """The runs' upsert: create the batch's missing runs and widen the others' time span, in
     one statement.
 
@@ -46,7 +45,7 @@ def _runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, l
     """
     bounds: dict[str, tuple[datetime, datetime, Manifest]] = {}
     for m in manifests:
-        run_id = _clean(m.run_id)
+        run_id = clean_text(m.run_id)
         first, last, sample = bounds.get(run_id, (m.started_at, m.started_at, m))
         bounds[run_id] = (min(first, m.started_at), max(last, m.started_at), sample)
     table = Run._meta.db_table
@@ -59,9 +58,9 @@ def _runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, l
         params += [
             project.pk,
             run_id,
-            _clean(sample.agent),
-            _clean(sample.model),
-            _clean(sample.parent_run_id),
+            clean_text(sample.agent),
+            clean_text(sample.model),
+            clean_text(sample.parent_run_id),
             when(first),
             when(last),
         ]
@@ -75,38 +74,38 @@ def _runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, l
     return sql, params
 
 
-def _clean(value: str | None) -> str | None:
+def clean_text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL; keep the rest of hostile text as data."""
     if value is not None and "\x00" in value:
         return value.replace("\x00", "\ufffd")
     return value
 
 
-def _call_row(
+def call_row(
     project: Project, run_pk: int, m: Manifest, canonical: bytes, digest: str, now: datetime
 ) -> dict[str, Any]:
-    """A call's column values by attribute name (``_insert`` fills in the model's other defaults)."""
+    """A call's column values by attribute name (``insert_rows`` fills in the model's other defaults)."""
     usage = m.usage
     outcome = m.outcome
     prefix = m.prefix
     return dict(
         project_id=project.pk,
         run_id=run_pk,
-        call_id=_clean(m.call_id),
+        call_id=clean_text(m.call_id),
         step=m.step,
-        parent_call_id=_clean(m.parent_call_id),
-        agent=_clean(m.agent),
-        model=_clean(m.model),
-        provider=_clean(m.provider),
+        parent_call_id=clean_text(m.parent_call_id),
+        agent=clean_text(m.agent),
+        model=clean_text(m.model),
+        provider=clean_text(m.provider),
         started_at=m.started_at,
         ended_at=m.ended_at,
-        builder_name=_clean(m.builder.name) if m.builder else "",
-        builder_version=_clean(m.builder.version) if m.builder else "",
+        builder_name=clean_text(m.builder.name) if m.builder else "",
+        builder_version=clean_text(m.builder.version) if m.builder else "",
         window=m.budget.window,
         output_reserve=m.budget.output_reserve,
         safety_margin=m.budget.safety_margin,
         input_cap=m.budget.effective_input_cap(),
-        prefix_hash=_clean(prefix.hash) if prefix else "",
+        prefix_hash=clean_text(prefix.hash) if prefix else "",
         prefix_tokens=prefix.tokens if prefix else 0,
         prefix_segments=msgspec.to_builtins(prefix.segments) if prefix else [],
         cache_ttl_seconds=m.cache_ttl_seconds,
@@ -115,13 +114,13 @@ def _call_row(
         cache_write_tokens=usage.cache_write_tokens,
         output_tokens=usage.output_tokens,
         reasoning_tokens=usage.reasoning_tokens,
-        status=_clean(outcome.status) if outcome else "",
-        finish_reason=_clean(outcome.finish_reason or "") if outcome else "",
+        status=clean_text(outcome.status) if outcome else "",
+        finish_reason=clean_text(outcome.finish_reason or "") if outcome else "",
         verified=outcome.verified if outcome else "unknown",
         item_count=len(m.items),
         evidence_count=len(m.evidence),
         evidence_missing=sum(1 for e in m.evidence if not e.present),
-        warnings=[_clean(w) for w in m.warnings],
+        warnings=[clean_text(w) for w in m.warnings],
         content_hash=digest,
         # Stored as text: the canonical bytes re-encoded by msgspec, so any "\u0000"
         # stays escaped and the column never holds a raw NUL.
@@ -134,12 +133,12 @@ def _call_row(
 ITEM_COLUMNS = ("call_id", "project_id", "ordinal", *ITEM_FIELDS, "started_at")
 
 
-def _item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:
-    return list(_iter_item_rows(project_id, manifests, call_pks))
+def item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> list[tuple[Any, ...]]:
+    return list(iter_item_rows(project_id, manifests, call_pks))
 
 
-def _iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> Iterator[tuple[Any, ...]]:
-    # No ``_clean`` here (it was a third of this loop's time, 28,000 calls per 100 manifests):
+def iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[int]) -> Iterator[tuple[Any, ...]]:
+    # No ``clean_text`` here (it would be a large share of this loop's time, one call per field):
     # every manifest stored came through ``decode``, whose NUL rule already turned each
     # "\u0000" into U+FFFD, and a raw NUL byte is malformed JSON, so no string here holds one.
     return (
@@ -171,7 +170,7 @@ def _iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[i
     )
 
 
-def _insert(
+def insert_rows(
     model: type[Any],
     rows: list[dict[str, Any]],
     *,
@@ -185,24 +184,24 @@ def _insert(
     On PostgreSQL: COPY plain values (JSON columns as Python objects: psycopg encodes them
     for jsonb). Django's bulk_create binds the raw manifests (kilobytes each) as quoted array
     literals, which cost several times the COPY itself, and building model instances and
-    preparing each field through Django cost as much again (docs/performance.md).
+    preparing each field through Django cost as much again (docs/performance.md, "Ingest").
     ``meanwhile`` (PostgreSQL) runs once the rows are sent, before waiting for the server.
     """
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs)
         return [obj.pk for obj in objs]
-    columns, values = _values(model, rows, pks)
+    columns, values = values_statement(model, rows, pks)
     with connection.cursor() as cursor:
-        _copy(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
+        copy_rows(cursor, model._meta.db_table, columns, values, meanwhile=meanwhile)
     return pks or []
 
 
-def _values(
+def values_statement(
     model: type[Any], rows: list[dict[str, Any]], pks: list[int] | None = None
 ) -> tuple[list[str], list[list[Any]]]:
     """The columns of ``model`` (its primary key first when ``pks`` are given) and each row's
-    values in their order, for ``_copy``; a missing value takes the field's default."""
+    values in their order, for ``copy_rows``; a missing value takes the field's default."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     defaults = {f.attname: f.get_default() for f in fields}
     names = [f.attname for f in fields]
@@ -217,11 +216,11 @@ def _values(
 _column_types: dict[tuple[str, str], dict[str, int]] = {}
 
 
-def _copy(
+def copy_rows(
     cursor: Any, table: str, columns: list[str], rows: Any, *, meanwhile: Callable[[], Any] | None = None
 ) -> None:
     """COPY rows into a table in PostgreSQL's binary format: psycopg writes each value with
-    its C dumper (about a quarter of the client time of the text format, and no text for the
+    its C dumper (far less client time than the text format, and no text for the
     server to parse). The column types are asked once per process. ``meanwhile`` runs after
     the rows are sent and before the COPY's end waits for the server to have stored them."""
     key = (connection.settings_dict["NAME"], table)
@@ -241,18 +240,18 @@ def _copy(
             meanwhile()
 
 
-def _evidence_rows(project: Project, manifests: list[Manifest], call_pks: list[int]) -> list[dict[str, Any]]:
+def evidence_rows(project: Project, manifests: list[Manifest], call_pks: list[int]) -> list[dict[str, Any]]:
     return [
         dict(
             call_id=call_pk,
             project_id=project.pk,
             started_at=m.started_at,
-            key=_clean(e.key),
-            label=_clean(e.label),
-            literal=_clean(e.literal),
-            expected_item=_clean(e.expected_item),
+            key=clean_text(e.key),
+            label=clean_text(e.label),
+            literal=clean_text(e.literal),
+            expected_item=clean_text(e.expected_item),
             present=e.present,
-            found_in=_clean(e.found_in),
+            found_in=clean_text(e.found_in),
             used=e.used,
         )
         for m, call_pk in zip(manifests, call_pks)
@@ -260,19 +259,19 @@ def _evidence_rows(project: Project, manifests: list[Manifest], call_pks: list[i
     ]
 
 
-def _store_children(
+def store_children(
     project: Project,
     manifests: list[Manifest],
     call_pks: list[int],
     evidence: list[dict[str, Any]] | None = None,
 ) -> None:
-    """The calls' children but their items (written first, ``_store_rows``, or by ``_store``
-    on SQLite): evidence (``_evidence_rows``, built here when not given), compactions with
+    """The calls' children but their items (written first, ``store_rows``, or by ``_store``
+    on SQLite): evidence (``evidence_rows``, built here when not given), compactions with
     their invariants, context edits."""
     if evidence is None:
-        evidence = _evidence_rows(project, manifests, call_pks)
+        evidence = evidence_rows(project, manifests, call_pks)
     if evidence:
-        _insert(Evidence, evidence)
+        insert_rows(Evidence, evidence)
 
     compactions: list[Compaction] = []
     invariants_of: list[list[Any]] = []
@@ -283,13 +282,13 @@ def _store_children(
                     call_id=call_pk,
                     project=project,
                     started_at=m.started_at,
-                    event_id=_clean(c.id),
-                    strategy=_clean(c.strategy),
-                    trigger=_clean(c.trigger),
+                    event_id=clean_text(c.id),
+                    strategy=clean_text(c.strategy),
+                    trigger=clean_text(c.trigger),
                     tokens_before=c.tokens_before,
                     tokens_after=c.tokens_after,
                     kept_turns=c.kept_turns,
-                    summary_item=_clean(c.summary_item),
+                    summary_item=clean_text(c.summary_item),
                     failed_invariants=sum(1 for inv in c.invariants if not inv.ok),
                 )
             )
@@ -303,8 +302,8 @@ def _store_children(
                     started_at=comp.started_at,
                     name=inv.name,
                     ok=inv.ok,
-                    detail=_clean(inv.detail),
-                    lost=[_clean(x) for x in inv.lost],
+                    detail=clean_text(inv.detail),
+                    lost=[clean_text(x) for x in inv.lost],
                 )
                 for comp, invs in zip(compactions, invariants_of)
                 for inv in invs
@@ -316,11 +315,11 @@ def _store_children(
             call_id=call_pk,
             project=project,
             started_at=m.started_at,
-            type=_clean(e.type),
+            type=clean_text(e.type),
             cleared_count=e.cleared_count,
             cleared_tokens=e.cleared_tokens,
             kept=e.kept,
-            item_ids=[_clean(x) for x in e.item_ids],
+            item_ids=[clean_text(x) for x in e.item_ids],
         )
         for m, call_pk in zip(manifests, call_pks)
         for e in m.context_edits
@@ -329,7 +328,7 @@ def _store_children(
         ContextEdit.objects.bulk_create(edits)
 
 
-def _register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
+def register_keys(project: Project, calls: list[dict[str, Any]], call_pks: list[int]) -> None:
     """The idempotency registry's rows of the stored calls, on SQLite (a unique-key race raises
     here). PostgreSQL writes them with the runs (``_upsert_runs_and_register``)."""
     CallKey.objects.bulk_create(

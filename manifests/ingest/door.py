@@ -1,6 +1,6 @@
 """The ingest door: a request body split into raw manifests, each decoded, validated and
 proven free of duplicate keys, or turned into 4xx errors with a JSON path, whatever the bytes
-hold (docs/api.md, "What the door accepts"). ``manifests/ingest.py`` stores what passes.
+hold (docs/api.md, "What the door accepts"). ``manifests/ingest/store.py`` stores what passes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import msgspec
 from django.conf import settings
 
 from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
-from manifests.dupkeys import no_duplicate_keys
+from manifests.ingest.dupkeys import no_duplicate_keys
 
 
 class BadRequest(Exception):
@@ -82,8 +82,8 @@ class _DuplicateKeys(dict):
 
 
 def _strict_loads(raw: bytes) -> tuple[Any, bool]:
-    """Parse with Python's json, marking objects with duplicate keys. Slower than msgspec
-    (about 3x), so used only when the fast checks cannot rule duplicates out."""
+    """Parse with Python's json, marking objects with duplicate keys. Several times slower than
+    msgspec, so used only when the fast checks cannot rule duplicates out."""
     found = False
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
@@ -184,7 +184,7 @@ def decode(raw: bytes | msgspec.Raw) -> tuple[Manifest | None, list[FieldError],
     Fast path: one msgspec pass (types, ranges, lengths, UTF-8), the cross-field rules,
     and the canonical re-encoding that ingest hashes anyway. A body equal to its canonical
     form (what ctxkit sends) cannot hold a duplicate key; any other is proven free of them
-    by manifests/dupkeys.py (a second msgspec pass) or, when that cannot prove it, parsed
+    by manifests/ingest/dupkeys.py (a second msgspec pass) or, when that cannot prove it, parsed
     by Python's json, which names every duplicate with its path.
     """
     manifest, errors, call_id, canonical, _ = decode_owing_proof(raw, defer_proof=False)
@@ -198,7 +198,7 @@ def decode_owing_proof(
 
     With ``defer_proof`` a manifest that is otherwise valid is returned before its proof:
     ingest proves it while PostgreSQL checks the batch's foreign keys, and stores nothing
-    it could not prove (``ingest_pg._prove_while_checking``). A manifest with other errors is proven
+    it could not prove (``ingest_pg.prove_while_checking``). A manifest with other errors is proven
     here, so its errors are the same either way."""
     raw = normalise_nul(bytes(raw))
     try:

@@ -9,7 +9,7 @@ statement, children first. The tables are found from the models' own relations
 (``_meta.get_fields``), so a table added later is deleted too, without a list to
 keep up to date (tests/test_retention.py checks that nothing is left behind).
 
-On PostgreSQL the raw tables are partitioned by day (manifests/partitions.py): a day older
+On PostgreSQL the raw tables are partitioned by day (manifests/storage/partitions.py): a day older
 than every project's retention is expired by dropping its partitions (a catalog operation,
 whatever the row count) after the plain tables that point into it are cleared; what is
 left (projects with a longer retention than others, the rest of a day) is deleted by rows.
@@ -25,8 +25,8 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from manifests import partitions
 from manifests.models import Call, PrefixEntry, Project, Rollup, Run
+from manifests.storage import partitions
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _delete_where(
             # Every relation here is CASCADE or SET_NULL (tests/test_retention.py checks it). A
             # PROTECT or DO_NOTHING added later must decide its own rule: refuse rather than guess.
             raise ValueError(f"{child.__name__}.{rel.field.name}: on_delete={rel.on_delete.__name__} "
-                             "has no set-based delete rule in manifests/retention.py")
+                             "has no set-based delete rule in manifests/storage/retention.py")
     if keep_partitioned and _partitioned(model):
         return 0
     cursor.execute(f"DELETE FROM {table} WHERE {where}", params)

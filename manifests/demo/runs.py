@@ -14,12 +14,12 @@ stable so loading twice stores nothing twice):
   warm prompt cache, until a release at ``RELEASE`` puts the current time into the
   system prompt: from then on every call changes the prefix and the hit rate collapses.
 * ``research-approval``: waits for a human approval longer than the cache TTL.
-* ``research-vendor-page``: a fetched page carries an injected instruction (seed 001 5.9
-  case B); the tool result is untrusted and, at this budget, reaches the model whole.
+* ``research-vendor-page``: a fetched page carries an injected instruction (a prompt injection
+  in untrusted tool output); the tool result is untrusted and, at this budget, reaches the model whole.
 * ``coder-list-endpoint`` (agent coder): at step 6 a history summary drops the user's
-  hard constraint (seed 001 5.9 case A); the compaction's invariant check says so.
+  hard constraint (a lossy summary); the compaction's invariant check says so.
 * ``refunds-budget-800`` / ``refunds-budget-1200`` (agent refund-analyst): the same task
-  at two budgets (seed 001 5.8.2). At 800 history gets 79 tokens and the 429 rate-limit
+  at two budgets (budget-dependent survival). At 800 history gets 79 tokens and the 429 rate-limit
   error falls out of the summary; at 1200 it survives.
 * ``ops-refunds-watch`` (agent ops-monitor): a long run, 1,000 polls of a monitoring agent
   with a window of recent polls as history; every 100 polls a ``clear_tool_uses`` context
@@ -381,9 +381,9 @@ def approval_run(demo: Demo) -> None:
 
 
 def injection_run(demo: Demo) -> None:
-    """Case B: the fetched vendor page carries an instruction; untrusted, and at this budget whole."""
+    """Prompt injection: the fetched vendor page carries an instruction; untrusted, and at this budget whole."""
     task = "Read the vendor's refund policy and summarize the deadlines that apply to us."
-    # A large budget, as in the seed's case: the page is not even cut, injection included.
+    # A large budget: the page is not even cut, injection included.
     builder = ContextBuilder(budget=8000, reserve=1000, safety_margin=100, key_fields=(
         KeyField("refund deadline", "7 business days", "web_page", key="refund_deadline"),
         KeyField("injected instruction", INJECTION_LITERAL, "web_page", key="injection"),
@@ -405,7 +405,7 @@ def _refund_segments(steps: int) -> list[Segment]:
         Segment(name="retrieval", kind="retrieval", text=REFUND_PAGE, priority=50, policy="extract", min_tokens=24,
                 trust="untrusted", source_ref="web#sha256:9f2c1a7b", zone="middle"),
         # Priority 22 and a floor of 40: at step 6, when the full query log arrives, this leaves
-        # history 79 tokens at budget 800 (seed 001 5.8.2), and its summary loses the 429.
+        # history 79 tokens at budget 800, and its summary loses the 429.
         Segment(name="history", kind="history", text="\n".join(REFUND_HISTORY[: steps + 1 + (steps >= 6)]),
                 priority=22, policy="summarize", min_tokens=40, keep_recent=3, source_ref="session:refunds#turns",
                 zone="middle"),
@@ -416,7 +416,7 @@ def _refund_segments(steps: int) -> list[Segment]:
 
 
 def budget_runs(demo: Demo) -> None:
-    """Seed 001 5.8.2: the same task at budget 800 and at 1200."""
+    """Budget-dependent survival: the same task at budget 800 and at 1200."""
     for budget, offset in ((800, timedelta(hours=7, minutes=12)), (1200, timedelta(hours=7, minutes=31))):
         builder = ContextBuilder(budget=budget, reserve=budget // 5, key_fields=REFUND_KEYS)
         at = demo.start + offset
@@ -438,7 +438,7 @@ def _claims(step: int) -> Outcome | None:
 
 
 def coder_run(demo: Demo) -> None:
-    """Case A: the summary at step 6 drops the user's hard constraint."""
+    """The lossy summary: the one at step 6 drops the user's hard constraint."""
     builder = ContextBuilder(budget=3000, reserve=600, key_fields=(
         KeyField("API compatibility", CODER_CONSTRAINT, "history", key="api_compat"),
         KeyField("p95 before", "1810", "history", key="p95_before"),
@@ -583,7 +583,7 @@ def load(*, project: Project, now: datetime | None = None, analyse: bool = True)
 
     With ``analyse`` the stored calls are analysed, and their rollups refreshed, right here,
     whatever the broker, so the dashboard is complete as soon as this returns (analysis is
-    idempotent: the worker's second pass changes nothing).
+    idempotent: the worker's second run changes nothing).
     """
     now = now or timezone.now()
     batch = manifests(now)

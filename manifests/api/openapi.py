@@ -1,6 +1,6 @@
 """The OpenAPI document's parts that drf-spectacular cannot infer (docs/api.md):
 
-- the bearer security scheme of :class:`manifests.auth.ApiKeyAuthentication`;
+- the bearer security scheme of :class:`manifests.api.auth.ApiKeyAuthentication`;
 - the error responses of every operation, all in the one documented shape;
 - the ingest body, described by the manifest's own JSON Schema (generated from the
   msgspec types ctxkit and the server share), not as a bare object.
@@ -19,7 +19,7 @@ from ctxkit.record.manifest import Manifest
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "manifests.auth.ApiKeyAuthentication"
+    target_class = "manifests.api.auth.ApiKeyAuthentication"
     name = "projectKey"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:

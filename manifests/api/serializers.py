@@ -1,8 +1,11 @@
 """Read-side serializers (the write side validates with ctxkit.record.manifest)."""
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ctxkit import figures
+from manifests.analysis.prices import PriceBook
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
 
@@ -133,6 +136,7 @@ class CallDetailSerializer(CallSummarySerializer):
     # lost-at call read within the run's time span.
     attributions = AttributionSerializer(source="attribution_rows", many=True, read_only=True)
     context_tokens = serializers.SerializerMethodField()
+    prices = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):
         fields = CallSummarySerializer.Meta.fields + [
@@ -146,8 +150,17 @@ class CallDetailSerializer(CallSummarySerializer):
             "context_edits",
             "attributions",
             "context_tokens",
+            "prices",
         ]
 
     def get_context_tokens(self, call: Call) -> int:
         """ctxkit.figures.total_context_tokens of the call's items."""
         return figures.total_context_tokens(call.items.all())
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_prices(self, call: Call) -> dict[str, float]:
+        """The call's model's row of the price book, per 1k tokens in relative units (what the
+        call's cost is computed with; ``ctxkit check-prefix`` prices a broken prefix with it)."""
+        price = PriceBook.load().for_model(call.model)
+        return {"input_per_1k": price.input_per_1k, "output_per_1k": price.output_per_1k,
+                "cache_read_per_1k": price.cache_read_per_1k, "cache_write_per_1k": price.cache_write_per_1k}

@@ -17,7 +17,8 @@ from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from manifests import ingest, otlp
+from manifests import ingest
+from manifests.ingest import otlp
 from manifests.models import Project
 
 TRACE_ID = bytes.fromhex("5e1f0c7a" * 4)

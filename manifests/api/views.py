@@ -1,7 +1,7 @@
 """The REST API: manifest ingest and the read endpoints.
 
 DRF handles the HTTP layer (auth, negotiation, pagination, OpenAPI); the manifest
-body itself is validated by ctxkit's msgspec types in ingest.py, about 100x
+body itself is validated by ctxkit's msgspec types in manifests/ingest/door.py, far
 cheaper than nested DRF serializers.
 """
 
@@ -27,11 +27,11 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest, ops
-from manifests.auth import HasIngestScope, HasReadScope
+from manifests.api.auth import HasIngestScope, HasReadScope
+from manifests.api.pagination import BoundedPagination
+from manifests.api.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Run
-from manifests.pagination import BoundedPagination
 from manifests.selectors import calls as call_selectors
-from manifests.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -136,8 +136,8 @@ def _unbuffered(stream: Any) -> Any:
     """The reader under gunicorn's ``wsgi.input`` when nothing has been read yet, else ``stream``.
 
     gunicorn's ``Body.read(n)`` gathers any body 1 KB at a time, each step copying what its
-    two buffers hold: about 12 ms of a worker's time for a 1.4 MB batch (measured), against
-    under 2 ms for one pass of the reader beneath it (Content-Length or chunked), which holds
+    two buffers hold: several times the cost of one pass of the reader beneath it (Content-Length
+    or chunked; docs/performance.md, "Ingest"), which holds
     the same bytes and the same limit. Django's stream would only add the same
     Content-Length limit, and turns a lost connection into UnreadablePostError, as
     ``_read_at_most`` does here."""

@@ -37,7 +37,7 @@ from ctxkit.context.layout import canonical_json
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage
-from manifests import ingest
+from manifests.ingest import door
 from manifests.models import Call, CallKey, Project, Run
 
 INFERENCE_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
@@ -345,7 +345,7 @@ def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedEx
         call_id = span.call_id
         if embedded is not None:
             raw = embedded.encode() if isinstance(embedded, str) else msgspec.json.encode(embedded)
-            manifest, errors, call_id = ingest.validate(raw)
+            manifest, errors, call_id = door.validate(raw)
             if manifest is None:
                 detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:3])
                 out.rejected.append(f"span {span.span_id}: {MANIFEST_ATTRIBUTE} is not a valid manifest: {detail}")

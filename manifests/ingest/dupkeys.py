@@ -2,7 +2,8 @@
 
 msgspec (like orjson) keeps the last value of a repeated key silently, so ingest must look
 for duplicates itself (docs/api.md). Parsing every body once more with Python's ``json`` and
-a pairs hook cost about 3.6x ``orjson.loads`` per manifest; this check costs about 1.2x, in C.
+a pairs hook costs several times ``orjson.loads`` per manifest; this check runs in C and costs a
+fraction of that (docs/performance.md, "Ingest").
 
 How: the body is decoded a second time with msgspec into *key-mirror* types, generated below
 from ``ctxkit.record.manifest.Manifest``: the same fields, every one defaulting to UNSET
@@ -76,7 +77,7 @@ def no_duplicate_keys(raw: bytes) -> bool:
     """True only if no JSON object in ``raw`` (a manifest that decoded and validated as
     ``Manifest``) holds the same key twice. False means: look the slow way."""
     # Every escape starts with a backslash: one memchr settles most bodies (a search for the
-    # five-byte escape itself cost as much as a tenth of this check).
+    # five-byte escape itself is a noticeable share of this check).
     if b"\\" in raw and b"\\u003" in raw:  # maybe an escaped colon (\\u003a): not judged here
         return False
     try:
@@ -88,5 +89,5 @@ def no_duplicate_keys(raw: bytes) -> bool:
 
 def _colons(data: bytes) -> int:
     # The same count as ``data.count(b":")``; in CPython 3.11 ``count`` walks a single byte
-    # in a plain loop, while ``replace`` finds it with memchr: about 1.6x faster here.
+    # in a plain loop, while ``replace`` finds it with memchr, which is faster.
     return len(data) - len(data.replace(b":", b""))

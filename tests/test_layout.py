@@ -1,0 +1,48 @@
+"""The code's shape: the README's Layout section names what is in the tree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = ("ctxview", "manifests", "sdk/ctxkit", "tests", "sdk/tests", "bench")
+
+
+def layout_section() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+
+
+def named_in(text: str) -> set[str]:
+    """Every `word` in backquotes, with a trailing slash or .py dropped."""
+    return {re.sub(r"(/|\.py)$", "", name) for name in re.findall(r"`([^`\s]+)`", text)}
+
+
+def test_it_names_every_package_and_module_of_the_app_in_the_readme():
+    named = named_in(layout_section())
+    app = ROOT / "manifests"
+    missing = []
+    for path in sorted(app.iterdir()):
+        if path.name.startswith(("_", ".")) or path.name == "__pycache__":
+            continue
+        if path.is_dir() and (path / "__init__.py").exists():
+            if path.name not in named:
+                missing.append(f"{path.name}/")
+            if path.name in ("migrations", "templatetags", "management", "selectors", "views"):
+                continue
+            missing += [f"{path.name}/{m.stem}" for m in sorted(path.glob("*.py"))
+                        if not m.stem.startswith("_") and m.stem not in named]
+        elif path.suffix == ".py" and path.stem not in named:
+            missing.append(path.name)
+    assert missing == []
+
+
+def test_it_names_only_what_exists():
+    section = layout_section()
+    folders = [name.rstrip("/") for name in re.findall(r"`([^`\s]+/)`", section) if not name.startswith(".")]
+    assert "manifests" in folders, "the walk sees the section"
+    tree = {path.relative_to(ROOT).as_posix() for top in (*CODE, "templates", "static", "docs")
+            for path in [ROOT / top, *(ROOT / top).rglob("*")] if path.is_dir()}
+    for name in folders:
+        assert any(found == name or found.endswith(f"/{name}") for found in tree), name
