@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # The price book's default row, per 1k tokens in relative units (docs/analysis.md, "Prices and
-# model facts"): the seed's weights per token, quoted per 1k as the server's table holds them.
+# model facts"): ctxkit.figures.COST_WEIGHTS per token, quoted per 1k as the server's table holds them.
 DEFAULT_PRICES: dict[str, float] = {f"{kind}_per_1k": weight for kind, weight in COST_WEIGHTS.items()}
 DIFF_CONTEXT = 2  # unchanged lines shown around a change in the unified diff
 MAX_DIFF_LINES = 40
