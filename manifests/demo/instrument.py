@@ -34,7 +34,7 @@ from django.utils import timezone
 import ctxkit
 from ctxkit.context.layout import canonical_json
 from ctxkit.context.tokens import estimate_tokens
-from ctxkit.instrument._recorder import _steps as instrument_steps
+from ctxkit.instrumentation.recorder import step_counters as instrument_steps
 from ctxkit.record.spool import encode_line
 from manifests import ingest
 from manifests.models import Call, Project

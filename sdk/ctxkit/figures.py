@@ -12,6 +12,7 @@ manifest ``Item`` / ``Usage`` or the server's stored rows, which keep the same n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -190,12 +191,12 @@ def uncached_tokens(usage: UsageLike) -> int:
     return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
 
 
-# Seed 001, 5.1.1: the price of a token relative to one uncached input token.
+# The price of a token relative to one uncached input token.
 COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
 
 
 def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
-    """The call's cost in seed 001's relative units: each kind of token at its weight
+    """The call's cost in relative units: each kind of token at its weight
     (an uncached input token is 1 with the default weights). The server passes the
     model's price per token (its price table holds prices per 1k tokens)."""
     return (
@@ -219,7 +220,7 @@ def evidence_coverage(evidence: Sequence[Any]) -> float | None:
     return coverage(sum(1 for e in evidence if e.present), len(evidence))
 
 
-# Causes of evidence that did NOT reach the model (seed 004's four, plus "left the
+# Causes of evidence that did NOT reach the model (four causes, plus "left the
 # candidates": present earlier in the run, then no longer offered, without a decision).
 NEVER_CANDIDATE = "never_candidate"
 LEFT_CANDIDATES = "left_candidates"
@@ -426,6 +427,10 @@ def cited_keys(manifest: Manifest) -> set[str] | None:
     return {k for claim in outcome.claims for k in claim.evidence_keys}
 
 
+def _local_cause(manifest: Manifest, key: str) -> Cause:
+    return local_missing_cause(manifest, first_missing(manifest, key))
+
+
 def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
     """The trace's view of one evidence key over a run's manifests (in step order)."""
     steps = []
@@ -433,7 +438,7 @@ def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
         entries = [e for e in m.evidence if e.key == key]
         steps.append(Step(
             present=any(e.present for e in entries) if entries else None,
-            local=(lambda m=m, key=key: local_missing_cause(m, first_missing(m, key))),
+            local=functools.partial(_local_cause, m, key),
             label=f"step {m.step}",
         ))
     return steps

@@ -1,4 +1,4 @@
-"""Atomic interaction groups and budgeted projection of a message history (seed 000).
+"""Atomic interaction groups and budgeted projection of a message history.
 
 API notes
 ---------
@@ -20,7 +20,7 @@ API notes
   without its result) is worse than a group slightly over.
 - ``message_tokens(message, estimate, overhead=None)``: the caller's count when the message
   carries one (an int ``"tokens"`` key), verbatim; else ``estimate`` of its text (content, tool
-  call names and arguments, tool results) plus the framing overhead. Seed 000: estimateTokens
+  call names and arguments, tool results) plus the framing overhead. The estimator
   is the caller's, so the overhead is ``MESSAGE_OVERHEAD`` (4) only with ctxkit's own default
   estimator and 0 when the caller passes ``estimate=`` (``overhead=`` sets it explicitly);
   ``group_interactions`` and ``project`` take the same ``overhead=``.

@@ -5,7 +5,7 @@ response bytes as they passed, the status and a few headers, and hands that :cla
 to :class:`Capture` (a deque append). One daemon thread then decodes the bodies, reassembles a
 stream from its events, masks secrets (ctxkit.proxy.secrets), places the call in a run
 (ctxkit.proxy.runs), maps it with ``ctxkit.instrument``'s mapping
-(:func:`ctxkit.instrument.bodies.manifest_from_bodies`) and hands the manifest to ctxkit's
+(:func:`ctxkit.instrumentation.bodies.manifest_from_bodies`) and hands the manifest to ctxkit's
 non-blocking :class:`~ctxkit.record.client.Client` (bounded queue, retries, optional spool).
 Nothing here can fail a proxied call: an exchange that cannot be read (malformed JSON, a body
 that is not an object) is counted and skipped; a full buffer drops the exchange (counted).
@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ctxkit.instrument.bodies import ProviderError, manifest_from_bodies
+from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
@@ -42,7 +42,7 @@ IDENTITY_HEADERS = ("x-ctxview-run", "x-ctxview-agent", "x-claude-code-session-i
 class Exchange:
     """One recorded-path exchange as the proxy forwarded it."""
 
-    api: str  # a key of ctxkit.instrument.bodies.APIS
+    api: str  # a key of ctxkit.instrumentation.bodies.APIS
     request_body: bytes
     headers: dict[str, str]  # IDENTITY_HEADERS only, names in lower case
     started: float  # time.time() when the request went upstream

@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.instrument._recorder import CallRecord
-from ctxkit.instrument._wrap import field, plain
+from ctxkit.instrumentation.recorder import CallRecord
+from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Compaction, Manifest, Outcome
 from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage

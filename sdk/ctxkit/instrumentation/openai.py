@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.instrument._recorder import CallRecord
-from ctxkit.instrument._wrap import field, plain
+from ctxkit.instrumentation.recorder import CallRecord
+from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage

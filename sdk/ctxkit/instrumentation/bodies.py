@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ctxkit.instrument import anthropic, openai
-from ctxkit.instrument._recorder import CallRecord
+from ctxkit.instrumentation import anthropic, openai
+from ctxkit.instrumentation.recorder import CallRecord
 from ctxkit.record.manifest import Manifest
 
 __all__ = ["APIS", "ProviderError", "manifest_from_bodies", "well_formed"]
