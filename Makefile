@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench clean browser
+.PHONY: run test lint bench clean browser node-clients
 
 $(STAMP): requirements.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet -e sdk
+	$(PY) -m pip install --quiet -e 'sdk[proxy]'
 	touch $(STAMP)
 
 # Headless Chromium for the browser tests (Debian's package; Playwright's own
@@ -27,6 +27,13 @@ browser: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "Debian's chromium is missing: the browser tests cannot run" >&2; exit 1; }
 	@SECRET_KEY=$${SECRET_KEY:-vendor-step-only} $(PY) manage.py vendor_plotly
 
+# The Node clients the proxy tests drive (the official @anthropic-ai/sdk and the Claude Code CLI),
+# pinned by their committed package-lock.json files; installed only when absent.
+node-clients:
+	@for dir in tests/node tests/claude_code; do \
+	  test -d $$dir/node_modules || npm ci --prefix $$dir --no-audit --no-fund --loglevel=error; \
+	done
+
 run: $(STAMP)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput
 	DEBUG=$${DEBUG:-1} CTXVIEW_DEMO_HOST=$(HOST):$(PORT) $(PY) manage.py seed_demo
@@ -36,7 +43,7 @@ run: $(STAMP)
 	fi; \
 	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver $(HOST):$(PORT)
 
-test: $(STAMP) browser
+test: $(STAMP) browser node-clients
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

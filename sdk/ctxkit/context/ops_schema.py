@@ -13,7 +13,7 @@ from typing import Any
 
 from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import extract_lines
-from ctxkit.context.ops_truncate import _json
+from ctxkit.context.ops_truncate import compact_json
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 
@@ -210,7 +210,7 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[s
         if step is not None:
             for tool in tools:
                 step(tool)
-        out = _signatures(tools) if signatures else _json(tools)
+        out = _signatures(tools) if signatures else compact_json(tools)
         yield label, out, estimate(out)
 
 

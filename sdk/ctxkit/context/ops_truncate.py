@@ -134,7 +134,8 @@ _KEEP_KEY = re.compile(
 )
 
 
-def _json(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """JSON without spaces, non-ASCII kept: what a compressed schema or a cut JSON value costs."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -145,7 +146,7 @@ def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
     head/tail; lists keep leading items and count the rest. Returns (value, fitted); a
     value that cannot shrink to the budget comes back with fitted=False.
     """
-    cost = estimate(_json(value))
+    cost = estimate(compact_json(value))
     if cost <= budget:
         return value, True
     if isinstance(value, str):
@@ -156,22 +157,22 @@ def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
         chosen: dict[Any, Any] = {}
         room = budget - 1
         for k in keys:
-            whole = estimate(_json({k: value[k]}))
+            whole = estimate(compact_json({k: value[k]}))
             if whole <= room:
                 chosen[k], room = value[k], room - whole
                 continue
-            key_cost = estimate(_json({k: None}))
+            key_cost = estimate(compact_json({k: None}))
             if room - key_cost <= 2:
                 continue
             sub, ok = _fit_json(value[k], room - key_cost, estimate)
             if ok:
                 chosen[k] = sub
-                room -= estimate(_json({k: sub}))
+                room -= estimate(compact_json({k: sub}))
         return {k: chosen[k] for k in value if k in chosen}, True
     if isinstance(value, list):
         items, room = [], budget - 12
         for item in value:
-            c = estimate(_json(item)) + 1
+            c = estimate(compact_json(item)) + 1
             if c > room:
                 break
             items.append(item)
@@ -187,7 +188,7 @@ _LIST_MARK = re.compile(r"^…\[omitted (\d+) items, (\d+) tokens; ref=([^\]]*)\
 
 def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estimate: Estimator) -> tuple[str, OpRecord]:
     """Field-aware truncation that always yields valid JSON (or nothing)."""
-    compact = _json(value)
+    compact = compact_json(value)
     if estimate(compact) <= budget:
         after = estimate(compact)
         return compact, OpRecord("truncate", before, after, "re-serialized compactly", {"json": True})
@@ -202,15 +203,15 @@ def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estima
     body = budget
     while body > 0:
         shrunk, _ = _fit_json(value, body, estimate)
-        omitted = prior + max(0, before - estimate(_json(shrunk)))
+        omitted = prior + max(0, before - estimate(compact_json(shrunk)))
         note = {"omitted_tokens": omitted, "ref": ref or "ref:unknown"}
         if isinstance(shrunk, dict):
             dropped = [str(k) for k in value if k not in shrunk][:10]
-            out = _json({**shrunk, "_truncated": {**note, "omitted_keys": dropped}})
+            out = compact_json({**shrunk, "_truncated": {**note, "omitted_keys": dropped}})
         else:  # a list stays a list: the last element says what is missing
             items = [x for x in shrunk if not (isinstance(x, str) and x.startswith("…[omitted "))]
             mark = f"…[omitted {len(value) - len(items)} items, {omitted} tokens; ref={note['ref']}]"
-            out = _json([*items, mark])
+            out = compact_json([*items, mark])
         over = estimate(out) - budget
         if over <= 0:
             detail = "JSON-aware: kept ok/error/status/ref fields, valid JSON"

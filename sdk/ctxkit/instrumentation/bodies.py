@@ -105,7 +105,7 @@ def manifest_from_bodies(
     record = CallRecord(APIS[api], request, run_id, step, agent, evidence, window, include_text, started,
                         duration=duration, response=response, error=error, stream_events=events,
                         _call_id=call_id)
-    manifest = record.adapter(record)
+    manifest: Manifest = record.adapter(record)
     if notes:
         manifest.warnings = [*manifest.warnings, *notes][:100]
     return manifest

@@ -58,8 +58,9 @@ def session_of(request: dict[str, Any], headers: dict[str, str]) -> str:
             parsed = json.loads(user_id)
         except ValueError:
             return ""
-        if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
-            return parsed["session_id"].strip()
+        inner = parsed.get("session_id") if isinstance(parsed, dict) else None
+        if isinstance(inner, str):
+            return inner.strip()
     return ""
 
 

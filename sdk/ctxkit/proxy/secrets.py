@@ -14,6 +14,7 @@ hashes and ids are not masked.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["PATTERNS", "mask_text", "mask_json", "mask_json_text"]
@@ -49,7 +50,7 @@ PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 _COMPILED = tuple((kind, hints, re.compile(pattern)) for kind, hints, pattern in PATTERNS)
 
 
-def _masker(kind: str):  # noqa: ANN202 (a re.sub callback)
+def _masker(kind: str) -> Callable[[re.Match[str]], str]:
     def replace(match: re.Match[str]) -> str:
         keep = match.groupdict().get("keep") or ""
         return f"{keep}[masked:{kind}]"

@@ -22,7 +22,8 @@ _LINES = re.compile(r"\r\n|\r|\n")
 def parse_events(text: str) -> list[tuple[str, str]]:
     """(event name, data) of each event in ``text``; the name is "" when the event has none."""
     events: list[tuple[str, str]] = []
-    name, data = "", []
+    name = ""
+    data: list[str] = []
     for line in _LINES.split(text):
         if not line:
             if data:
