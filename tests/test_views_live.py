@@ -215,3 +215,10 @@ def test_it_shows_hostile_ids_as_text(project, member, api):
 def test_it_links_the_live_page_from_the_navigation(project, member):
     body = as_user(member).get(f"/p/{project.slug}/runs/").content.decode()
     assert f'<a href="/p/{project.slug}/live/" class="" data-nav="live">Live</a>' in body
+
+
+def test_it_narrows_the_calls_list_by_status_too(project, member, api):
+    send(api, fresh("fine"), fresh("broken", step=1, outcome={"status": "error"}))
+    body = as_user(member).get(f"/p/{project.slug}/calls/?status=error").content.decode()
+    assert re.findall(r'<tr data-call="([^"]+)">', body) == ["broken"]
+    assert "status: <b>error</b>" in body

@@ -65,11 +65,10 @@
     cell(tr, link(c.url, c.call_id), "id");
     cell(tr, link(c.run_url, c.run_id), "id");
     cell(tr, String(c.step), "num");
-    cell(tr, c.agent);
-    cell(tr, c.model);
+    cell(tr, c.agent, "name");
+    cell(tr, c.model, "name");
     cell(tr, c.status ? badge(c.status, "ok", null) : null);
     cell(tr, String(c.input_tokens), "num");
-    cell(tr, String(c.output_tokens), "num");
     cell(tr, c.hit || "–", "num");
     var cache = cell(tr, c.cache ? badge(c.cache, "hit", "below_minimum") : null);
     if (c.cache_segment) { cache.appendChild(document.createTextNode(" " + c.cache_segment)); }
