@@ -56,3 +56,12 @@ class HasReadScope(BasePermission):
         if not isinstance(key, ApiKey):
             raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
         return key.can_read
+
+
+def key_of(request: Any) -> ApiKey:
+    """The API key that authenticated ``request``, for a view behind HasIngestScope or
+    HasReadScope (which answer 401 for a request without one before the view runs)."""
+    key = request.auth
+    if not isinstance(key, ApiKey):
+        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
+    return key
