@@ -49,6 +49,7 @@ class CallQuery:
     cache: str = ""  # a cache event cause (prefix_changed, ttl_expired, ...)
     cause: str = ""  # a missing-evidence cause (budget, truncated, ...)
     evidence: str = ""  # an evidence key that was missing
+    status: str = ""  # the manifest's outcome status (ok, error, ...)
 
     def params(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
@@ -77,6 +78,8 @@ def calls(project: Project, filters: Filters, cq: CallQuery) -> QuerySet[Call]:
         qs = qs.filter(run__run_id=cq.run)
     if cq.prefix:
         qs = qs.filter(prefix_hash=cq.prefix)
+    if cq.status:
+        qs = qs.filter(status=cq.status)
     if cq.cache:
         qs = qs.filter(Exists(CacheEvent.objects.filter(call=OuterRef("pk"), cause=cq.cache)))
     if cq.cause or cq.evidence:

@@ -16,7 +16,7 @@ from manifests.models import Project
 from manifests.selectors import filters as f
 from manifests.selectors.projects import filter_options, project_for
 
-NAV = [("overview", "Overview"), ("runs", "Runs"), ("evidence", "Evidence"), ("cache", "Cache"),
+NAV = [("overview", "Overview"), ("runs", "Runs"), ("live", "Live"), ("evidence", "Evidence"), ("cache", "Cache"),
        ("compactions", "Compactions")]
 
 PRESETS = ("1h", "24h", "7d", "30d")
