@@ -430,3 +430,18 @@ def test_it_documents_the_alert_rule_endpoints_in_the_openapi_document(db):
     assert set(spec["paths"]["/api/v1/alert-rules"]) >= {"get", "post"}
     assert set(spec["paths"]["/api/v1/alert-rules/{rule_id}"]) >= {"get", "delete"}
     assert "AlertRuleInput" in spec["components"]["schemas"]
+
+
+def test_it_evaluates_and_delivers_from_the_management_command(project, receiver):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    rule(project, kind="invariant_failures")
+    ingest(project, [recent("compacted-1")])
+    out = StringIO()
+    call_command("evaluate_alerts", stdout=out)
+    call_command("evaluate_alerts", stdout=out)
+    assert out.getvalue().splitlines() == ["1 alert events (rules that started or stopped holding)",
+                                           "0 alert events (rules that started or stopped holding)"]
+    assert [a["state"] for a in alert_bodies(receiver)] == ["firing"]

@@ -59,7 +59,8 @@ def _invalid(exc: alerts.RuleInputError) -> Response:
 class AlertRuleListView(APIView):
     permission_classes = [HasConfigureScope]
 
-    @extend_schema(summary="The alert rules of the key's project, with their state", responses={200: _rule_list})
+    @extend_schema(summary="The alert rules of the key's project, with their state", responses={200: _rule_list},
+                   operation_id="alert_rules_list")
     def get(self, request: Request) -> Response:
         return Response({"results": [alerts.as_dict(r) for r in alerts.rules_of(request.auth.project)]})
 
@@ -76,19 +77,19 @@ class AlertRuleListView(APIView):
 class AlertRuleDetailView(APIView):
     permission_classes = [HasConfigureScope]
 
-    def _rule(self, request: Request, rule_id: int) -> AlertRule:
+    def rule_of(self, request: Request, rule_id: int) -> AlertRule:
         rule = AlertRule.objects.filter(project=request.auth.project, pk=rule_id).first()
         if rule is None:
             raise NotFound("no such alert rule in the key's project")
         return rule
 
-    @extend_schema(summary="One alert rule with its state", responses={200: _rule})
+    @extend_schema(summary="One alert rule with its state", responses={200: _rule}, operation_id="alert_rule_retrieve")
     def get(self, request: Request, rule_id: int) -> Response:
-        return Response(alerts.as_dict(self._rule(request, rule_id)))
+        return Response(alerts.as_dict(self.rule_of(request, rule_id)))
 
     @extend_schema(summary="Delete an alert rule (key with the configure scope)", responses={204: None})
     def delete(self, request: Request, rule_id: int) -> Response:
-        if not alerts.delete_rule(project=request.auth.project, rule_id=self._rule(request, rule_id).pk):
+        if not alerts.delete_rule(project=request.auth.project, rule_id=self.rule_of(request, rule_id).pk):
             raise NotFound("no such alert rule in the key's project")
         return Response(status=status.HTTP_204_NO_CONTENT)
 
