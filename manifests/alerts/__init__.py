@@ -9,7 +9,7 @@ manifests/tasks.py runs :func:`evaluate_all` and enqueues the deliveries.
 """
 
 from manifests.alerts.deliver import body_for, format_for, pending, send
-from manifests.alerts.evaluate import describe, evaluate_all, evaluate_rule
+from manifests.alerts.evaluate import describe, evaluate_all, evaluate_rule, figure
 from manifests.alerts.measure import Measurement, measure, window_start
 from manifests.alerts.rules import (
     FieldError,
@@ -24,6 +24,6 @@ from manifests.alerts.rules import (
 
 __all__ = [
     "FieldError", "Measurement", "RuleInputError", "RuleSpec", "as_dict", "body_for", "create_rule", "delete_rule",
-    "describe", "evaluate_all", "evaluate_rule", "format_for", "measure", "parse_rule", "pending", "rules_of",
+    "describe", "evaluate_all", "evaluate_rule", "figure", "format_for", "measure", "parse_rule", "pending", "rules_of",
     "send", "window_start",
 ]

@@ -24,7 +24,8 @@ def _scope(rule: AlertRule) -> str:
     return " / ".join(p for p in parts if p) or "all agents and models"
 
 
-def _figure(rule: AlertRule, value: float | None) -> str:
+def figure(rule: AlertRule, value: float | None) -> str:
+    """A measured value in the rule's unit (a hit rate as a percentage)."""
     if value is None:
         return "nothing to measure"
     if rule.kind == AlertRule.HIT_RATE_BELOW:
@@ -40,20 +41,21 @@ def describe(rule: AlertRule) -> str:
     if rule.kind == AlertRule.HIT_RATE_BELOW:
         what = f"cache hit rate below {rule.threshold:.1%}"
     elif rule.kind == AlertRule.INVARIANT_FAILURES:
-        what = f"more than {rule.threshold:g} compaction invariant failures"
+        what = (f"more than {rule.threshold:g} compaction invariant failures" if rule.threshold
+                else "any compaction invariant failure")
     elif rule.kind == AlertRule.EVIDENCE_LOST:
         key = f"evidence {rule.evidence_key!r}" if rule.evidence_key else "required evidence"
-        what = f"{key} lost more than {rule.threshold:g} times"
+        what = f"{key} lost more than {rule.threshold:g} times" if rule.threshold else f"{key} lost at all"
     else:
         what = f"cost per verified success above {rule.threshold:,.2f} units"
     return f"{what} {window}, {_scope(rule)}"
 
 
 def summary(rule: AlertRule, transition: str, value: float | None) -> str:
-    figure = _figure(rule, value)
+    now = figure(rule, value)
     if transition == AlertEvent.FIRING:
-        return f"Firing: {describe(rule)} (now {figure})."
-    return f"Resolved: {describe(rule)} no longer holds (now {figure})."
+        return f"Firing: {describe(rule)} (now {now})."
+    return f"Resolved: {describe(rule)} no longer holds (now {now})."
 
 
 def evaluate_rule(rule_id: int, *, now: datetime | None = None) -> int | None:

@@ -65,7 +65,8 @@ def _page(request: HttpRequest, project: Project, *, status: int = 200, **contex
         "alert_kinds": AlertRule.KINDS,
         "alert_formats": AlertRule.FORMATS,
         "alert_input": {},
-        "alert_rules": [(rule, alerts.describe(rule)) for rule in alerts.rules_of(project)],
+        "alert_rules": [(rule, alerts.describe(rule), alerts.figure(rule, rule.last_value))
+                        for rule in alerts.rules_of(project)],
         **project_settings(project),
     }
     return render(request, "manifests/settings.html", {**base, **context}, status=status)
