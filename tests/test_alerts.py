@@ -445,3 +445,15 @@ def test_it_evaluates_and_delivers_from_the_management_command(project, receiver
     assert out.getvalue().splitlines() == ["1 alert events (rules that started or stopped holding)",
                                            "0 alert events (rules that started or stopped holding)"]
     assert [a["state"] for a in alert_bodies(receiver)] == ["firing"]
+
+
+def test_it_deletes_the_rules_and_their_events_with_the_project(project, other_project):
+    from manifests.storage import retention
+
+    r = rule(project, kind="invariant_failures")
+    kept = rule(other_project, kind="invariant_failures")
+    ingest(project, [recent("compacted-1")])
+    assert alerts.evaluate_all() != [] and AlertEvent.objects.filter(rule=r).exists()
+    retention.delete_project(project=project)
+    assert list(AlertRule.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert not AlertEvent.objects.exists()
