@@ -457,3 +457,26 @@ def test_it_deletes_the_rules_and_their_events_with_the_project(project, other_p
     retention.delete_project(project=project)
     assert list(AlertRule.objects.values_list("pk", flat=True)) == [kept.pk]
     assert not AlertEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_one_event_when_two_workers_evaluate_at_once(project):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    r = rule(project, kind="invariant_failures")
+    ingest(project, [recent("compacted-1")])
+    barrier = threading.Barrier(2)
+
+    def worker() -> list[int]:
+        try:
+            barrier.wait(timeout=10)
+            return alerts.evaluate_all()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        results = [f.result() for f in [pool.submit(worker), pool.submit(worker)]]
+    assert sorted(len(x) for x in results) == [0, 1]
+    assert events(r) == [(1, "firing")]
