@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from ctxkit import figures
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 KEY_PREFIX = "ctx_"
 
@@ -24,7 +28,11 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=200, unique=True)
     created = models.DateTimeField(default=timezone.now)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="projects"
+    )
+    # The signed-in user's role, set by selectors.projects.project_for for the pages (not a column).
+    role: str
     # Cache-hit regression alerts (docs/analysis.md): a signed POST to webhook_url when the
     # rolling hit rate of an agent/model falls more than regression_threshold_points below
     # its baseline; both windows are regression_window_calls calls long.
@@ -119,6 +127,9 @@ class Run(models.Model):
 
 class Call(models.Model):
     """One model call: the manifest's scalar fields, plus the raw manifest."""
+
+    # Its attributions with their lost-at calls, set by the API's call view for its serializer (not a column).
+    attribution_rows: list[Attribution]
 
     # No single-column indexes of their own: call_project_* and call_run_step lead with these
     # columns, and every index is paid by every call written (migration 0013).
@@ -477,6 +488,9 @@ class CacheEvent(models.Model):
 
 class Regression(models.Model):
     """A drop of the rolling cache-hit rate of one agent/model against its baseline."""
+
+    # The prefix segment that changed, set by selectors.overview.regressions for the page (not a column).
+    segment: str
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="regressions")
     agent = models.CharField(max_length=200)

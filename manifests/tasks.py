@@ -9,6 +9,7 @@ never exceed MAX_COUNTDOWN_SECONDS, which the broker's visibility timeout exceed
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -29,7 +30,7 @@ TRANSIENT = (OperationalError, InterfaceError, IntegrityError, BrokerError, Conn
 
 # What the analysis tasks share: retry transient errors with capped, jittered backoff
 # (below the visibility timeout), acknowledge late, and stop a stuck task.
-ANALYSIS_TASK = {
+ANALYSIS_TASK: dict[str, Any] = {
     "bind": True,
     "autoretry_for": TRANSIENT,
     "retry_backoff": 2,
@@ -74,7 +75,8 @@ def sweep_unanalysed(
     without waiting for the beat, on whichever workers are free."""
     options = {"older_than_seconds": older_than_seconds, "max_calls": max_calls, "max_seconds": max_seconds}
     try:
-        result = analysis.sweep_unanalysed(**options, notify=enqueue_notifications)
+        result = analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, max_calls=max_calls,
+                                           max_seconds=max_seconds, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         return 0
     if result.cut_short and not self.request.is_eager:

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from manifests import alerts
-from manifests.api.auth import HasConfigureScope
+from manifests.api.auth import HasConfigureScope, key_of
 from manifests.models import AlertRule
 
 _KINDS = [k for k, _ in AlertRule.KINDS]
@@ -62,13 +62,13 @@ class AlertRuleListView(APIView):
     @extend_schema(summary="The alert rules of the key's project, with their state", responses={200: _rule_list},
                    operation_id="alert_rules_list")
     def get(self, request: Request) -> Response:
-        return Response({"results": [alerts.as_dict(r) for r in alerts.rules_of(request.auth.project)]})
+        return Response({"results": [alerts.as_dict(r) for r in alerts.rules_of(key_of(request).project)]})
 
     @extend_schema(summary="Create an alert rule (key with the configure scope)", request=_rule_input,
                    responses={201: _rule})
     def post(self, request: Request) -> Response:
         try:
-            rule = alerts.create_rule(project=request.auth.project, spec=alerts.parse_rule(request.data))
+            rule = alerts.create_rule(project=key_of(request).project, spec=alerts.parse_rule(request.data))
         except alerts.RuleInputError as exc:
             return _invalid(exc)
         return Response(alerts.as_dict(rule), status=status.HTTP_201_CREATED)
@@ -78,7 +78,7 @@ class AlertRuleDetailView(APIView):
     permission_classes = [HasConfigureScope]
 
     def rule_of(self, request: Request, rule_id: int) -> AlertRule:
-        rule = AlertRule.objects.filter(project=request.auth.project, pk=rule_id).first()
+        rule = AlertRule.objects.filter(project=key_of(request).project, pk=rule_id).first()
         if rule is None:
             raise NotFound("no such alert rule in the key's project")
         return rule
@@ -89,7 +89,7 @@ class AlertRuleDetailView(APIView):
 
     @extend_schema(summary="Delete an alert rule (key with the configure scope)", responses={204: None})
     def delete(self, request: Request, rule_id: int) -> Response:
-        if not alerts.delete_rule(project=request.auth.project, rule_id=self.rule_of(request, rule_id).pk):
+        if not alerts.delete_rule(project=key_of(request).project, rule_id=self.rule_of(request, rule_id).pk):
             raise NotFound("no such alert rule in the key's project")
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -71,3 +71,12 @@ class HasConfigureScope(BasePermission):
         if request.method in ("GET", "HEAD", "OPTIONS"):
             return key.can_configure or key.can_read
         return key.can_configure
+
+
+def key_of(request: Any) -> ApiKey:
+    """The API key that authenticated ``request``, for a view behind HasIngestScope,
+    HasReadScope or HasConfigureScope (which answer 401 for a request without one before the view runs)."""
+    key = request.auth
+    if not isinstance(key, ApiKey):
+        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
+    return key

@@ -92,20 +92,23 @@ def segment_diff(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
     return rows
 
 
+PREFIXES_PER_PAGE = 25
+
+
 def prefixes(project: Project, filters: Filters, page: str | int | None) -> Page:
     qs = PrefixEntry.objects.filter(project=project)
     if filters.since is not None:
         qs = qs.filter(last_seen__gte=filters.since)
     if filters.until is not None:
         qs = qs.filter(first_seen__lt=filters.until)
-    return Paginator(qs.order_by("-last_seen", "-pk"), 25).get_page(page)
+    return Paginator(qs.order_by("-last_seen", "-pk"), PREFIXES_PER_PAGE).get_page(page)
 
 
 def chart(project: Project, filters: Filters) -> dict[str, Any]:
     """Hit rate over time per agent/model (roll-ups), the causes per bucket, and per-call points
     coloured by cause when the range holds few enough calls."""
     bucket = s.bucket_for(filters)
-    lines: dict[str, dict[str, dict]] = defaultdict(dict)
+    lines: dict[str, dict[str, Any]] = defaultdict(dict)
     owners: dict[str, tuple[str, str]] = {}
     for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "input_tokens",
                                                         "cache_read_tokens").order_by("start"):

@@ -8,6 +8,7 @@ query, so "export what I see" means the same rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Exists, FilteredRelation, OuterRef, Q, QuerySet
@@ -116,7 +117,7 @@ def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, pa
         keys = keys.annotate(fig=FilteredRelation("figures", condition=_figures_in(project, filters)))
         columns = {**SORTS, sort.column: SORTS[sort.column].replace("figures__", "fig__", 1)}
     keys = keys.order_by(*sort.order_by(columns, nullable=NULLABLE_SORTS))
-    result = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
+    result: Page[Any] = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
     pairs = list(result.object_list)
     rows: list[Call] = []
     if pairs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -153,7 +154,7 @@ def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     run_id = request.GET.get("run", "").strip()
     if len(query) > evidence_sel.MAX_QUERY or len(key) > 200 or len(run_id) > 200:
         return bad_request(request, "q", "at most 200 characters", project=project)
-    context = {"query": query, "key": key, "causes": evidence_sel.cause_breakdown(project, filters)}
+    context: dict[str, Any] = {"query": query, "key": key, "causes": evidence_sel.cause_breakdown(project, filters)}
     if query:
         context["results"] = evidence_sel.search(project, filters, query)
     if key:

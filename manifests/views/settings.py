@@ -134,7 +134,8 @@ def change_member(request: HttpRequest, project: Project, membership_id: int) ->
         return _back(project, "members")
     form = RoleForm(request.POST)
     if not form.is_valid():
-        return _page(request, project, member_error="; ".join(form.errors.get("role", ["bad role"])), status=400)
+        errors = map(str, form.errors.get("role", ["bad role"]))
+        return _page(request, project, member_error="; ".join(errors), status=400)
     try:
         m = services.set_member_role(project=project, membership_id=membership_id, role=form.cleaned_data["role"])
     except services.SettingsError as exc:

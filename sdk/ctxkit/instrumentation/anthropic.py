@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.instrument._recorder import CallRecord
-from ctxkit.instrument._wrap import plain
+from ctxkit.instrumentation.recorder import CallRecord
+from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Compaction, Manifest, Outcome
 from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
@@ -95,20 +95,20 @@ def _from_stream(events: list[Any]) -> dict[str, Any]:
     usage: dict[str, Any] = {}
     out: dict[str, Any] = {"usage": usage, "content": []}
     for event in events:
-        kind = getattr(event, "type", None)
+        kind = field(event, "type")
         if kind == "message_start":
-            message = plain(getattr(event, "message", None)) or {}
+            message = plain(field(event, "message")) or {}
             usage.update({k: v for k, v in (message.get("usage") or {}).items() if v is not None})
             out["model"] = message.get("model")
         elif kind == "message_delta":
-            usage.update({k: v for k, v in (plain(getattr(event, "usage", None)) or {}).items() if v is not None})
-            delta = plain(getattr(event, "delta", None)) or {}
+            usage.update({k: v for k, v in (plain(field(event, "usage")) or {}).items() if v is not None})
+            delta = plain(field(event, "delta")) or {}
             out["stop_reason"] = delta.get("stop_reason") or out.get("stop_reason")
-            cm = plain(getattr(event, "context_management", None))
+            cm = plain(field(event, "context_management"))
             if cm:
                 out["context_management"] = cm
         elif kind == "content_block_start":
-            out["content"].append(plain(getattr(event, "content_block", None)) or {})
+            out["content"].append(plain(field(event, "content_block")) or {})
     return out
 
 

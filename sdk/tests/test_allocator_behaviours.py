@@ -1,7 +1,7 @@
-"""Seed 001's 21 allocator behaviours (5.8.4) and its 800/1200 shape (5.8.2), on our own fixture.
+"""The allocator's behaviours on the six-segment fixture, and the shape of naive against priority allocation.
 
-The fixture (``ctxkit.fixtures``) has the seed's six segments and ten key fields; budgets are the
-seed's: 800 (small), 1200 (default) and 2400 (large), with a 20 % output reserve.
+The fixture (``ctxkit.fixtures``) has six segments and ten key fields; budgets are 800 (small),
+1200 (default) and 2400 (large), with a 20 % output reserve.
 """
 
 from __future__ import annotations
@@ -36,17 +36,16 @@ def kept_fields(plan: Plan) -> int:
     return sum(r.present for r in read_back(KEY_FIELDS, plan.outputs()))
 
 
-def test_seed_shape_naive_small_loses_most_priority_keeps_more_large_keeps_all() -> None:
-    """Seed 001, 5.8.2: naive 800 keeps 3/10, priority 800 6/10, priority 1200 10/10."""
+def test_naive_small_loses_most_priority_keeps_more_large_keeps_all() -> None:
+    """Naive 800 keeps 3/10, priority 800 6/10, priority 1200 10/10."""
     naive, priority, default = kept_fields(run(SMALL_BUDGET, naive=True)), kept_fields(run(SMALL_BUDGET)), \
         kept_fields(run(DEFAULT_BUDGET))
-    assert naive <= 3  # the seed: 3/10
-    assert priority >= naive + 3  # the seed: 6/10 at the same budget
-    assert default == len(KEY_FIELDS) == 10  # the seed: 10/10
+    assert naive <= 3
+    assert priority >= naive + 3  # at the same budget
+    assert default == len(KEY_FIELDS) == 10
 
 
 def test_failure_evidence_survives_history_summary() -> None:
-    """Seed 001, 5.8.4: test_failure_evidence_survives_history_summary."""
     history = run(DEFAULT_BUDGET).get("history")
     assert history.action == "summarize" and history.used < history.requested
     assert "tool(web_fetch): error=HTTP 429 Too Many Requests retry_after=20s（限流失败）" in history.text
@@ -54,14 +53,12 @@ def test_failure_evidence_survives_history_summary() -> None:
 
 
 def test_key_fields_survive_at_1200() -> None:
-    """Seed 001, 5.8.4: test_key_fields_survive_at_1200."""
     results = read_back(KEY_FIELDS, run(DEFAULT_BUDGET).outputs())
     assert [r.field.label for r in results if not r.present] == []
     assert all(r.found_in == r.field.source for r in results)
 
 
 def test_numeric_field_is_lost_at_800_but_ref_is_kept() -> None:
-    """Seed 001, 5.8.4: test_numeric_field_is_lost_at_800_but_ref_is_kept."""
     tool = run(SMALL_BUDGET).get("tool_result")
     assert tool.action == "truncate"
     assert "0.0321" not in tool.text
@@ -70,7 +67,6 @@ def test_numeric_field_is_lost_at_800_but_ref_is_kept() -> None:
 
 
 def test_units_and_numbers_survive_tool_truncation() -> None:
-    """Seed 001, 5.8.4: test_units_and_numbers_survive_tool_truncation."""
     tool = run(DEFAULT_BUDGET).get("tool_result")
     assert tool.action == "truncate"
     assert "refund_rate=0.0321" in tool.text and "elapsed_ms=2310" in tool.text
@@ -78,7 +74,6 @@ def test_units_and_numbers_survive_tool_truncation() -> None:
 
 
 def test_exact_duplicate_lines_are_removed() -> None:
-    """Seed 001, 5.8.4: test_exact_duplicate_lines_are_removed."""
     plan = run(LARGE_BUDGET)
     retrieval = plan.get("retrieval")
     assert all(retrieval.text.count(line) == 1 for line in FOOTER)
@@ -89,7 +84,6 @@ def test_exact_duplicate_lines_are_removed() -> None:
 
 
 def test_near_duplicate_similarity() -> None:
-    """Seed 001, 5.8.4: test_near_duplicate_similarity."""
     faq = [line for line in WEB_PAGE.split("\n") if line.startswith("常见问题")]
     assert jaccard_5gram(faq[0], faq[1]) >= 0.75
     assert jaccard_5gram(faq[0], FOOTER[0]) < 0.75
@@ -98,7 +92,6 @@ def test_near_duplicate_similarity() -> None:
 
 
 def test_over_budget_does_not_fake_capacity() -> None:
-    """Seed 001, 5.8.4: test_over_budget_does_not_fake_capacity."""
     plan = allocate(fixture_segments(), budget=300, reserve=reserve_for(300))
     assert plan.over_budget is True
     assert plan.cap == 240 and plan.reserve == 60
@@ -107,21 +100,18 @@ def test_over_budget_does_not_fake_capacity() -> None:
 
 
 def test_pinned_segments_survive_even_when_over_budget() -> None:
-    """Seed 001, 5.8.4: test_pinned_segments_survive_even_when_over_budget."""
     plan = allocate(fixture_segments(), budget=300, reserve=reserve_for(300))
     assert plan.get("system").text == SYSTEM and plan.get("task").text == TASK
     assert plan.get("system").action == plan.get("task").action == "keep"
 
 
 def test_naive_does_not_dedupe() -> None:
-    """Seed 001, 5.8.4: test_naive_does_not_dedupe."""
     plan = run(LARGE_BUDGET, naive=True)
     assert plan.get("retrieval").text == WEB_PAGE
     assert plan.dedupe_saved == 0
 
 
 def test_naive_has_no_reserve_and_loses_fields() -> None:
-    """Seed 001, 5.8.4: test_naive_has_no_reserve_and_loses_fields."""
     plan = run(SMALL_BUDGET, naive=True)
     assert plan.reserve == 0 and plan.cap == plan.used == SMALL_BUDGET
     assert plan.get("task").action == "hard_cut"
@@ -129,7 +119,6 @@ def test_naive_has_no_reserve_and_loses_fields() -> None:
 
 
 def test_output_reserve_is_never_consumed_by_input() -> None:
-    """Seed 001, 5.8.4: test_output_reserve_is_never_consumed_by_input."""
     for budget in (SMALL_BUDGET, DEFAULT_BUDGET, LARGE_BUDGET):
         plan = run(budget)
         assert plan.cap + plan.reserve == budget
@@ -137,21 +126,18 @@ def test_output_reserve_is_never_consumed_by_input() -> None:
 
 
 def test_tiny_budget_still_reserves_output() -> None:
-    """Seed 001, 5.8.4: test_tiny_budget_still_reserves_output."""
     plan = allocate(fixture_segments(), budget=100, reserve=reserve_for(100))
     assert plan.reserve == 20 and plan.cap == 80
     assert all(a.granted == 0 for a in plan.allocations if not a.pinned)
 
 
 def test_empty_segment_list() -> None:
-    """Seed 001, 5.8.4: test_empty_segment_list."""
     plan = allocate([], budget=1000, reserve=200)
     assert plan.allocations == [] and plan.used == 0 and plan.headroom == 800 and not plan.over_budget
     assert plan.text() == "" and json.loads(json.dumps(plan.to_dict()))["allocations"] == []
 
 
 def test_plan_is_json_serializable() -> None:
-    """Seed 001, 5.8.4: test_plan_is_json_serializable."""
     for plan in (run(SMALL_BUDGET), run(SMALL_BUDGET, naive=True)):
         data = plan.to_dict()
         assert json.loads(json.dumps(data, ensure_ascii=False)) == data
@@ -160,7 +146,6 @@ def test_plan_is_json_serializable() -> None:
 
 
 def test_actions_are_explained_and_bounded() -> None:
-    """Seed 001, 5.8.4: test_actions_are_explained_and_bounded."""
     for budget in (SMALL_BUDGET, DEFAULT_BUDGET):
         for a in run(budget).allocations:
             assert a.action in ACTIONS and a.reason
@@ -171,7 +156,6 @@ def test_actions_are_explained_and_bounded() -> None:
 
 
 def test_low_priority_loses_the_most() -> None:
-    """Seed 001, 5.8.4: test_low_priority_loses_the_most."""
     plan = run(DEFAULT_BUDGET)
     others = sorted((a for a in plan.allocations if not a.pinned), key=lambda a: -a.priority)
     grants = [a.granted for a in others]
@@ -180,27 +164,23 @@ def test_low_priority_loses_the_most() -> None:
 
 
 def test_cjk_costs_more_per_char() -> None:
-    """Seed 001, 5.8.4: test_cjk_costs_more_per_char."""
     chinese, english = "统计退款率并写报告", "count refunds and write"
     assert estimate_tokens(chinese) / len(chinese) > 2 * estimate_tokens(english) / len(english)
 
 
 def test_clip_respects_budget() -> None:
-    """Seed 001, 5.8.4: test_clip_respects_budget."""
     for budget in (0, 1, 17, 40, 1000):
         cut = clip(TASK, budget)
         assert TASK.startswith(cut) and estimate_tokens(cut) <= budget
 
 
 def test_injection_is_truncated_at_default_budget() -> None:
-    """Seed 001, 5.8.4: test_injection_is_truncated_at_default_budget."""
     plan = run(DEFAULT_BUDGET)
     assert plan.get("tool_result").action == "truncate"
     assert INJECTION not in plan.text()
 
 
 def test_large_budget_lets_untrusted_text_in() -> None:
-    """Seed 001, 5.8.4: test_large_budget_lets_untrusted_text_in."""
     # Deliberately asserts the BAD behaviour to pin the risk: truncation is not a defence.
     # If this fails because the injection is gone, something now filters untrusted text;
     # if someone raises the default budget, the default case above fails instead.
@@ -210,19 +190,18 @@ def test_large_budget_lets_untrusted_text_in() -> None:
 
 
 def test_tool_result_is_labelled_untrusted() -> None:
-    """Seed 001, 5.8.4: test_tool_result_is_labelled_untrusted."""
     plan = run(DEFAULT_BUDGET)
     assert plan.get("tool_result").trust == "untrusted"
     assert plan.get("tool_result").to_item().trust == "untrusted"
     assert plan.get("system").trust == "trusted"
 
 
-def test_key_fields_are_the_seeds_readback_table() -> None:
-    """Seed 001, 5.8.2: the ten key fields (literal @ segment) of the seed's read-back table."""
-    seed_table = [("不得修改 public API 兼容性", "task"), ("单位必须为「分」", "task"), ("30 秒", "task"),
+def test_key_fields_are_the_readback_table() -> None:
+    """The ten key fields (literal @ segment) that the read-back checks."""
+    table = [("不得修改 public API 兼容性", "task"), ("单位必须为「分」", "task"), ("30 秒", "task"),
                   ("禁止外网", "task"), ("partial=true", "task"), ("0.0321", "tool_result"), ("429", "history"),
                   ("除以 100", "history"), ("2024 Q3", "memory"), ("bi://refund/v2", "memory")]
-    # Our fixture's memory is a fetched page (segment "retrieval", with the seed's footer lines and
-    # near-duplicate paragraph of 5.3.1): the seed's memory fields live there.
+    # The fixture's memory is a fetched page (segment "retrieval", with repeated footer lines and a
+    # near-duplicate paragraph): the memory fields live there.
     ours = [(f.literal, "memory" if f.source == "retrieval" else f.source) for f in KEY_FIELDS]
-    assert ours == seed_table
+    assert ours == table

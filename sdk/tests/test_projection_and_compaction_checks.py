@@ -1,5 +1,5 @@
-"""The seeds' labs as ctxkit tests: seed 000's five projection tests (Lab 5.1/5.2) and seed 003's
-five acceptance checks of the D4 compaction lab. Each test names its seed section."""
+"""The five checks of budgeted projection (whole interaction groups, newest first) and the five
+acceptance checks of compaction with survival checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ctxkit.context.tokens import estimate_tokens
 
 
 def est(text: str) -> int:
-    """Seed 000: estimateTokens is the caller's, a deterministic pure function (here: characters)."""
+    """EstimateTokens is the caller's, a deterministic pure function (here: characters)."""
     return len(text)
 
 
@@ -39,44 +39,44 @@ HISTORY = [
 ]
 
 
-def test_seed000_lab51_groups_whole_interactions() -> None:
-    """Seed 000, Lab 5.1 groupInteractions: one atomic group per user interaction (分组)."""
+def test_projection_groups_whole_interactions() -> None:
+    """One atomic group per user interaction (分组)."""
     groups = group_interactions(HISTORY, estimate=est)
     assert [g.id for g in groups] == ["g0", "g4", "g8"]
     assert [len(g.messages) for g in groups] == [4, 4, 2]
     assert [g.tokens for g in groups] == [17, 19, 5]  # the caller's counts, no framing added on top
 
 
-def test_seed000_lab52_budget_enough_keeps_everything() -> None:
-    """Seed 000, Lab 5.2 projectWithinBudget (预算够): budget = window - system - reserve - margin."""
+def test_projection_budget_enough_keeps_everything() -> None:
+    """Budget = window - system - reserve - margin."""
     p = project(HISTORY, window=80, system_tokens=10, output_reserve=20, safety_margin=5, estimate=est)
     assert p.budget == 45 and p.used_tokens == 41
     assert p.kept_group_ids == ["g0", "g4", "g8"] and p.overflow_tokens == 0
 
 
-def test_seed000_lab52_only_the_newest_group_fits() -> None:
-    """Seed 000, Lab 5.2 (只够最新组): newest to oldest, stop at the first group that does not fit."""
+def test_projection_only_the_newest_group_fits() -> None:
+    """Newest to oldest, stop at the first group that does not fit."""
     p = project(HISTORY, window=20, estimate=est)
     assert p.kept_group_ids == ["g8"] and p.dropped_group_ids == ["g0", "g4"]
     assert p.messages == HISTORY[8:]
 
 
-def test_seed000_lab52_never_cuts_half_a_group() -> None:
-    """Seed 000, Lab 5.2 (绝不切半组): no kept tool call without its result, at any budget."""
+def test_projection_never_cuts_half_a_group() -> None:
+    """No kept tool call without its result, at any budget."""
     for window in range(0, 50):
         p = project(HISTORY, window=window, estimate=est)
         assert p.dangling_call_ids == [] and p.orphan_result_ids == []
         assert sum(len(g.messages) for g in p.groups if g.id in p.kept_group_ids) == len(p.messages)
 
 
-def test_seed000_lab52_newest_group_over_budget_is_kept_whole_with_overflow() -> None:
-    """Seed 000, Lab 5.2 (最新组超预算): keep the whole group and report the overflow."""
+def test_projection_newest_group_over_budget_is_kept_whole_with_overflow() -> None:
+    """Keep the whole group and report the overflow."""
     p = project(HISTORY[:8], window=4, estimate=est)
     assert p.kept_group_ids == ["g4"] and p.overflow_tokens == 19 - 4
 
 
 # --------------------------------------------------------------------------- #
-# Seed 003, D4 lab: compaction with survival checks
+# Compaction with survival checks
 
 ORDER, AMOUNT, POLICY = "DD20241107-5531", "退款金额 328.00 元", "退货政策第 7.2 条"
 DEADLINE = "周五要跟老板汇报，记得那天给我回个话"  # a hard requirement that does not read like a conclusion
@@ -107,16 +107,16 @@ def _tokens(records: list[Record]) -> int:
     return sum(estimate_tokens(r.text) for r in records)
 
 
-def test_seed003_check1_compaction_starts_at_the_occupancy_threshold() -> None:
-    """Seed 003, D4 acceptance 1: occupancy decides; at threshold 0.9 it does not compact."""
+def test_compaction_compaction_starts_at_the_occupancy_threshold() -> None:
+    """Occupancy decides; at threshold 0.9 it does not compact."""
     occupied = _tokens(support_history())
     window = int(occupied / 0.8)
     assert should_compact(occupied, window, threshold=0.8)
     assert not should_compact(occupied, window, threshold=0.9)
 
 
-def test_seed003_check2_two_parts_summary_then_recent_turns_verbatim() -> None:
-    """Seed 003, D4 acceptance 2: a three-section summary, then the last turns word for word."""
+def test_compaction_two_parts_summary_then_recent_turns_verbatim() -> None:
+    """A three-section summary, then the last turns word for word."""
     history = support_history()
     result = compact(history, keep_last=6, constraints=[DEADLINE], required_evidence=FACTS[:3])
     live = result.model_records()
@@ -126,22 +126,22 @@ def test_seed003_check2_two_parts_summary_then_recent_turns_verbatim() -> None:
     assert [r.text for r in live[1:]] == [r.text for r in history[-12:]]
 
 
-def test_seed003_check3_compression_ratio_between_65_and_90_percent() -> None:
-    """Seed 003, D4 acceptance 3: 压缩率 (share saved) in 65-90 % (the reference: 68.1 %)."""
+def test_compaction_compression_ratio_between_65_and_90_percent() -> None:
+    """压缩率 (share saved) in 65-90 % (the reference: 68.1 %)."""
     result = compact(support_history(), keep_last=6)
     assert 0.65 <= result.saved_ratio <= 0.90
-    assert abs(result.saved_ratio + result.kept_ratio - 1) < 1e-9  # seed 001's r is the share kept
+    assert abs(result.saved_ratio + result.kept_ratio - 1) < 1e-9  # r is the share kept
 
 
-def test_seed003_check4_the_four_key_facts_survive() -> None:
-    """Seed 003, D4 acceptance 4: all four survival checks pass (the script exits 0)."""
+def test_compaction_the_four_key_facts_survive() -> None:
+    """All four survival checks pass (the script exits 0)."""
     result = compact(support_history(), keep_last=6, constraints=[DEADLINE], required_evidence=FACTS[:3])
     assert result.ok and all(inv.ok for inv in result.invariants)
     assert sum(inv.checked for inv in result.invariants) == 4
 
 
-def test_seed003_check5_keeping_one_turn_loses_the_deadline() -> None:
-    """Seed 003, D4 acceptance 5: keep 1 turn and the reply deadline fails its check (exit 1)."""
+def test_compaction_keeping_one_turn_loses_the_deadline() -> None:
+    """Keep 1 turn and the reply deadline fails its check (exit 1)."""
     result = compact(support_history(), keep_last=1, constraints=[DEADLINE], required_evidence=FACTS[:3])
     assert not result.ok
     assert [(inv.name, inv.lost) for inv in result.failed] == [("user_constraints", [DEADLINE])]

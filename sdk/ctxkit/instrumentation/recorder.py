@@ -39,8 +39,8 @@ class Scope:
 
 # Steps count per run id across every instrumented client of the process (an agent may call
 # Anthropic and OpenAI within one run).
-_steps: dict[str, itertools.count] = {}
-_steps_lock = threading.Lock()
+step_counters: dict[str, itertools.count[int]] = {}
+step_counters_lock = threading.Lock()
 
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("ctxkit_instrument_scope", default=None)
 
@@ -139,10 +139,10 @@ class Recorder:
             if evidence is None and scope is not None:
                 evidence = scope.evidence
             window = per_call.get("window") or (scope.window if scope else None) or self.window
-        counter = _steps.get(run_id)
+        counter = step_counters.get(run_id)
         if counter is None:
-            with _steps_lock:
-                counter = _steps.setdefault(run_id, itertools.count())
+            with step_counters_lock:
+                counter = step_counters.setdefault(run_id, itertools.count())
         return CallRecord(adapter, kwargs, str(run_id), next(counter), str(agent), evidence, window,
                           self.include_text, time.time())
 

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from types import CoroutineType
 from typing import Any
 
-from ctxkit.instrument._recorder import CallRecord, Recorder
+from ctxkit.instrumentation.recorder import CallRecord, Recorder
 
 Adapter = Callable[[CallRecord], Any]
 _LIST_ARGS = ("messages", "input", "tools", "system")
@@ -111,6 +111,14 @@ def plain(obj: Any) -> Any:
     if _is_api_response(obj):
         return _response_json(obj)
     return obj
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a parsed JSON event (a dict), ``obj.name`` of an SDK event object: the
+    adapters read streamed events of both kinds (instrument() sees objects, the proxy dicts)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def _snapshot(body: Any) -> dict[str, Any]:
@@ -205,7 +213,7 @@ def _after(result: Any, then: Callable[[Any], None]) -> Any:
     return result
 
 
-def _once(obj: Any, name: str, then: Callable[[Any], None]) -> None:
+def _once(obj: Any, name: str, then: Callable[[Any], object]) -> None:
     """Run ``then`` after the first call of ``obj.<name>`` (set on this instance only)."""
     original = getattr(obj, name)
     done: list[bool] = []

@@ -1,5 +1,7 @@
 """``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
 
+This package implements it; ``ctxkit`` exports the entry point as ``ctxkit.instrument``.
+
     import anthropic, ctxkit
     client = ctxkit.instrument(anthropic.Anthropic())      # CTXVIEW_API_KEY / CTXVIEW_HOST from the env
     with ctxkit.instrument.run(run_id="ticket-4711", agent="refund-analyst", evidence={"rate": "0.0321"}):
@@ -12,7 +14,7 @@ it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (An
 ``with_raw_response`` / ``with_streaming_response``; sync and async clients; OpenAI's
 ``responses.stream(response_id=...)`` resuming a response; and the clients made from it with
 ``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
-through (instrument/_wrap.py); every style gives the manifest the plain ``create`` would. Per
+through (``ctxkit.instrumentation.wrap``); every style gives the manifest the plain ``create`` would. Per
 call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
 the keyword arguments before the SDK sees them.
 
@@ -27,14 +29,13 @@ import atexit
 import functools
 import logging
 import os
-import sys
-import types
-from typing import Any
+from typing import Any, TypeVar
 
-from ctxkit.instrument._recorder import Recorder, Scope, run
+from ctxkit.instrumentation.recorder import Recorder, Scope, run
+from ctxkit.instrumentation.wrap import Adapter
 
 logger = logging.getLogger("ctxkit")
-__all__ = ["instrument", "run", "flush", "Scope"]
+__all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
 
 DEFAULT_HOST = "http://127.0.0.1:8000"
 _recorders: dict[tuple[str, str], Recorder] = {}
@@ -66,30 +67,33 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-def _resources(client: Any) -> list[tuple[str, Any, tuple[str, ...], Any, Any]]:
+Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
+
+
+def _resources(client: Any) -> list[Resource]:
     """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
     client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
     module = type(client).__module__.split(".")[0]
     if module == "anthropic":
-        from ctxkit.instrument import anthropic as adapter
+        from ctxkit.instrumentation import anthropic
 
-        out = [("messages", client.messages, ("/v1/messages",), adapter.manifest, None)]
+        out: list[Resource] = [("messages", client.messages, ("/v1/messages",), anthropic.manifest, None)]
         beta = getattr(getattr(client, "beta", None), "messages", None)
         if beta is not None:
-            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), adapter.manifest, None))
+            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), anthropic.manifest, None))
         return out
     if module == "openai":
-        from ctxkit.instrument import openai as adapter
+        from ctxkit.instrumentation import openai
 
-        return [("chat.completions", client.chat.completions, ("/chat/completions",), adapter.chat_manifest, None),
-                ("responses", client.responses, ("/responses",), adapter.responses_manifest,
-                 ("/responses/", adapter.resumed_manifest))]
+        return [("chat.completions", client.chat.completions, ("/chat/completions",), openai.chat_manifest, None),
+                ("responses", client.responses, ("/responses",), openai.responses_manifest,
+                 ("/responses/", openai.resumed_manifest))]
     raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
 
 
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
-    from ctxkit.instrument._wrap import warn_once, wrap
+    from ctxkit.instrumentation.wrap import warn_once, wrap
 
     for name, resource, paths, adapter, resumed in _resources(client):
         if not wrap(resource, paths, recorder, adapter, resumed):
@@ -130,41 +134,6 @@ def _derive(client: Any, name: str, recorder: Recorder) -> None:
         logger.warning("ctxkit.instrument: clients from %s() are not recorded", name)
 
 
-def instrument(
-    client: Any,
-    *,
-    api_key: str | None = None,
-    host: str | None = None,
-    agent: str = "default",
-    run_id: str | None = None,
-    include_text: bool = True,
-    window: int | None = None,
-    ctxkit_client: Any = None,
-) -> Any:
-    """Record every call of ``client``; returns the same client object.
-
-    ``agent`` / ``run_id``: defaults for calls outside ``instrument.run(...)`` (the default
-    run is one per process). ``include_text=False`` records tokens and hashes, never text.
-    ``window``: the model's context window when ctxkit's table does not know it.
-    ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
-    the one made from ``api_key`` / ``host``.
-    """
-    try:
-        if getattr(client, "__ctxkit_instrumented__", False):
-            return client
-        key = api_key or os.environ.get("CTXVIEW_API_KEY", "")
-        if not key and ctxkit_client is None:
-            logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
-            return client
-        _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
-        recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
-                             agent, run_id, include_text, window)
-        _hook(client, recorder)
-    except Exception:
-        logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)
-    return client
-
-
 def flush(timeout: float = 10.0) -> bool:
     """Wait until the calls recorded so far are built and sent (e.g. before a script exits)."""
     ok = True
@@ -173,16 +142,51 @@ def flush(timeout: float = 10.0) -> bool:
     return ok
 
 
-instrument.run = run  # type: ignore[attr-defined]
-instrument.flush = flush  # type: ignore[attr-defined]
+ClientT = TypeVar("ClientT")
 
 
-class _CallableModule(types.ModuleType):
-    """``import ctxkit.instrument`` binds this package where ``ctxkit.instrument`` the function is
-    expected; calling the package calls the function, so both spellings work."""
+class Instrument:
+    """``ctxkit.instrument``: ``instrument(client)`` records every call of ``client``;
+    ``instrument.run(...)`` scopes the calls made inside to a run; ``instrument.flush()`` waits
+    until what was recorded is sent."""
 
-    def __call__(self, client: Any, **kwargs: Any) -> Any:
-        return instrument(client, **kwargs)
+    def __call__(
+        self,
+        client: ClientT,
+        *,
+        api_key: str | None = None,
+        host: str | None = None,
+        agent: str = "default",
+        run_id: str | None = None,
+        include_text: bool = True,
+        window: int | None = None,
+        ctxkit_client: Any = None,
+    ) -> ClientT:
+        """Record every call of ``client``; returns the same client object.
+
+        ``agent`` / ``run_id``: defaults for calls outside ``instrument.run(...)`` (the default
+        run is one per process). ``include_text=False`` records tokens and hashes, never text.
+        ``window``: the model's context window when ctxkit's table does not know it.
+        ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
+        the one made from ``api_key`` / ``host``.
+        """
+        try:
+            if getattr(client, "__ctxkit_instrumented__", False):
+                return client
+            key = api_key or os.environ.get("CTXVIEW_API_KEY", "")
+            if not key and ctxkit_client is None:
+                logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
+                return client
+            _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
+            recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
+                                 agent, run_id, include_text, window)
+            _hook(client, recorder)
+        except Exception:
+            logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)
+        return client
+
+    run = staticmethod(run)
+    flush = staticmethod(flush)
 
 
-sys.modules[__name__].__class__ = _CallableModule
+instrument = Instrument()

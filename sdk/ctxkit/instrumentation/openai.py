@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.instrument._recorder import CallRecord
-from ctxkit.instrument._wrap import plain
+from ctxkit.instrumentation.recorder import CallRecord
+from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage
@@ -164,8 +164,8 @@ def responses_manifest(record: CallRecord) -> Manifest:
     response: dict[str, Any] = {}
     if record.stream_events is not None:
         for event in record.stream_events:
-            if getattr(event, "type", "") in ("response.completed", "response.incomplete", "response.failed"):
-                response = plain(getattr(event, "response", None)) or {}
+            if field(event, "type") in ("response.completed", "response.incomplete", "response.failed"):
+                response = plain(field(event, "response")) or {}
     elif record.response is not None:
         response = plain(record.response) or {}
     finish = response.get("status")
@@ -186,7 +186,7 @@ def resumed_manifest(record: CallRecord) -> Manifest:
     and tools the response echoes is unknown. Usage is the response's own, as its events report it."""
     response: dict[str, Any] = {}
     for event in record.stream_events or ():
-        got = getattr(event, "response", None)
+        got = field(event, "response")
         if got is not None:
             response = plain(got) or {}
     record.kwargs = {k: response[k] for k in ("model", "instructions", "tools", "max_output_tokens")
