@@ -480,3 +480,13 @@ def test_it_writes_one_event_when_two_workers_evaluate_at_once(project):
         results = [f.result() for f in [pool.submit(worker), pool.submit(worker)]]
     assert sorted(len(x) for x in results) == [0, 1]
     assert events(r) == [(1, "firing")]
+
+
+def test_it_keeps_a_firing_hit_rate_rule_firing_when_the_window_has_no_input(project, receiver):
+    r = rule(project, kind="hit_rate_below", threshold=0.5)
+    ingest(project, [quiet("low-0")])
+    assert evaluate_and_deliver() != []
+    assert evaluate_and_deliver(timezone.now() + timedelta(hours=3)) == []  # nothing to measure
+    r.refresh_from_db()
+    assert r.firing and r.last_value is None and events(r) == [(1, "firing")]
+    assert len(receiver.requests) == 1

@@ -69,8 +69,7 @@ def evaluate_rule(rule_id: int, *, now: datetime | None = None) -> int | None:
             return None
         result: Measurement = measure(rule, now)
         rule.evaluated_at = now
-        if result.value is not None:
-            rule.last_value = result.value
+        rule.last_value = result.value
         changed = result.holds is not None and result.holds != rule.firing
         if not changed:
             rule.save(update_fields=["evaluated_at", "last_value"])
