@@ -35,7 +35,8 @@ def add_member(*, project: Project, user: User, role: str = Membership.MEMBER) -
 
 
 def create_api_key(
-    *, project: Project, name: str = "default", can_ingest: bool = True, can_read: bool = False
+    *, project: Project, name: str = "default", can_ingest: bool = True, can_read: bool = False,
+    can_configure: bool = False,
 ) -> tuple[ApiKey, str]:
     """Create a key; return it and the raw key, which is never stored or shown again."""
     raw = new_raw_key()
@@ -46,6 +47,7 @@ def create_api_key(
         hashed=hash_key(raw),
         can_ingest=can_ingest,
         can_read=can_read,
+        can_configure=can_configure,
     )
     return key, raw
 

@@ -17,7 +17,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests import analysis
+from manifests import alerts, analysis
 from manifests.analysis import notify, rollups
 from manifests.storage import partitions, retention
 
@@ -125,6 +125,43 @@ def sweep_notifications(self) -> int:
     for pk in pending:
         notify_regression.delay(pk)
     return len(pending)
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=240,
+             soft_time_limit=200, acks_late=True)
+def evaluate_alert_rules(self) -> int:
+    """Beat, every CTXVIEW_ALERT_INTERVAL_SECONDS: evaluate every alert rule and enqueue the
+    delivery of each new event, and of events whose retries were lost. Rerunning it sends
+    nothing twice: an event is written once per episode start or end. Returns new events."""
+    new = alerts.evaluate_all()
+    for pk in [*new, *(pk for pk in alerts.pending() if pk not in new)]:
+        try:
+            notify_alert.delay(pk)
+        except Exception:  # noqa: BLE001 - broker down: the next run enqueues it again
+            logger.warning("could not enqueue the delivery of alert event %s; the next run will", pk)
+    return len(new)
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
+    retry_backoff=5,
+    retry_backoff_max=MAX_COUNTDOWN_SECONDS,
+    retry_jitter=True,
+    max_retries=notify.MAX_ATTEMPTS - 1,
+    acks_late=True,
+    time_limit=60,
+    soft_time_limit=45,
+)
+def notify_alert(self, event_id: int) -> str:
+    """POST one alert event (firing or resolved) to its project's webhook; retried with backoff."""
+    if self.request.is_eager:
+        # As notify_regression: one attempt inline, the next beat run tries again.
+        try:
+            return alerts.send(event_id)
+        except notify.TransientNotifyError as exc:
+            return f"failed: {exc}"
+    return alerts.send(event_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=10, retry_jitter=True, max_retries=5, time_limit=600)
