@@ -1,7 +1,7 @@
 """The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
 
 Every query that counts tokens in context, hit rate, uncached tokens, cost, the input cap,
-the input read, headroom or a share of the window builds on these, so the database and
+the input read, headroom, a share of the window or the saving of a cache miss builds on these, so the database and
 Python agree (tests/test_figures_agree.py checks it on generated data, on PostgreSQL and
 SQLite). The field lists of the rollups and of an item live here too, written once.
 Callers that write raw SQL (bench/scale_columns.py's ``INSERT ... SELECT`` generator) take
@@ -16,14 +16,15 @@ from typing import Any
 
 from django.db.models import BigIntegerField, Case, ExpressionWrapper, F, FloatField, Model, Q, Value, When
 from django.db.models.expressions import Combinable
-from django.db.models.functions import Cast, Coalesce, Floor, Greatest
+from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least
 from django.db.models.lookups import GreaterThan
 
 from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CAUSES
 from ctxkit.figures import hit_rate as hit_rate_of
 
 __all__ = [
-    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "context_tokens", "cost_units",
+    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving", "context_tokens",
+    "cost_units",
     "effective_limit", "effective_share", "headroom", "hit_rate", "hit_rate_of", "in_context", "input_cap",
     "input_read", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
 ]
@@ -85,15 +86,35 @@ def hit_rate(cache_read: Combinable, input_tokens: Combinable) -> Case:
     )
 
 
-def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
-    """ctxkit.figures.cost_units: each kind of token at its weight."""
+def _cost(uncached: Combinable, read: Combinable, write: Combinable, output: Combinable,
+          weights: Mapping[str, float]) -> ExpressionWrapper:
+    """ctxkit.figures.cost_units over four token expressions."""
     return ExpressionWrapper(
-        Cast(uncached_tokens(prefix), FloatField()) * Value(weights["input"])
-        + Cast(_f(prefix, "cache_read_tokens"), FloatField()) * Value(weights["cache_read"])
-        + Cast(_f(prefix, "cache_write_tokens"), FloatField()) * Value(weights["cache_write"])
-        + Cast(_f(prefix, "output_tokens"), FloatField()) * Value(weights["output"]),
+        Cast(uncached, FloatField()) * Value(weights["input"])
+        + Cast(read, FloatField()) * Value(weights["cache_read"])
+        + Cast(write, FloatField()) * Value(weights["cache_write"])
+        + Cast(output, FloatField()) * Value(weights["output"]),
         output_field=FloatField(),
     )
+
+
+def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
+    """ctxkit.figures.cost_units: each kind of token at its weight."""
+    return _cost(uncached_tokens(prefix), _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens"),
+                 _f(prefix, "output_tokens"), weights)
+
+
+def cache_saving(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> Greatest:
+    """ctxkit.figures.cache_saving: cost_units as paid less cost_units of ctxkit.figures.cached_usage
+    (the prefix tokens not read moved to cache reads, first from the writes, then from the
+    uncached input), never below 0."""
+    read, write = _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens")
+    missed = Greatest(Value(0), _f(prefix, "prefix_tokens") - read)
+    from_write = Least(write, missed)
+    from_uncached = Least(uncached_tokens(prefix), missed - from_write)
+    cached = _cost(uncached_tokens(prefix) - from_uncached, read + from_write + from_uncached, write - from_write,
+                   _f(prefix, "output_tokens"), weights)
+    return Greatest(Value(0.0), cost_units(prefix, weights) - cached, output_field=FloatField())
 
 
 def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper:

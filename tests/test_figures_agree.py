@@ -1,6 +1,6 @@
 """The SQL forms of the figures (manifests/figures.py) equal their Python definitions
 (ctxkit.figures) on generated rows, on whichever database the suite runs on: tokens in
-context, hit rate, uncached tokens, cost, and the input cap, input read, headroom and shares
+context, hit rate, uncached tokens, cost, the saving of a cache miss, and the input cap, input read, headroom and shares
 of the window."""
 
 from __future__ import annotations
@@ -76,6 +76,27 @@ def test_it_computes_hit_rate_uncached_and_cost_the_same_in_sql_and_python(call,
         rate=figures.hit_rate(Sum("cache_read_tokens"), Sum("input_tokens")))
     last = usages[-1]
     assert totals["rate"] == (None if last[0] == 0 else pytest.approx(last[1] / last[0]))
+
+
+@EXAMPLES
+@given(usages=st.lists(st.tuples(USAGE, TOKENS), min_size=1, max_size=6))
+def test_it_computes_the_saving_of_a_cache_miss_the_same_in_sql_and_python(call, usages):
+    weights = {"input": 0.003, "output": 0.015, "cache_read": 0.0003, "cache_write": 0.00375}
+    for (input_tokens, read, write, output), prefix in usages:
+        Call.objects.filter(pk=call.pk).update(input_tokens=input_tokens, cache_read_tokens=read,
+                                               cache_write_tokens=write, output_tokens=output, prefix_tokens=prefix)
+        row = Call.objects.filter(pk=call.pk).annotate(
+            saving=figures.cache_saving(weights=weights), saving_seed=figures.cache_saving()).get()
+        assert row.saving == pytest.approx(ref.cache_saving(row, prefix, weights), rel=1e-9, abs=1e-9)
+        assert row.saving_seed == pytest.approx(ref.cache_saving(row, prefix), rel=1e-9, abs=1e-9)
+        # What was paid less the same call with its prefix read: both through cost_units.
+        cached = ref.cached_usage(row, prefix)
+        assert cached.input_tokens == input_tokens
+        assert ref.uncached_tokens(cached) + cached.cache_read_tokens + cached.cache_write_tokens == max(
+            input_tokens, read + write)
+        assert row.saving >= 0
+        if read >= prefix:
+            assert row.saving == 0
 
 
 WINDOWS = st.tuples(

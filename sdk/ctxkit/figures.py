@@ -21,7 +21,8 @@ from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
     "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step",
-    "budget_input_cap", "causes_of_run", "cited_keys", "context_order", "context_tokens", "cost_units", "coverage",
+    "Tokens",
+    "budget_input_cap", "cache_saving", "cached_usage", "causes_of_run", "cited_keys", "context_order", "context_tokens", "cost_units", "coverage",
     "effective_limit", "effective_share", "evidence_coverage", "evidence_risks", "first_missing", "headroom",
     "hit_rate", "in_context", "input_cap", "input_read", "kept_by", "local_missing_cause", "relative_positions",
     "reserve_share", "run_history", "stated_reason", "tool_share", "total_context_tokens", "trace_missing",
@@ -205,6 +206,36 @@ def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) ->
         + usage.cache_write_tokens * weights["cache_write"]
         + usage.output_tokens * weights["output"]
     )
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A call's usage in the normal form, as :func:`cached_usage` rewrites it."""
+
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+def cached_usage(usage: UsageLike, prefix_tokens: int) -> Tokens:
+    """The same call had its stable prefix been read from the cache: the prefix tokens it
+    did not read (``prefix_tokens`` less its cache reads) move to cache reads, taken first
+    from what it wrote to the cache, then from its uncached input. Input and output stay."""
+    missed = max(0, prefix_tokens - usage.cache_read_tokens)
+    from_write = min(usage.cache_write_tokens, missed)
+    from_uncached = min(uncached_tokens(usage), missed - from_write)
+    return Tokens(input_tokens=usage.input_tokens,
+                  cache_read_tokens=usage.cache_read_tokens + from_write + from_uncached,
+                  cache_write_tokens=usage.cache_write_tokens - from_write,
+                  output_tokens=usage.output_tokens)
+
+
+def cache_saving(usage: UsageLike, prefix_tokens: int, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
+    """What a cache miss cost beyond a hit: :func:`cost_units` of the call as it was paid
+    less :func:`cost_units` of :func:`cached_usage` (its prefix read from the cache). Never
+    below 0; 0 for a call that read its whole prefix from the cache."""
+    return max(0.0, cost_units(usage, weights) - cost_units(cached_usage(usage, prefix_tokens), weights))
 
 
 # --------------------------------------------------------------------------- #
