@@ -20,13 +20,12 @@ from typing import Any, Protocol
 from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
-    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step",
-    "Tokens",
-    "budget_input_cap", "cache_saving", "cached_usage", "causes_of_run", "cited_keys", "context_order", "context_tokens", "cost_units", "coverage",
-    "effective_limit", "effective_share", "evidence_coverage", "evidence_risks", "first_missing", "headroom",
-    "hit_rate", "in_context", "input_cap", "input_read", "kept_by", "local_missing_cause", "relative_positions",
-    "reserve_share", "run_history", "stated_reason", "tool_share", "total_context_tokens", "trace_missing",
-    "uncached_tokens", "window_utilization",
+    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step", "Tokens",
+    "budget_input_cap", "cache_saving", "cached_usage", "causes_of_run", "cited_keys", "context_order",
+    "context_tokens", "cost_units", "coverage", "effective_limit", "effective_share", "evidence_coverage",
+    "evidence_risks", "first_missing", "headroom", "hit_rate", "in_context", "input_cap", "input_read", "kept_by",
+    "local_missing_cause", "relative_positions", "reserve_share", "run_history", "stated_reason", "tool_share",
+    "total_context_tokens", "trace_missing", "uncached_tokens", "window_utilization",
 ]
 
 
