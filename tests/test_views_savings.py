@@ -10,13 +10,18 @@ from datetime import UTC, datetime, timedelta
 from html import unescape
 
 import pytest
+from django.db import connection
 from django.template.defaultfilters import floatformat
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from manifests.analysis.prices import PriceBook
 from manifests.models import Attribution, CacheEvent, Call, Regression
+from manifests.selectors import savings
+from manifests.selectors.filters import Filters
+from manifests.storage import partitions
 from tests.analysis_support import store_and_analyse
 from tests.conftest import make_manifest
 from tests.views_support import demo_world_fixture  # noqa: F401
@@ -170,3 +175,33 @@ def test_it_escapes_hostile_text_in_the_fixes(owner, project):
     overview = page(client, project.slug, "overview")
     assert "first bad call: &lt;script&gt;window.__pwned=1&lt;/script&gt;/0" in overview
 
+
+
+def test_it_reads_only_the_seven_days_and_bounds_every_partitioned_read_by_time(project):
+    now = datetime.now(UTC)
+
+    def run(run_id: str, start: datetime) -> list[dict]:
+        out = []
+        for step in range(2):
+            m = make_manifest(f"{run_id}/{step}", run_id=run_id, step=step, items=6)
+            m["started_at"] = (start + timedelta(minutes=step)).isoformat()
+            m["prefix"].update(hash=f"{step}" * 64, tokens=1500)
+            m["prefix"]["segments"][0].update(hash=f"{step + 2}" * 64, tokens=1100)
+            m["usage"] = {"input_tokens": 2000, "cache_read_tokens": 0, "cache_write_tokens": 1500,
+                          "output_tokens": 10}
+            m["evidence"] = [{"key": "k", "expected_item": "item-5", "present": False}]
+            out.append(m)
+        return out
+
+    store_and_analyse(project, run("old", now - timedelta(days=DAYS, hours=3)))
+    store_and_analyse(project, run("new", now - timedelta(hours=1)))
+    assert CacheEvent.objects.filter(project=project, cause__in=FIXABLE_MISSES).count() == 4
+    with CaptureQueriesContext(connection) as ctx:
+        cache, evidence = savings.cache_causes(project, Filters()), savings.evidence_causes(project, Filters())
+    # Only the recent run's two calls count, however many older ones the tables hold.
+    assert sum(f.calls for f in cache) * DAYS == pytest.approx(2)
+    assert {f.first_call_id for f in cache} | {f.first_call_id for f in evidence} <= {"new/0", "new/1"}
+    assert sum(f.runs for f in evidence) * DAYS == pytest.approx(len(evidence))
+    for table in partitions.PARTITIONED_TABLES:
+        for sql in (q["sql"] for q in ctx.captured_queries if f'"{table}"' in q["sql"]):
+            assert f'"{table}"."started_at" >= ' in sql and f'"{table}"."started_at" < ' in sql, sql
