@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.figures import COST_WEIGHTS, cost_units
+from ctxkit.figures import COST_WEIGHTS, cache_saving
 from ctxkit.record.manifest import Manifest, Prefix, PrefixSegment, Usage
 
 __all__ = [
@@ -248,13 +248,12 @@ def _weights(prices: Mapping[str, float]) -> dict[str, float]:
 
 def extra_cost(tokens: int, prices: Mapping[str, float] = DEFAULT_PRICES, *, provider: str = "anthropic") -> float:
     """What one call pays more when ``tokens`` of its prefix miss the cache instead of being read
-    from it, in the price book's units (``ctxkit.figures.cost_units`` at ``prices`` per 1k tokens).
-    A miss is a cache write with Anthropic; OpenAI reports no writes, so there it is uncached input."""
-    weights = _weights(prices)
-    hit = Usage(input_tokens=tokens, cache_read_tokens=tokens)
+    from it, in the price book's units: ``ctxkit.figures.cache_saving`` of the miss at ``prices``
+    per 1k tokens. A miss is a cache write with Anthropic; OpenAI reports no writes, so there it is
+    uncached input."""
     written = 0 if provider.startswith("openai") else tokens
     miss = Usage(input_tokens=tokens, cache_write_tokens=written)
-    return cost_units(miss, weights) - cost_units(hit, weights)
+    return cache_saving(miss, tokens, _weights(prices))
 
 
 # --------------------------------------------------------------------------- #
