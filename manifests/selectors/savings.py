@@ -95,6 +95,8 @@ def cache_causes(project: Project, filters: Filters) -> list[Saving]:
                                                 runs=Count("call__run_id", distinct=True)).order_by("cause")):
         first = misses.filter(cause=row["cause"]).order_by("started_at", "pk").values(
             "call__call_id", "started_at").first()
+        if first is None:  # its misses were deleted since the aggregate (retention)
+            continue
         out.append(Saving("cache", row["cause"], labels.get(row["cause"], row["cause"]), _per_day(row["saving"]),
                           None, _per_day(row["calls"]), _per_day(row["runs"]), first["call__call_id"],
                           first["started_at"]))
@@ -152,6 +154,8 @@ def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
         totals = affected.aggregate(cost=Sum(at_model_prices(figures.cost_units, models, book, "")), calls=Count("pk"),
                                     runs=Count("run_id", distinct=True))
         first = affected.order_by("started_at", "pk").values("call_id", "started_at").first()
+        if first is None:  # its calls were deleted since their models were read (retention)
+            continue
         out.append(Saving("evidence", cause, labels.get(cause, cause), None, _per_day(totals["cost"]),
                           _per_day(totals["calls"]), _per_day(totals["runs"]), first["call_id"],
                           first["started_at"]))

@@ -41,10 +41,14 @@ class ItemLike(Protocol):
 
 
 class UsageLike(Protocol):
-    input_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
 
 
 class BudgetLike(Protocol):
