@@ -8,14 +8,13 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast lint bench clean browser
+.PHONY: run test test-fast lint bench clean browser node-clients
 
-# setup.py and the C source too: a changed accelerator is rebuilt (in place) by the editable install.
-$(STAMP): requirements.txt sdk/pyproject.toml sdk/setup.py sdk/ctxkit/_speedups.c
+$(STAMP): requirements.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet -e sdk
+	$(PY) -m pip install --quiet -e 'sdk[proxy]'
 	touch $(STAMP)
 
 # Headless Chromium for the browser tests (Debian's package; Playwright's own
@@ -27,6 +26,13 @@ browser: $(STAMP)
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@test -x /usr/bin/chromium || { echo "Debian's chromium is missing: the browser tests cannot run" >&2; exit 1; }
 	@SECRET_KEY=$${SECRET_KEY:-vendor-step-only} $(PY) manage.py vendor_plotly
+
+# The Node clients the proxy tests drive (the official @anthropic-ai/sdk and the Claude Code CLI),
+# pinned by their committed package-lock.json files; installed only when absent.
+node-clients:
+	@for dir in tests/node tests/claude_code; do \
+	  test -d $$dir/node_modules || npm ci --prefix $$dir --no-audit --no-fund --loglevel=error; \
+	done
 
 run: $(STAMP)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput
@@ -45,15 +51,17 @@ TEST_WORKERS ?= 2
 PYTEST := SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} PYTHONDONTWRITEBYTECODE= $(PY) -m pytest \
 	-n $(TEST_WORKERS) --dist loadgroup
 
-test: $(STAMP) browser
+test: $(STAMP) browser node-clients
 	$(PYTEST) $(PYTEST_ARGS)
 
 # Everything but the browser, live-server and property-based (fuzz) tests: markers from conftest.py.
-test-fast: $(STAMP)
+test-fast: $(STAMP) node-clients
 	$(PYTEST) -m "not browser and not live and not fuzz" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	SECRET_KEY=lint $(VENV)/bin/mypy ctxview manifests
+	$(VENV)/bin/mypy --config-file sdk/pyproject.toml sdk/ctxkit
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py

@@ -33,9 +33,9 @@ import openai  # noqa: E402
 
 import ctxkit  # noqa: E402
 from ctxkit import Client  # noqa: E402
-from ctxkit.instrument._recorder import Recorder  # noqa: E402
-from ctxkit.instrument._wrap import wrap  # noqa: E402
-from ctxkit.instrument.openai import chat_manifest  # noqa: E402
+from ctxkit.instrumentation.openai import chat_manifest  # noqa: E402
+from ctxkit.instrumentation.recorder import Recorder  # noqa: E402
+from ctxkit.instrumentation.wrap import wrap  # noqa: E402
 from tests.provider_standin import StandIn  # noqa: E402
 
 SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))

@@ -246,6 +246,8 @@ def main() -> None:
                .order_by("-item_count", "-started_at").first())
     else:
         one = Call.objects.filter(project=project, item_count=args.items_per_call).order_by("-started_at").first()
+    # The live feed from a cursor ten calls back, and from the newest (nothing new).
+    newest = list(Call.objects.filter(project=project).order_by("-pk").values_list("pk", flat=True)[:11])
     pages = [
         ("baseline: login page (no query)", "/accounts/login/"),
         (f"call view ({one.item_count} items)", f"/p/bench/calls/{one.call_id}/"),
@@ -260,6 +262,9 @@ def main() -> None:
         ("compaction review, last 7d", "/p/bench/compactions/?range=7d"),
         ("calls list, last 7d", "/p/bench/calls/?range=7d"),
         ("calls list, last 7d, by hit rate", "/p/bench/calls/?range=7d&sort=-hit"),
+        ("live tail, first paint (200 rows)", "/p/bench/live/"),
+        ("live feed, 10 new calls", f"/p/bench/live.json?after={newest[-1]}"),
+        ("live feed, nothing new", f"/p/bench/live.json?after={newest[0]}"),
         ("search: a call id (redirect)", f"/p/bench/search/?q={one.call_id}"),
         ("search: ambiguous prefix", "/p/bench/search/?q=bench-1"),
         ("compare with previous step", f"/p/bench/compare/?b={one.call_id}"),

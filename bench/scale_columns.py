@@ -251,8 +251,44 @@ def _cost() -> str:
     return f"CASE c.model {whens} END"
 
 
+def _per_model(build: Callable[[Any, Any], Any]) -> Callable[[], str]:
+    """A figure of manifests/figures.py that depends on the call's model's price row, over
+    the call row ``c`` and the item sums ``s``, as one CASE on the model: ``build`` gets the
+    module and the model's price."""
+
+    def compiled() -> str:
+        from manifests import figures
+        from manifests.analysis.prices import PriceBook
+        from manifests.models import Call
+
+        book = PriceBook.load()
+        whens = " ".join(f"WHEN '{m}' THEN {figures.as_sql(build(figures, book.for_model(m)), Call, 'c')}"
+                         for m in MODELS)
+        return f"CASE c.model {whens} END"
+
+    return compiled
+
+
+def _sums(column: str) -> Any:
+    """A column of the per-call item sums (s) inside a figure compiled over the call row."""
+    from django.db.models import BigIntegerField
+    from django.db.models.expressions import RawSQL
+
+    return RawSQL(f"s.{column}", [], output_field=BigIntegerField())
+
+
+def _col(name: str) -> Any:
+    """A column of the call row (c) inside a figure compiled over it."""
+    from django.db.models import F
+
+    return F(name)
+
+
+def _read(figures: Any) -> Any:
+    return figures.input_read(_col("input_tokens"), _sums("tokens"))
+
+
 # Figures: per call, from the per-call item sums in scale_item_sums (s) and the call (c).
-_OCCUPIED = "coalesce(nullif(c.input_tokens, 0), s.tokens)"
 FIGURES_COLUMNS: dict[str, str | Callable[[], str]] = {
     "call_id": "c.id",
     "project_id": "c.project_id",
@@ -260,16 +296,17 @@ FIGURES_COLUMNS: dict[str, str | Callable[[], str]] = {
     "context_tokens": "s.tokens",
     "uncached_input_tokens": _call_figure("c", lambda f: f.uncached_tokens()),
     "cache_hit_ratio": _hit_rate("c"),
-    "window_utilization": f"{_OCCUPIED}::float8 / greatest(1, c.window)",
-    "effective_limit": "greatest(1, (c.window * 0.25)::int8)",
-    "effective_share": f"{_OCCUPIED}::float8 / greatest(1, (c.window * 0.25)::int8)",
-    "reserve_share": "c.output_reserve::float8 / greatest(1, c.window)",
-    "headroom_tokens": f"c.input_cap - {_OCCUPIED}",
+    "window_utilization": _call_figure("c", lambda f: f.window_utilization(_read(f), _col("window"))),
+    "effective_limit": _per_model(lambda f, price: f.effective_limit(_col("window"), price.effective_limit_ratio)),
+    "effective_share": _per_model(lambda f, price: f.effective_share(
+        _read(f), f.effective_limit(_col("window"), price.effective_limit_ratio))),
+    "reserve_share": _call_figure("c", lambda f: f.reserve_share(_col("output_reserve"), _col("window"))),
+    "headroom_tokens": _call_figure("c", lambda f: f.headroom(_col("input_cap"), _read(f))),
     "duplicate_ratio": "CASE WHEN s.requested > 0 THEN s.dedupe_requested::float8 / s.requested ELSE 0 END",
     "duplicate_context_tokens": "0",
     "evidence_coverage": f"(c.evidence_count - c.evidence_missing)::float8 / {len(EVIDENCE_KEYS)}",
     "tool_tokens": "s.tool_tokens",
-    "tool_share": "CASE WHEN s.tokens > 0 THEN s.tool_tokens::float8 / s.tokens ELSE 0 END",
+    "tool_share": _call_figure("c", lambda f: f.tool_share(_sums("tool_tokens"), _sums("tokens"))),
     "untrusted_tokens": "s.untrusted_tokens",
     "cost": _cost,
     "evidence_positions": "'{}'::jsonb",

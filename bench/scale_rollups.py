@@ -150,8 +150,9 @@ def verify_rollups(project_id: int, sample: int = 12) -> list[str]:
 def verify_figures(project_id: int, sample: int = 40) -> list[str]:
     """Recompute a sample of the generated calls with the real code and return the
     differences (empty: the generator wrote what the analysis would): tokens in context,
-    hit rate, uncached tokens and cost with ctxkit.figures (cost at the price book's
-    weights, as manifests/analysis/figures.py), and the cache event with
+    hit rate, uncached tokens, cost, headroom and the shares of the window with
+    ctxkit.figures (at the price book's weights and effective limit, as
+    manifests/analysis/figures.py), and the cache event with
     manifests/analysis/cache.py's classify() against the previous call of the run."""
     from ctxkit import figures as ref
     from manifests.analysis import cache
@@ -170,11 +171,21 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
         if got is None:
             problems.append(f"call {pk}: no figures")
             continue
+        items = list(Item.objects.filter(call_id=pk))
+        context = ref.total_context_tokens(items)
+        read = ref.input_read(call.input_tokens, context)
+        limit = ref.effective_limit(call.window, book.for_model(call.model).effective_limit_ratio)
         want = {
-            "context_tokens": ref.total_context_tokens(Item.objects.filter(call_id=pk)),
+            "context_tokens": context,
             "cache_hit_ratio": ref.hit_rate(call.cache_read_tokens, call.input_tokens),
             "uncached_input_tokens": ref.uncached_tokens(call),
             "cost": ref.cost_units(call, book.for_model(call.model).weights),
+            "headroom_tokens": ref.headroom(call.input_cap, read),
+            "window_utilization": ref.window_utilization(read, call.window),
+            "reserve_share": ref.reserve_share(call.output_reserve, call.window),
+            "effective_limit": limit,
+            "effective_share": ref.effective_share(read, limit),
+            "tool_share": ref.tool_share(ref.total_context_tokens(i for i in items if i.kind == "tools"), context),
         }
         problems += [f"call {pk} {name}: generated {getattr(got, name)!r}, ctxkit.figures {value!r}"
                      for name, value in want.items() if getattr(got, name) != value]

@@ -64,6 +64,9 @@ SWEEP_MAX_SECONDS = 120.0
 
 _redis_url = os.environ.get("REDIS_URL", "")
 
+# Alert rules are evaluated over the rollups this often (manifests/alerts/).
+ALERT_INTERVAL_SECONDS = _env_number("CTXVIEW_ALERT_INTERVAL_SECONDS", 60, minimum=5)
+
 # Rollups: the analysis marks the buckets it touches dirty, and the beat task refreshes each
 # dirty bucket once per interval (manifests/analysis/rollups.py). 0 refreshes right after
 # every analysis task instead, the only mode without Redis (no beat runs there), which
@@ -114,6 +117,12 @@ app.conf.update(
         "sweep-webhook-notifications": {
             "task": "manifests.tasks.sweep_notifications",
             "schedule": max(SWEEP_INTERVAL_SECONDS, 60.0),
+        },
+        "evaluate-alert-rules": {
+            "task": "manifests.tasks.evaluate_alert_rules",
+            "schedule": ALERT_INTERVAL_SECONDS,
+            # A run still queued when the next one is due is dropped: the next one does its work.
+            "options": {"expires": ALERT_INTERVAL_SECONDS * 2},
         },
         "ensure-partitions": {
             "task": "manifests.tasks.ensure_partitions",

@@ -4,6 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from manifests import ops, views
+from manifests.api import alerts as alerts_api
 from manifests.api import otlp as otlp_api
 from manifests.api import views as api
 from manifests.api.openapi import BrowserJsonRenderer, BrowserYamlRenderer
@@ -16,6 +17,8 @@ urlpatterns = [
     path("p/<slug:slug>/runs/", views.runs, name="project-runs"),
     path("p/<slug:slug>/runs/<path:run_id>/", views.run_detail, name="run-detail"),
     path("p/<slug:slug>/calls/", views.calls, name="calls"),
+    path("p/<slug:slug>/live/", views.live_page, name="live"),
+    path("p/<slug:slug>/live.json", views.live_feed, name="live-feed"),
     path("p/<slug:slug>/calls/<path:call_id>/", views.call_detail, name="call-detail"),
     path("p/<slug:slug>/search/", views.search, name="search"),
     path("p/<slug:slug>/compare/", views.compare, name="compare"),
@@ -31,6 +34,9 @@ urlpatterns = [
          name="settings-member"),
     path("p/<slug:slug>/settings/webhook", settings_views.configure_webhook, name="settings-webhook"),
     path("p/<slug:slug>/settings/webhook/test", settings_views.test_webhook, name="settings-webhook-test"),
+    path("p/<slug:slug>/settings/alerts", settings_views.create_alert_rule, name="settings-alert-create"),
+    path("p/<slug:slug>/settings/alerts/<int:rule_id>/delete", settings_views.delete_alert_rule,
+         name="settings-alert-delete"),
     path("p/<slug:slug>/whatif.json", views.call_whatif, name="call-whatif"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -40,6 +46,8 @@ urlpatterns = [
     path("api/v1/runs", api.RunListView.as_view(), name="api-runs"),
     path("api/v1/runs/<path:run_id>/calls", api.RunCallListView.as_view(), name="api-run-calls"),
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
+    path("api/v1/alert-rules", alerts_api.AlertRuleListView.as_view(), name="api-alert-rules"),
+    path("api/v1/alert-rules/<int:rule_id>", alerts_api.AlertRuleDetailView.as_view(), name="api-alert-rule"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
     # OTLP/HTTP's fixed path: OTEL_EXPORTER_OTLP_ENDPOINT=<ctxview> appends /v1/traces.
     path("v1/traces", otlp_api.traces, name="otlp-traces"),

@@ -1,11 +1,11 @@
 """The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
 
-Every query that counts tokens in context, hit rate, uncached tokens or cost builds on
-these, so the database and Python agree (tests/test_figures_agree.py checks it on
-generated data, on PostgreSQL and SQLite). The field lists of the rollups and of an
-item live here too, written once. Callers that write raw SQL (bench/scale_columns.py's
-``INSERT ... SELECT`` generator) take these same expressions as SQL text through
-:func:`as_sql`, never a hand-written copy.
+Every query that counts tokens in context, hit rate, uncached tokens, cost, the input cap,
+the input read, headroom, a share of the window or the saving of a cache miss builds on these, so the database and
+Python agree (tests/test_figures_agree.py checks it on generated data, on PostgreSQL and
+SQLite). The field lists of the rollups and of an item live here too, written once.
+Callers that write raw SQL (bench/scale_columns.py's ``INSERT ... SELECT`` generator) take
+these same expressions as SQL text through :func:`as_sql`, never a hand-written copy.
 """
 
 from __future__ import annotations
@@ -14,17 +14,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Case, ExpressionWrapper, F, FloatField, Model, Q, Value, When
+from django.db.models import BigIntegerField, Case, ExpressionWrapper, F, FloatField, Model, Q, Value, When
 from django.db.models.expressions import Combinable
-from django.db.models.functions import Cast, Coalesce, Greatest
+from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least
 from django.db.models.lookups import GreaterThan
 
 from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CAUSES
 from ctxkit.figures import hit_rate as hit_rate_of
 
 __all__ = [
-    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "context_tokens", "cost_units",
-    "hit_rate", "hit_rate_of", "in_context", "uncached_tokens",
+    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving", "context_tokens",
+    "cost_units",
+    "effective_limit", "effective_share", "headroom", "hit_rate", "hit_rate_of", "in_context", "input_cap",
+    "input_read", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
 ]
 
 # The additive columns of a rollup bucket (models.Rollup), summed by day buckets, the
@@ -84,15 +86,85 @@ def hit_rate(cache_read: Combinable, input_tokens: Combinable) -> Case:
     )
 
 
-def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
-    """ctxkit.figures.cost_units: each kind of token at its weight."""
+def _cost(uncached: Combinable, read: Combinable, write: Combinable, output: Combinable,
+          weights: Mapping[str, float]) -> ExpressionWrapper:
+    """ctxkit.figures.cost_units over four token expressions."""
     return ExpressionWrapper(
-        Cast(uncached_tokens(prefix), FloatField()) * Value(weights["input"])
-        + Cast(_f(prefix, "cache_read_tokens"), FloatField()) * Value(weights["cache_read"])
-        + Cast(_f(prefix, "cache_write_tokens"), FloatField()) * Value(weights["cache_write"])
-        + Cast(_f(prefix, "output_tokens"), FloatField()) * Value(weights["output"]),
+        Cast(uncached, FloatField()) * Value(weights["input"])
+        + Cast(read, FloatField()) * Value(weights["cache_read"])
+        + Cast(write, FloatField()) * Value(weights["cache_write"])
+        + Cast(output, FloatField()) * Value(weights["output"]),
         output_field=FloatField(),
     )
+
+
+def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
+    """ctxkit.figures.cost_units: each kind of token at its weight."""
+    return _cost(uncached_tokens(prefix), _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens"),
+                 _f(prefix, "output_tokens"), weights)
+
+
+def cache_saving(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> Greatest:
+    """ctxkit.figures.cache_saving: cost_units as paid less cost_units of ctxkit.figures.cached_usage
+    (the prefix tokens not read moved to cache reads, first from the writes, then from the
+    uncached input), never below 0."""
+    read, write = _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens")
+    missed = Greatest(Value(0), _f(prefix, "prefix_tokens") - read)
+    from_write = Least(write, missed)
+    from_uncached = Least(uncached_tokens(prefix), missed - from_write)
+    cached = _cost(uncached_tokens(prefix) - from_uncached, read + from_write + from_uncached, write - from_write,
+                   _f(prefix, "output_tokens"), weights)
+    return Greatest(Value(0.0), cost_units(prefix, weights) - cached, output_field=FloatField())
+
+
+def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper:
+    return ExpressionWrapper(Cast(numerator, FloatField()) / Cast(denominator, FloatField()),
+                             output_field=FloatField())
+
+
+def input_cap(window: Combinable, output_reserve: Combinable, safety_margin: Combinable) -> Greatest:
+    """ctxkit.figures.input_cap: window − reserve − margin, never below 0."""
+    return Greatest(Value(0), window - output_reserve - safety_margin, output_field=BigIntegerField())
+
+
+def input_read(input_tokens: Combinable, context_tokens: Combinable) -> Case:
+    """ctxkit.figures.input_read: the provider's input when it reported any, else the
+    tokens in context (an expression: ``Sum(context_tokens())`` or a column holding it)."""
+    return Case(When(GreaterThan(input_tokens, 0), then=input_tokens), default=context_tokens,
+                output_field=BigIntegerField())
+
+
+def headroom(cap: Combinable, read: Combinable) -> ExpressionWrapper:
+    """ctxkit.figures.headroom: input cap − input read (negative: over the cap)."""
+    return ExpressionWrapper(cap - read, output_field=BigIntegerField())
+
+
+def window_utilization(read: Combinable, window: Combinable) -> ExpressionWrapper:
+    """ctxkit.figures.window_utilization: input read over the window (at least 1)."""
+    return _ratio(read, Greatest(Value(1), window))
+
+
+def reserve_share(output_reserve: Combinable, window: Combinable) -> ExpressionWrapper:
+    """ctxkit.figures.reserve_share: output reserve over the window (at least 1)."""
+    return _ratio(output_reserve, Greatest(Value(1), window))
+
+
+def tool_share(tool_tokens: Combinable, context_tokens: Combinable) -> Case:
+    """ctxkit.figures.tool_share: tool tokens over tokens in context; 0 with none."""
+    return Case(When(GreaterThan(context_tokens, 0), then=_ratio(tool_tokens, context_tokens)),
+                default=Value(0.0), output_field=FloatField())
+
+
+def effective_limit(window: Combinable, ratio: float) -> Greatest:
+    """ctxkit.figures.effective_limit: ``ratio`` of the window, rounded down (Python's int()
+    of a non-negative number), at least 1."""
+    scaled = Floor(ExpressionWrapper(Cast(window, FloatField()) * Value(ratio), output_field=FloatField()))
+    return Greatest(Value(1), Cast(scaled, BigIntegerField()), output_field=BigIntegerField())
+
+
+def effective_share(read: Combinable, limit: Combinable) -> ExpressionWrapper:
+    """ctxkit.figures.effective_share: input read over the effective limit (at least 1)."""
+    return _ratio(read, Greatest(Value(1), limit))
 
 
 def as_sql(expression: Any, model: type[Model], alias: str) -> str:

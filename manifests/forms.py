@@ -11,11 +11,12 @@ class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=200, initial="default", help_text="What the key is for, e.g. the agent's name")
     can_ingest = forms.BooleanField(required=False, initial=True, label="ingest (send manifests)")
     can_read = forms.BooleanField(required=False, label="read (the read API)")
+    can_configure = forms.BooleanField(required=False, label="configure (alert rules through the API)")
 
     def clean(self):
         data = super().clean()
-        if not data.get("can_ingest") and not data.get("can_read"):
-            raise forms.ValidationError("give the key at least one scope: ingest or read")
+        if not (data.get("can_ingest") or data.get("can_read") or data.get("can_configure")):
+            raise forms.ValidationError("give the key at least one scope: ingest, read or configure")
         return data
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from ctxkit import figures
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 KEY_PREFIX = "ctx_"
 
@@ -24,7 +28,11 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=200, unique=True)
     created = models.DateTimeField(default=timezone.now)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="projects"
+    )
+    # The signed-in user's role, set by selectors.projects.project_for for the pages (not a column).
+    role: str
     # Cache-hit regression alerts (docs/analysis.md): a signed POST to webhook_url when the
     # rolling hit rate of an agent/model falls more than regression_threshold_points below
     # its baseline; both windows are regression_window_calls calls long.
@@ -78,6 +86,8 @@ class ApiKey(models.Model):
     hashed = models.CharField(max_length=64, unique=True)
     can_ingest = models.BooleanField(default=True)
     can_read = models.BooleanField(default=False)
+    # The settings scope: read and change the project's alert rules through the API.
+    can_configure = models.BooleanField(default=False)
     created = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -117,6 +127,9 @@ class Run(models.Model):
 
 class Call(models.Model):
     """One model call: the manifest's scalar fields, plus the raw manifest."""
+
+    # Its attributions with their lost-at calls, set by the API's call view for its serializer (not a column).
+    attribution_rows: list[Attribution]
 
     # No single-column indexes of their own: call_project_* and call_run_step lead with these
     # columns, and every index is paid by every call written (migration 0013).
@@ -476,6 +489,9 @@ class CacheEvent(models.Model):
 class Regression(models.Model):
     """A drop of the rolling cache-hit rate of one agent/model against its baseline."""
 
+    # The prefix segment that changed, set by selectors.overview.regressions for the page (not a column).
+    segment: str
+
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="regressions")
     agent = models.CharField(max_length=200)
     model = models.CharField(max_length=200)
@@ -636,3 +652,81 @@ class OpsCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}={self.value}"
+
+
+# --------------------------------------------------------------------------- #
+# Alert rules (manifests/alerts/, docs/dashboard.md "Alert rules"): written by owners,
+# evaluated by a beat task over the rollups; each rule keeps its own state.
+
+
+class AlertRule(models.Model):
+    """A condition over a project's recent calls, and whether it holds now.
+
+    The state fields (``firing``, ``episode``, ...) are written by the evaluation only; an
+    episode starts when the condition starts to hold and ends when it stops, and each
+    start and end is one AlertEvent."""
+
+    HIT_RATE_BELOW = "hit_rate_below"
+    INVARIANT_FAILURES = "invariant_failures"
+    EVIDENCE_LOST = "evidence_lost"
+    COST_PER_SUCCESS_ABOVE = "cost_per_success_above"
+    KINDS = [
+        (HIT_RATE_BELOW, "Cache hit rate below"),
+        (INVARIANT_FAILURES, "Compaction invariant failures above"),
+        (EVIDENCE_LOST, "Required evidence lost more than"),
+        (COST_PER_SUCCESS_ABOVE, "Cost per verified success above"),
+    ]
+    AUTO = "auto"
+    JSON = "json"
+    SLACK = "slack"
+    DISCORD = "discord"
+    FORMATS = [(AUTO, "Auto (by the webhook's host)"), (JSON, "JSON"), (SLACK, "Slack"), (DISCORD, "Discord")]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="alert_rules")
+    kind = models.CharField(max_length=32, choices=KINDS)
+    agent = models.CharField(max_length=200, blank=True, help_text="Only this agent; empty: every agent")
+    model = models.CharField(max_length=200, blank=True, help_text="Only this model; empty: every model")
+    evidence_key = models.CharField(
+        max_length=200, blank=True, help_text="evidence_lost only: the watched key; empty: any required evidence"
+    )
+    threshold = models.FloatField(help_text="A hit rate (0..1), a count, or cost units, by kind")
+    window_hours = models.PositiveIntegerField(default=1)
+    format = models.CharField(max_length=16, choices=FORMATS, default=AUTO)
+    created = models.DateTimeField(default=timezone.now)
+    # State, per rule
+    firing = models.BooleanField(default=False)
+    episode = models.PositiveIntegerField(default=0, help_text="Episodes started so far; the current one if firing")
+    changed_at = models.DateTimeField(null=True, blank=True, help_text="When firing last changed")
+    last_value = models.FloatField(null=True, blank=True, help_text="The figure at the last evaluation")
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.threshold:g}"
+
+
+class AlertEvent(models.Model):
+    """One start (``firing``) or end (``resolved``) of a rule's episode, and its delivery.
+    Unique per (rule, episode, transition): an evaluation run twice writes it once."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+    TRANSITIONS = [(FIRING, "Firing"), (RESOLVED, "Resolved")]
+
+    # Indexed by alertevent_unique_transition, which leads with it.
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, db_index=False, related_name="events")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    episode = models.PositiveIntegerField()
+    transition = models.CharField(max_length=16, choices=TRANSITIONS)
+    at = models.DateTimeField(help_text="The evaluation that saw the change")
+    value = models.FloatField(null=True, blank=True)
+    summary = models.TextField(help_text="The change in a sentence")
+    notified_at = models.DateTimeField(null=True, blank=True)
+    notify_attempts = models.PositiveIntegerField(default=0)
+    last_notify_attempt = models.DateTimeField(null=True, blank=True)
+    notify_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "episode", "transition"], name="alertevent_unique_transition")
+        ]
+        indexes = [models.Index(fields=["notified_at", "notify_attempts"], name="alertevent_unsent")]

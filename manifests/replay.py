@@ -246,8 +246,8 @@ def _run(segments: list[Segment], aging: dict[str, int], estimate: Estimator, pa
                     dedupe_across=False)  # the stored candidates are after the agent's dedupe
     if fid.held_back:  # the cap shown is the call's, as in the agent's plan
         plan.safety_margin = params.safety_margin
-        plan.cap = max(0, params.budget - params.reserve - params.safety_margin)
-        plan.headroom = plan.cap - plan.used
+        plan.cap = figures.input_cap(params.budget, params.reserve, params.safety_margin)
+        plan.headroom = figures.headroom(plan.cap, plan.used)
     as_recorded: set[str] = set()
     if not fid.exact:
         return plan, as_recorded
@@ -263,7 +263,7 @@ def _run(segments: list[Segment], aging: dict[str, int], estimate: Estimator, pa
             a.reason = f"the cut the agent made at this grant ({a.granted} tokens), as recorded"
             as_recorded.add(a.name)
     plan.used = sum(a.used for a in plan.allocations)
-    plan.headroom = plan.cap - plan.used
+    plan.headroom = figures.headroom(plan.cap, plan.used)
     return plan, as_recorded
 
 
@@ -289,7 +289,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         segments, aging, estimate, own, fid, recorded)
     base_allocs = {a.name: a for a in base_plan.allocations}
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in replayable:
         a = by_name[i.item_id]
         actual_used = figures.context_tokens(i)
@@ -317,15 +317,24 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         row["baseline"] = _evidence(e, base_allocs, texts, base_outputs, base_exact)["replay"]
     same = sum(1 for r in rows if r["baseline"]["action"] == r["actual"]["action"])
     in_context = [a for a in plan.allocations if a.used > 0]
+    # Headroom has one meaning (ctxkit.figures.headroom): input cap − input read. The replay's
+    # input read is its allocation plus what it leaves as it was and is still sent (items it
+    # does not allocate, and what the provider counted beyond the items: the question, framing),
+    # so at the call's own budget an exact replay gives the call's own headroom.
+    actual_read = figures.input_read(call.input_tokens, figures.total_context_tokens(items))
+    left_as_it_was = actual_read - figures.total_context_tokens(replayable)
+    read = plan.used + left_as_it_was
     return {
         "call_id": call.call_id,
         "params": {"budget": params.budget, "reserve": params.reserve, "safety_margin": params.safety_margin},
         "actual": {"budget": call.window, "reserve": call.output_reserve, "safety_margin": call.safety_margin,
-                   "cap": call.input_cap},
+                   "cap": call.input_cap, "input_read": actual_read,
+                   "headroom": figures.headroom(call.input_cap, actual_read)},
         "fidelity": fid.to_dict(),
         "cap": plan.cap,
         "used": plan.used,
-        "headroom": plan.headroom,
+        "input_read": read,
+        "headroom": figures.headroom(plan.cap, read),
         "over_budget": plan.over_budget,
         "warnings": plan.warnings,
         "items": rows,
@@ -356,7 +365,7 @@ def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None],
     if a is None:
         return {**row, "replay": "present" if e.present else "missing",
                 "why": "no carrier item to replay; unchanged"}
-    if e.literal and texts.get(carrier):
+    if e.literal and carrier and texts.get(carrier):
         found = read_back([KeyField(e.label or e.key, e.literal, carrier, key=e.key)], outputs)[0]
         if found.present:
             return {**row, "replay": "present", "why": f"literal read back in {found.found_in}"}

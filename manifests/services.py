@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import secrets
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from manifests.models import ApiKey, Membership, Project, hash_key, new_raw_key
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 @transaction.atomic
-def create_project(*, name: str, owner: AbstractBaseUser | None = None) -> Project:
+def create_project(*, name: str, owner: User | None = None) -> Project:
     base = slugify(name) or "project"
     slug, n = base, 1
     while Project.objects.filter(slug=slug).exists():
@@ -26,13 +29,14 @@ def create_project(*, name: str, owner: AbstractBaseUser | None = None) -> Proje
     return project
 
 
-def add_member(*, project: Project, user: AbstractBaseUser, role: str = Membership.MEMBER) -> Membership:
+def add_member(*, project: Project, user: User, role: str = Membership.MEMBER) -> Membership:
     membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
     return membership
 
 
 def create_api_key(
-    *, project: Project, name: str = "default", can_ingest: bool = True, can_read: bool = False
+    *, project: Project, name: str = "default", can_ingest: bool = True, can_read: bool = False,
+    can_configure: bool = False,
 ) -> tuple[ApiKey, str]:
     """Create a key; return it and the raw key, which is never stored or shown again."""
     raw = new_raw_key()
@@ -43,6 +47,7 @@ def create_api_key(
         hashed=hash_key(raw),
         can_ingest=can_ingest,
         can_read=can_read,
+        can_configure=can_configure,
     )
     return key, raw
 

@@ -9,6 +9,7 @@ never exceed MAX_COUNTDOWN_SECONDS, which the broker's visibility timeout exceed
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -16,7 +17,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 from ctxview.celery import MAX_COUNTDOWN_SECONDS, SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests import analysis
+from manifests import alerts, analysis
 from manifests.analysis import notify, rollups
 from manifests.storage import partitions, retention
 
@@ -29,7 +30,7 @@ TRANSIENT = (OperationalError, InterfaceError, IntegrityError, BrokerError, Conn
 
 # What the analysis tasks share: retry transient errors with capped, jittered backoff
 # (below the visibility timeout), acknowledge late, and stop a stuck task.
-ANALYSIS_TASK = {
+ANALYSIS_TASK: dict[str, Any] = {
     "bind": True,
     "autoretry_for": TRANSIENT,
     "retry_backoff": 2,
@@ -74,7 +75,8 @@ def sweep_unanalysed(
     without waiting for the beat, on whichever workers are free."""
     options = {"older_than_seconds": older_than_seconds, "max_calls": max_calls, "max_seconds": max_seconds}
     try:
-        result = analysis.sweep_unanalysed(**options, notify=enqueue_notifications)
+        result = analysis.sweep_unanalysed(older_than_seconds=older_than_seconds, max_calls=max_calls,
+                                           max_seconds=max_seconds, notify=enqueue_notifications)
     except SoftTimeLimitExceeded:
         return 0
     if result.cut_short and not self.request.is_eager:
@@ -123,6 +125,43 @@ def sweep_notifications(self) -> int:
     for pk in pending:
         notify_regression.delay(pk)
     return len(pending)
+
+
+@shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=240,
+             soft_time_limit=200, acks_late=True)
+def evaluate_alert_rules(self) -> int:
+    """Beat, every CTXVIEW_ALERT_INTERVAL_SECONDS: evaluate every alert rule and enqueue the
+    delivery of each new event, and of events whose retries were lost. Rerunning it sends
+    nothing twice: an event is written once per episode start or end. Returns new events."""
+    new = alerts.evaluate_all()
+    for pk in [*new, *(pk for pk in alerts.pending() if pk not in new)]:
+        try:
+            notify_alert.delay(pk)
+        except Exception:  # noqa: BLE001 - broker down: the next run enqueues it again
+            logger.warning("could not enqueue the delivery of alert event %s; the next run will", pk)
+    return len(new)
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
+    retry_backoff=5,
+    retry_backoff_max=MAX_COUNTDOWN_SECONDS,
+    retry_jitter=True,
+    max_retries=notify.MAX_ATTEMPTS - 1,
+    acks_late=True,
+    time_limit=60,
+    soft_time_limit=45,
+)
+def notify_alert(self, event_id: int) -> str:
+    """POST one alert event (firing or resolved) to its project's webhook; retried with backoff."""
+    if self.request.is_eager:
+        # As notify_regression: one attempt inline, the next beat run tries again.
+        try:
+            return alerts.send(event_id)
+        except notify.TransientNotifyError as exc:
+            return f"failed: {exc}"
+    return alerts.send(event_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=10, retry_jitter=True, max_retries=5, time_limit=600)

@@ -12,7 +12,17 @@ from typing import Any
 import msgspec
 
 from ctxkit.record.builder import build_manifest
-from ctxkit.record.manifest import Compaction, Evidence, Item, Manifest, Outcome, Prefix, PrefixSegment, Usage
+from ctxkit.record.manifest import (
+    Budget,
+    Compaction,
+    Evidence,
+    Item,
+    Manifest,
+    Outcome,
+    Prefix,
+    PrefixSegment,
+    Usage,
+)
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project
 
@@ -162,3 +172,34 @@ def flush_rollups() -> int:
     from manifests.analysis import rollups
 
     return rollups.refresh()
+
+
+CUT = "budget exhausted: cut at 120 of 900 tokens, the tail was removed"
+
+
+def _hard_cut_step(n: int, run_id: str, *, example_action: str = "keep", present: bool | None = True,
+                   input_tokens: int = 5230, window: int = 32_000, reserve: int = 600) -> Manifest:
+    cut = example_action == "hard_cut"
+    example = item("example-6", kind="example", action=example_action, tokens=900, used=120 if cut else 900,
+                   reason=CUT if cut else "")
+    # 4,898 tokens in context (at steps 3 and 4): the provider counted 5,230 (the question, framing).
+    items = [item("system", kind="system", tokens=698), item("history", kind="history", tokens=3300), example]
+    evidence = [] if present is None else [Evidence(key="refund-limit", literal="500 EUR", expected_item="example-6",
+                                                    present=present, found_in="example-6" if present else None)]
+    m = manifest(f"{run_id}/step-{n}", run_id=run_id, step=n, items=items, evidence=evidence,
+                 usage=Usage(input_tokens=input_tokens, output_tokens=80), at=T0 + timedelta(minutes=n))
+    m.budget = Budget(window=window, output_reserve=reserve)
+    return m
+
+
+def hard_cut_run(run_id: str = "run-7") -> list[Manifest]:
+    """A run whose evidence ``refund-limit`` is present at steps 0 and 1, cut away at step 2 by a
+    ``hard_cut`` of its item ``example-6`` (with the builder's reason ``CUT``), undeclared at
+    step 3 (no usage reported, window 9,000, reserve 1,000) and missing again at step 4 (input
+    5,230 of an input cap of 31,400 with 4,898 tokens in context)."""
+    return [
+        _hard_cut_step(0, run_id), _hard_cut_step(1, run_id),
+        _hard_cut_step(2, run_id, example_action="hard_cut", present=False),
+        _hard_cut_step(3, run_id, present=None, input_tokens=0, window=9000, reserve=1000),
+        _hard_cut_step(4, run_id, present=False),
+    ]

@@ -27,8 +27,8 @@ class CallRef:
     model: str
     started_at: datetime
     manifest: Manifest
-    # evidence key -> (cause, is_risk, lost at step) for every attribution of the call
-    causes: list[tuple[str, str, bool, int | None]] = field(default_factory=list)
+    # (evidence key, cause, is_risk, lost at step, action, reason) for every attribution of the call
+    causes: list[tuple[str, str, bool, int | None, str, str]] = field(default_factory=list)
 
     @property
     def context_tokens(self) -> int:
@@ -48,12 +48,43 @@ class CallRef:
         return figures.cost_units(self.manifest.usage, DEFAULT_PRICE.weights)
 
     @property
+    def input_cap(self) -> int:
+        return figures.budget_input_cap(self.manifest.budget)
+
+    @property
+    def input_read(self) -> int:
+        return figures.input_read(self.manifest.usage.input_tokens, self.context_tokens)
+
+    @property
+    def headroom(self) -> int:
+        return figures.headroom(self.input_cap, self.input_read)
+
+    @property
+    def window_utilization(self) -> float:
+        return figures.window_utilization(self.input_read, self.manifest.budget.window)
+
+    @property
+    def reserve_share(self) -> float:
+        return figures.reserve_share(self.manifest.budget.output_reserve, self.manifest.budget.window)
+
+    @property
+    def tool_share(self) -> float:
+        tools = figures.total_context_tokens(i for i in self.manifest.items if i.kind == "tools")
+        return figures.tool_share(tools, self.context_tokens)
+
+    @property
     def missing(self) -> list[tuple[str, str, int | None]]:
-        return sorted((k, c, s) for k, c, risk, s in self.causes if not risk)
+        return sorted((k, c, s) for k, c, risk, s, _, _ in self.causes if not risk)
+
+    @property
+    def decisions(self) -> list[tuple[str, str, int | None, str, str]]:
+        """The missing evidence with the decision each attribution states: (key, cause,
+        lost at step, action, reason)."""
+        return sorted((k, c, s, a, r) for k, c, risk, s, a, r in self.causes if not risk)
 
     @property
     def risks(self) -> list[tuple[str, str]]:
-        return sorted((k, c) for k, c, risk, _ in self.causes if risk)
+        return sorted((k, c) for k, c, risk, *_ in self.causes if risk)
 
 
 def calls(project: Project) -> dict[str, CallRef]:
@@ -71,7 +102,8 @@ def calls(project: Project) -> dict[str, CallRef]:
             for key, causes in row:
                 for cause in causes:
                     lost = refs[cause.lost_at].step if cause.lost_at is not None else None
-                    ref.causes.append((key, cause.cause, cause.is_risk, lost))
+                    reason = figures.stated_reason(cause, f"step {lost}" if lost is not None else None)
+                    ref.causes.append((key, cause.cause, cause.is_risk, lost, cause.action, reason))
     return out
 
 
@@ -100,7 +132,7 @@ def buckets(refs: dict[str, CallRef], bucket: str) -> dict[tuple[datetime, str, 
         b["evidence_present"] += sum(1 for e in m.evidence if e.present)
         b["compactions"] += len(m.compactions)
         b["invariant_failures"] += sum(1 for c in m.compactions for i in c.invariants if not i.ok)
-        for _, cause, _, _ in r.causes:
+        for _, cause, *_ in r.causes:
             b["attributions"][cause] += 1
         for item in m.items:
             if figures.context_tokens(item):

@@ -82,10 +82,11 @@ def broker(url: str, prefix: str) -> Iterator[None]:
 
 
 class Worker:
-    """``celery -A ctxview worker`` in its own process group, logging to a file."""
+    """``celery -A ctxview worker`` in its own process group, logging to a file. ``app`` names
+    another module holding the Celery app (tests/held_analysis.py, for the fault tests)."""
 
     def __init__(self, tmp: Path, prefix: str, *, beat: bool = False, pool: str = "solo", concurrency: int = 1,
-                 **env: str) -> None:
+                 app: str = "ctxview", **env: str) -> None:
         self.name = f"w{uuid.uuid4().hex[:8]}"
         self.log_path = tmp / f"{self.name}.log"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("CTXVIEW_TEST_", "CELERY_"))}
@@ -98,7 +99,7 @@ class Worker:
         )
         base.update(env)
         command = [
-            str(CELERY), "-A", "ctxview", "worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
+            str(CELERY), "-A", app, "worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
             "-n", f"{self.name}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]

@@ -1,5 +1,6 @@
 """Against a real gunicorn server: chunked bodies, API throttling with Retry-After that
-ctxkit's client waits out, and schemathesis over the live OpenAPI document."""
+ctxkit's client waits out, and schemathesis over the live OpenAPI document (fuzzed, and on
+stored calls whose attributions are traced through their run)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import gzip
 import http.client
 import json
 import subprocess
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import schemathesis
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from ctxkit import Client
 from ctxkit.record.manifest import convert_manifest
 from manifests.models import Call
+from tests.analysis_support import as_dict, hard_cut_run
 from tests.conftest import make_manifest
 from tests.live_support import gunicorn
 
@@ -97,15 +102,51 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
     assert Call.objects.filter(run__run_id="burst").count() == 12
 
 
+def _ingest_traced_run(base: str, key: str) -> list[str]:
+    """Store a run whose evidence is lost at step 2 (a hard_cut) and traced back to it at step 4,
+    with risks and a call without usage (analysed in the server's process: no Redis); its call ids."""
+    manifests = [as_dict(m) for m in hard_cut_run("traced")]
+    manifests[1]["evidence"][0]["used"] = False  # a risk row beside the losses
+    request = urllib.request.Request(f"{base}/api/v1/manifests", data=json.dumps({"manifests": manifests}).encode(),
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.loads(response.read())["accepted"] == len(manifests)
+    return [m["call_id"] for m in manifests]
+
+
 def test_schemathesis_finds_no_server_error_and_no_undocumented_status(key):
     # Bounded: the fuzzing phase, 10 examples per operation. The full run with the
     # coverage phase is in docs/api.md; run it after API changes.
     with gunicorn(CTXVIEW_INGEST_RATE="off", CTXVIEW_READ_RATE="off") as base:
+        _ingest_traced_run(base, key)  # the run list answers with real runs
         # The key reads and ingests: every operation is reachable.
         result = subprocess.run(
             [str(ROOT / ".venv/bin/st"), "--no-color", "run", f"{base}/api/schema/?format=json", "--url", base,
-             "-H", f"Authorization: Bearer {key}", "--checks", "not_a_server_error,status_code_conformance",
+             "-H", f"Authorization: Bearer {key}", "--checks",
+             "not_a_server_error,status_code_conformance,response_schema_conformance",
              "--max-examples", "10", "--phases", "fuzzing", "--seed", "9", "--request-timeout", "20"],
             capture_output=True, text=True, timeout=300, cwd=ROOT,
         )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_schemathesis_finds_every_answer_as_the_openapi_document_says_on_traced_attributions(key):
+    """Every read operation, with the ids of stored calls whose attributions are traced to an
+    earlier step (lost_at_step set) or not (null), answers what the served document declares."""
+    with gunicorn(CTXVIEW_INGEST_RATE="off", CTXVIEW_READ_RATE="off") as base:
+        call_ids = _ingest_traced_run(base, key)
+        schema = schemathesis.openapi.from_url(f"{base}/api/schema/?format=json")
+        auth = {"Authorization": f"Bearer {key}"}
+        cases = [schema["/api/v1/runs"]["GET"].Case(query={"agent": "analyst"}),
+                 schema["/api/v1/runs/{run_id}/calls"]["GET"].Case(path_parameters={"run_id": "traced"})]
+        cases += [schema["/api/v1/calls/{call_id}"]["GET"].Case(path_parameters={"call_id": c}) for c in call_ids]
+        cases.append(schema["/api/v1/calls/{call_id}"]["GET"].Case(path_parameters={"call_id": "no-such-call"}))
+        bodies = []
+        for case in cases:
+            response = case.call(base_url=base, headers=auth)
+            case.validate_response(response, checks=[response_schema_conformance, status_code_conformance],
+                                   headers=auth)
+            bodies.append(response.json())
+    lost = [(a["lost_at_step"], a["action"]) for body in bodies[2:-1] for a in body["attributions"]]
+    assert (2, "hard_cut") in lost and (None, "hard_cut") in lost  # both shapes were checked
+    assert any(a["is_risk"] for body in bodies[2:-1] for a in body["attributions"])

@@ -1,15 +1,17 @@
 """The SQL forms of the figures (manifests/figures.py) equal their Python definitions
-(ctxkit.figures) on generated rows, on whichever database the suite runs on."""
+(ctxkit.figures) on generated rows, on whichever database the suite runs on: tokens in
+context, hit rate, uncached tokens, cost, the saving of a cache miss, and the input cap, input read, headroom and shares
+of the window."""
 
 from __future__ import annotations
 
 import pytest
-from django.db.models import F, Sum
+from django.db.models import F, Sum, Value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxkit import figures as ref
-from ctxkit.record.manifest import ACTIONS
+from ctxkit.record.manifest import ACTIONS, Budget
 from manifests import figures
 from manifests.models import Call, Item
 from tests.analysis_support import item, manifest, store
@@ -74,3 +76,65 @@ def test_it_computes_hit_rate_uncached_and_cost_the_same_in_sql_and_python(call,
         rate=figures.hit_rate(Sum("cache_read_tokens"), Sum("input_tokens")))
     last = usages[-1]
     assert totals["rate"] == (None if last[0] == 0 else pytest.approx(last[1] / last[0]))
+
+
+@EXAMPLES
+@given(usages=st.lists(st.tuples(USAGE, TOKENS), min_size=1, max_size=6))
+def test_it_computes_the_saving_of_a_cache_miss_the_same_in_sql_and_python(call, usages):
+    weights = {"input": 0.003, "output": 0.015, "cache_read": 0.0003, "cache_write": 0.00375}
+    for (input_tokens, read, write, output), prefix in usages:
+        Call.objects.filter(pk=call.pk).update(input_tokens=input_tokens, cache_read_tokens=read,
+                                               cache_write_tokens=write, output_tokens=output, prefix_tokens=prefix)
+        row = Call.objects.filter(pk=call.pk).annotate(
+            saving=figures.cache_saving(weights=weights), saving_seed=figures.cache_saving()).get()
+        assert row.saving == pytest.approx(ref.cache_saving(row, prefix, weights), rel=1e-9, abs=1e-9)
+        assert row.saving_seed == pytest.approx(ref.cache_saving(row, prefix), rel=1e-9, abs=1e-9)
+        # What was paid less the same call with its prefix read: both through cost_units.
+        cached = ref.cached_usage(row, prefix)
+        assert cached.input_tokens == input_tokens
+        assert ref.uncached_tokens(cached) + cached.cache_read_tokens + cached.cache_write_tokens == max(
+            input_tokens, read + write)
+        assert row.saving >= 0
+        if read >= prefix:
+            assert row.saving == 0
+
+
+WINDOWS = st.tuples(
+    st.integers(1, 2_000_000),  # window
+    st.integers(0, 2_000_000),  # output reserve
+    st.integers(0, 50_000),  # safety margin
+    st.none() | st.integers(0, 2_000_000),  # a stated input cap, else window − reserve − margin
+    st.sampled_from((0, 1, 5_230, 2_500_000)),  # the provider's input: none, some, over the window
+    TOKENS,  # tokens in context
+    st.floats(0.01, 1.0),  # effective limit ratio
+)
+
+
+@EXAMPLES
+@given(window=WINDOWS, tool_part=st.floats(0.0, 1.0))
+def test_it_computes_the_input_cap_headroom_and_window_shares_the_same_in_sql_and_python(call, window, tool_part):
+    size, reserve, margin, stated, input_tokens, context, ratio = window
+    tools = int(context * tool_part)
+    cap = ref.input_cap(size, reserve, margin) if stated is None else stated
+    Call.objects.filter(pk=call.pk).update(window=size, output_reserve=reserve, safety_margin=margin, input_cap=cap,
+                                           input_tokens=input_tokens)
+    ctx, tool = Value(context), Value(tools)
+    read = figures.input_read(F("input_tokens"), ctx)
+    limit = figures.effective_limit(F("window"), ratio)
+    row = Call.objects.filter(pk=call.pk).annotate(
+        cap_sql=figures.input_cap(F("window"), F("output_reserve"), F("safety_margin")), read=read,
+        headroom=figures.headroom(F("input_cap"), read), utilization=figures.window_utilization(read, F("window")),
+        reserve=figures.reserve_share(F("output_reserve"), F("window")), tools=figures.tool_share(tool, ctx),
+        limit=limit, share=figures.effective_share(read, limit),
+    ).get()
+    expected_read = ref.input_read(input_tokens, context)
+    expected_limit = ref.effective_limit(size, ratio)
+    assert row.cap_sql == ref.input_cap(size, reserve, margin)
+    assert (row.read, row.headroom, row.limit) == (expected_read, ref.headroom(cap, expected_read), expected_limit)
+    assert row.utilization == pytest.approx(ref.window_utilization(expected_read, size), rel=1e-12)
+    assert row.reserve == pytest.approx(ref.reserve_share(reserve, size), rel=1e-12)
+    assert row.tools == pytest.approx(ref.tool_share(tools, context), rel=1e-12, abs=0)
+    assert row.share == pytest.approx(ref.effective_share(expected_read, expected_limit), rel=1e-12)
+    # A manifest's budget: its stated cap, else the same window − reserve − margin.
+    assert ref.budget_input_cap(Budget(window=size, output_reserve=reserve, safety_margin=margin,
+                                       input_cap=stated)) == cap

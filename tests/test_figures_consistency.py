@@ -42,7 +42,7 @@ def calls(draw):
         granted = draw(st.none() | st.integers(0, requested))
         used = draw(st.none() | st.integers(0, granted if granted is not None else requested))
         items.append(Item(
-            id=item_id, kind="history" if item_id == "history" else "retrieval", action=action,
+            id=item_id, kind={"history": "history", "log": "tools"}.get(item_id, "retrieval"), action=action,
             requested_tokens=requested, granted_tokens=granted, used_tokens=used,
             position=n if draw(st.booleans()) else None,
             zone=draw(st.none() | st.sampled_from(("head", "middle", "tail"))),
@@ -86,6 +86,22 @@ def _demo_like_run():
     return [[step(True), step(True), step(False, [lost]), step(False)]]
 
 
+def _hard_cut_run():
+    """k2 present, cut away by a hard_cut of its item at step 2 (with the builder's reason),
+    undeclared at step 3, missing at step 4 (traced back to step 2's decision); usage sent at
+    some steps only."""
+    def step(present, action="keep", input_tokens=5230):
+        log = Item(id="log", kind="tools", action=action, requested_tokens=900,
+                   used_tokens=120 if action == "hard_cut" else 900,
+                   reason="budget exhausted: cut at 120 of 900" if action == "hard_cut" else "")
+        evidence = [] if present is None else [Evidence(key="k2", literal=LITERAL["k2"], expected_item="log",
+                                                        present=present, found_in="log" if present else None)]
+        return {"items": [Item(id="system", kind="retrieval", action="keep", requested_tokens=698), log],
+                "usage": Usage(input_tokens=input_tokens), "outcome": Outcome(), "compactions": [],
+                "evidence": evidence}
+    return [[step(True), step(True), step(False, "hard_cut"), step(None, input_tokens=0), step(False)]]
+
+
 WORKLOADS = st.lists(st.lists(calls(), min_size=1, max_size=4), min_size=1, max_size=2)
 _projects = itertools.count()
 
@@ -98,6 +114,7 @@ def _pct_equal(shown, expected):
                                                                   HealthCheck.too_slow])
 @given(workload=WORKLOADS)
 @example(workload=_demo_like_run())
+@example(workload=_hard_cut_run())
 def test_every_page_shows_the_reference_figures(owner, workload):
     project = services.create_project(name=f"Consistency {next(_projects)}", owner=owner)
     manifests = []
@@ -119,10 +136,12 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         assert body["uncached_input_tokens"] == ref.uncached
         assert body["context_tokens"] == ref.context_tokens
         assert sum(i["context_tokens"] for i in body["items"]) == ref.context_tokens
-        missing = sorted((a["evidence_key"], a["cause"], a["lost_at_step"]) for a in body["attributions"]
-                         if not a["is_risk"])
+        missing = sorted((a["evidence_key"], a["cause"], a["lost_at_step"], a["action"], a["reason"])
+                         for a in body["attributions"] if not a["is_risk"])
         risks = sorted((a["evidence_key"], a["cause"]) for a in body["attributions"] if a["is_risk"])
-        assert (missing, risks) == (ref.missing, ref.risks), call_id
+        assert (missing, risks) == (ref.decisions, ref.risks), call_id
+        assert (body["input_cap"], body["input_read"], body["headroom"]) == (ref.input_cap, ref.input_read,
+                                                                              ref.headroom), call_id
 
         # The call view
         page = client.get(reverse("call-detail", args=[project.slug, call_id]), {"range": "all"})
@@ -134,10 +153,20 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         assert _pct_equal(ctx["figures"].cache_hit_ratio, ref.hit_rate)
         assert ctx["figures"].context_tokens == ref.context_tokens
         assert ctx["figures"].cost == pytest.approx(ref.cost, rel=1e-9, abs=1e-12)
+        # Headroom and the shares of the window: the page's summary and bar, and the stored figures.
+        assert (ctx["allocation"]["input_read"], ctx["allocation"]["headroom"]) == (ref.input_read, ref.headroom)
+        assert ctx["allocation"]["used"] + ctx["allocation"]["unitemized"] + ctx["allocation"]["headroom"] == \
+            ref.input_cap
+        assert f'headroom <b id="headroom">{ref.headroom}</b>' in page.content.decode()
+        assert ctx["figures"].headroom_tokens == ref.headroom
+        assert ctx["figures"].window_utilization == ref.window_utilization
+        assert ctx["figures"].reserve_share == ref.reserve_share
+        assert ctx["figures"].tool_share == ref.tool_share
         shown = sorted((row["e"].key, row["attribution"].cause,
-                        row["attribution"].lost_at.step if row["attribution"].lost_at else None)
+                        row["attribution"].lost_at.step if row["attribution"].lost_at else None,
+                        row["attribution"].action, row["attribution"].reason)
                        for row in ctx["evidence"] if row["attribution"] is not None)
-        assert shown == ref.missing, call_id
+        assert shown == ref.decisions, call_id
         assert sorted((a.evidence_key, a.cause) for a in ctx["risks"]) == ref.risks
         shown_reviews = [(c["figures"].ratio_r, c["figures"].checked) for c in ctx["compactions"]]
         assert shown_reviews == [(c.tokens_after / c.tokens_before if c.tokens_before else None, len(c.invariants))
@@ -156,8 +185,9 @@ def test_every_page_shows_the_reference_figures(owner, workload):
                 if not row["declared"]:
                     continue
                 a = row["attribution"]
-                shown = [] if a is None else [(key, a.cause, a.lost_at.step if a.lost_at else None)]
-                assert shown == [m for m in ref.missing if m[0] == key]
+                shown = [] if a is None else [(key, a.cause, a.lost_at.step if a.lost_at else None, a.action,
+                                               a.reason)]
+                assert shown == [m for m in ref.decisions if m[0] == key]
                 assert sorted((key, k.cause) for k in row["risks"]) == [r for r in ref.risks if r[0] == key]
 
     # The overview: headline cards and the missing / risk charts
@@ -172,6 +202,9 @@ def test_every_page_shows_the_reference_figures(owner, workload):
     assert _pct_equal(cards["evidence_coverage"],
                       sum(e.present for e in evidence) / len(evidence) if evidence else None)
     assert cards["cost"] == pytest.approx(sum(r.cost for r in all_refs), rel=1e-6, abs=1e-6)
+    for a in page.context["missing"]:  # the latest missing evidence, with the decision the timeline shows
+        assert (a.evidence_key, a.cause, a.lost_at.step if a.lost_at else None, a.action, a.reason) in \
+            refs[a.call.call_id].decisions
     charts = page.context["charts"]
     assert {c: sum(v) for c, v in charts["causes"].items()} == _count(m[1] for r in all_refs for m in r.missing)
     assert {c: sum(v) for c, v in charts["risks"].items()} == _count(k[1] for r in all_refs for k in r.risks)

@@ -207,7 +207,7 @@ def test_it_never_raises_into_the_agent_when_ctxview_is_down(standin):
 
 
 def test_importing_ctxkit_loads_neither_django_nor_the_provider_sdks():
-    code = ("import sys, ctxkit; ctxkit.instrument; import ctxkit.instrument as m; assert callable(m); "
+    code = ("import sys, ctxkit; ctxkit.instrument; import ctxkit.instrumentation; assert callable(ctxkit.instrument); "
             "print(sorted(n for n in ('django', 'anthropic', 'openai') if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

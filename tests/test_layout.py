@@ -1,7 +1,9 @@
-"""The code's shape: the README's Layout section names what is in the tree."""
+"""The code's shape: the README's Layout section names what is in the tree, and no module
+reaches into another's private names."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -46,3 +48,19 @@ def test_it_names_only_what_exists():
             for path in [ROOT / top, *(ROOT / top).rglob("*")] if path.is_dir()}
     for name in folders:
         assert any(found == name or found.endswith(f"/{name}") for found in tree), name
+
+
+def private_imports() -> list[str]:
+    found = []
+    for top in CODE:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0:
+                    found += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
+                              for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_it_finds_no_private_name_imported_from_another_module():
+    assert private_imports() == []

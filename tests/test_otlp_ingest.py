@@ -243,3 +243,42 @@ def test_it_counts_and_ignores_unknown_spans_and_survives_odd_attributes(client,
     r = _post(client, empty.SerializeToString(), HTTP_AUTHORIZATION=f"Bearer {key}")
     response.ParseFromString(r.content)
     assert r.status_code == 200 and response.partial_success.rejected_spans == 0
+
+
+def _protobuf_span(spans, trace_id: bytes, span_id: bytes, name: str, parent: bytes = b"") -> None:
+    span = spans.add()
+    span.trace_id, span.span_id, span.parent_span_id, span.name = trace_id, span_id, parent, name
+    span.start_time_unix_nano, span.end_time_unix_nano = 1764410400000000000, 1764410401000000000
+    for k, v in (("gen_ai.operation.name", "chat"), ("gen_ai.request.model", "claude-sonnet-4-5")):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.string_value = k, v
+
+
+@pytest.mark.django_db
+def test_it_rejects_and_counts_spans_with_invalid_trace_or_span_ids(client, key, project):
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    good_trace, good_span = bytes.fromhex("ab" * 16), bytes.fromhex("01" * 8)
+    _protobuf_span(spans, good_trace, good_span, "valid")
+    _protobuf_span(spans, bytes.fromhex("abcd"), bytes.fromhex("02" * 8), "2-byte trace id")
+    _protobuf_span(spans, bytes(16), bytes.fromhex("03" * 8), "all-zero trace id")
+    _protobuf_span(spans, good_trace, bytes(8), "all-zero span id")
+    _protobuf_span(spans, good_trace, bytes.fromhex("05" * 4), "4-byte span id")
+    _protobuf_span(spans, good_trace, b"", "no span id")
+    _protobuf_span(spans, good_trace, bytes.fromhex("07" * 8), "3-byte parent", parent=bytes.fromhex("99" * 3))
+    r = _post(client, request.SerializeToString(), HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert r.status_code == 200, r.content
+    response = ExportTraceServiceResponse()
+    response.ParseFromString(r.content)
+    assert response.partial_success.rejected_spans == 6
+    message = response.partial_success.error_message
+    assert "trace id 'abcd' is 2 bytes, not 16" in message and "trace id is all zeros" in message
+    assert [c.call_id for c in Call.objects.filter(project=project)] == [f"{'ab' * 16}-{'01' * 8}"]
+
+    # OTLP/JSON's hex ids are checked the same way.
+    r = _post(client, _export(_span("0000000000000000", **{"gen_ai.operation.name": "chat"}),
+                              {**_span("02" * 8, **{"gen_ai.operation.name": "chat"}), "traceId": "abcd"}),
+              "application/json", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "2"
+    assert "span id is all zeros" in r.json()["partialSuccess"]["errorMessage"]
+    assert Call.objects.filter(project=project).count() == 1

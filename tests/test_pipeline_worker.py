@@ -43,6 +43,13 @@ def batch(n: int, *, run: str = "run-1", prefix_hash: str = "a" * 64) -> dict:
     return {"manifests": manifests}
 
 
+def held(marker, *, chunk: int, seconds: float) -> dict[str, str]:
+    """A worker whose chunk number ``chunk`` stops inside its open transaction, after its writes,
+    writes ``marker`` and sleeps ``seconds`` (tests/held_analysis.py)."""
+    return {"app": "tests.held_analysis", "CTXVIEW_TEST_HOLD_FILE": str(marker),
+            "CTXVIEW_TEST_HOLD_CHUNK": str(chunk), "CTXVIEW_TEST_HOLD_SECONDS": str(seconds)}
+
+
 def analysed(count: int):
     return lambda: Call.objects.filter(analyzed_at__isnull=False).count() == count
 
@@ -105,8 +112,7 @@ def test_it_redelivers_the_task_of_a_killed_worker_without_double_counting(
     # Chunks of 2 calls: the first chunk commits, the worker dies inside the second. A prefork
     # worker, whose parent would acknowledge the message at once if the task did not ack late.
     slow = workers(pool="prefork", CELERY_VISIBILITY_TIMEOUT="2", CTXVIEW_ANALYSIS_CHUNK="2",
-                   CTXVIEW_TEST_PAUSE_FILE=str(marker), CTXVIEW_TEST_PAUSE_AT_CHUNK="1",
-                   CTXVIEW_TEST_PAUSE_SECONDS="300")
+                   **held(marker, chunk=1, seconds=300))
     with broker(REDIS_URL, redis_prefix):
         assert api.post(batch(4)).status_code == 200
     wait_for(marker.exists, "the worker to pause inside the second chunk", workers=(slow,))
@@ -166,8 +172,7 @@ def test_it_finishes_a_killed_nodes_batch_on_the_other_node_exactly_once(
     timeout (an hour) its task is not redelivered in time: the other node's sweep analyses
     what the dead one left, and nothing the dead one committed is counted again."""
     marker = tmp_path / "paused"
-    doomed = workers(pool="prefork", CTXVIEW_ANALYSIS_CHUNK="2", CTXVIEW_TEST_PAUSE_FILE=str(marker),
-                     CTXVIEW_TEST_PAUSE_AT_CHUNK="1", CTXVIEW_TEST_PAUSE_SECONDS="300")
+    doomed = workers(pool="prefork", CTXVIEW_ANALYSIS_CHUNK="2", **held(marker, chunk=1, seconds=300))
     with broker(REDIS_URL, redis_prefix):
         assert api.post(batch(4)).status_code == 200
     wait_for(marker.exists, "the first node to pause inside the second chunk", workers=(doomed,))
@@ -210,9 +215,8 @@ def test_it_traces_a_step_analysed_on_one_node_while_an_earlier_one_arrives_on_a
     marker = tmp_path / "paused"
     # PostgreSQL: the first node holds its chunk open long enough for the other node to finish
     # (unless it waits for it). SQLite serialises the writers: ingest waits for the pause, so short.
-    pause = "30" if connection.vendor == "postgresql" else "2"
-    first = workers(CTXVIEW_TEST_PAUSE_FILE=str(marker), CTXVIEW_TEST_PAUSE_AT_CHUNK="0",
-                    CTXVIEW_TEST_PAUSE_SECONDS=pause)
+    pause = 30 if connection.vendor == "postgresql" else 2
+    first = workers(**held(marker, chunk=0, seconds=pause))
     with broker(REDIS_URL, redis_prefix):
         assert api.post({"manifests": [step(2, present=False)]}).status_code == 200
         wait_for(marker.exists, "the first node to pause inside the analysis of step 2", workers=(first,))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxkit import Block, ContextBuilder, KeyField, Segment, estimate_tokens
+from ctxkit import Block, ContextBuilder, KeyField, Segment, estimate_tokens, figures
 from ctxkit.record.manifest import POLICIES
 from manifests import replay
 from manifests.ingest import ingest_body
@@ -125,6 +125,10 @@ def test_it_reproduces_every_allocation_of_an_sdk_built_call(
             assert item.id not in rows and item.id in {s["id"] for s in result["skipped"]}
     assert result["used"] == sum(a.used for a in built.plan.allocations if a.name in rows)
     assert result["summary"]["baseline_same_action"] == result["summary"]["items"]
+    # Headroom has one meaning: at its own budget the replay gives the call's own headroom.
+    read = figures.input_read(call.input_tokens, figures.total_context_tokens(call.items.all()))
+    assert result["actual"]["headroom"] == figures.headroom(call.input_cap, read)
+    assert (result["input_read"], result["headroom"]) == (read, result["actual"]["headroom"])
 
 
 def test_it_records_policy_floor_aging_and_estimator_in_the_manifest():

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import Client
 
+from manifests import analysis, ingest
 from manifests.models import Call, Item
+from manifests.selectors import cache as cache_sel
+from manifests.selectors import compactions as compaction_sel
+from tests.conftest import make_manifest
 from tests.views_support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -190,3 +197,53 @@ def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world
     marker = script_json(body, "cache-data")["regressions"][0]
     assert (marker["baseline"], marker["current"]) == (regression.baseline_rate, regression.current_rate)
     assert script_json(overview, "overview-data")["regressions"][0] == marker
+
+
+def _pager(body: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
+    """The pager's text and its links by label, each link's query parsed."""
+    nav = re.search(r'<nav class="pager" aria-label="Pages">(.*?)</nav>', body, flags=re.S).group(1)
+    links = {html.unescape(label): parse_qs(urlsplit(html.unescape(href)).query)
+             for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', nav)}
+    return re.search(r"<span>(.*?)</span>", nav).group(1), links
+
+
+def _three_calls(project, **fields) -> None:
+    manifests = [make_manifest(f"pager-{n}", run_id=f"pager-run-{n}", step=n, **fields) for n in range(3)]
+    for n, m in enumerate(manifests):
+        m["prefix"]["hash"] = f"{n + 1:064x}"
+    report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
+    assert report.count(ingest.ACCEPTED) == 3
+    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
+
+
+@pytest.mark.parametrize(("path", "params", "row"), [
+    ("cache/", {"range": "all", "agent": "researcher"}, r"<tr><td><code>0{17}…</code>"),
+    ("compactions/", {"range": "all", "failed": "user_constraints", "only_failed": "1"}, r'<tr data-compaction="'),
+])
+def test_it_pages_the_prefix_registry_and_the_compactions_with_the_shared_pager(
+    owner, project, monkeypatch, path, params, row
+):
+    monkeypatch.setattr(cache_sel, "PREFIXES_PER_PAGE", 1)
+    monkeypatch.setattr(compaction_sel, "PER_PAGE", 1)
+    _three_calls(project)
+    client = Client()
+    client.force_login(owner)
+    url = f"/p/{project.slug}/{path}"
+    pages = [client.get(url, {**params, "page": n}).content.decode() for n in (1, 2, 3)]
+    expected = {k: [v] for k, v in params.items()}  # the page's filters are kept on every link
+    text, links = _pager(pages[1])
+    assert text == "page 2 of 3 (2–2 of 3)"
+    assert links == {"« first": {**expected, "page": ["1"]}, "← previous": {**expected, "page": ["1"]},
+                     "next →": {**expected, "page": ["3"]}, "last »": {**expected, "page": ["3"]}}
+    assert 'rel="next" class="next-page"' in pages[1] and 'rel="prev"' in pages[1]
+    text, links = _pager(pages[0])
+    assert text == "page 1 of 3 (1–1 of 3)" and set(links) == {"next →", "last »"}
+    text, links = _pager(pages[2])
+    assert text == "page 3 of 3 (3–3 of 3)" and set(links) == {"« first", "← previous"}
+    # Each page shows its own row: newest first, one per page.
+    shown = [re.findall(row + r".*?</tr>", p, flags=re.S) for p in pages]
+    assert all(len(s) == 1 for s in shown) and len({s[0] for s in shown}) == 3
+    # One page of results: no pager.
+    monkeypatch.setattr(cache_sel, "PREFIXES_PER_PAGE", 25)
+    monkeypatch.setattr(compaction_sel, "PER_PAGE", 50)
+    assert 'class="pager"' not in client.get(url, params).content.decode()

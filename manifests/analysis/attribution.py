@@ -5,8 +5,9 @@ run's history (ctxkit.figures.trace_missing): the first step of the run where it
 lost is the cause for every later step that lacks it, and the row points at that step
 (``lost_at``). Evidence that did reach the model can carry risks (not used by the
 answer, in the middle zone, truncated but present), stored with ``is_risk``. Every row
-names the item and copies the decision (action + reason), so the user can check it
-against the manifest. The rules themselves live in ctxkit.figures.
+names the item and copies the decision (action + reason) recorded where the evidence was
+lost, at that call or an earlier one, so the user can check it against the manifest. The
+rules themselves live in ctxkit.figures.
 """
 
 from __future__ import annotations
@@ -62,10 +63,13 @@ FIXES = {
 
 
 
-def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: int | None) -> Attribution:
+LostAt = tuple[int, str]  # (primary key, label) of the earlier call where the evidence was lost
+
+
+def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: LostAt | None) -> Attribution:
+    """One attribution: the item and the decision recorded on it where the evidence was lost
+    (``lost_at``: the primary key and label of that earlier call of the run, else this call)."""
     call = data.call
-    item = data.items_by_id.get(cause.item_id) if cause.item_id else None
-    reason = cause.reason
     return Attribution(
         project_id=call.project_id,
         call=call,
@@ -74,12 +78,10 @@ def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, los
         cause=cause.cause,
         fix=FIXES[cause.cause],
         item_id=clean(cause.item_id or ""),
-        action=item.action if item is not None and lost_at is None else "",
-        # The decision as recorded, after what the analysis found (when it found more).
-        reason=clean("; ".join(x for x in (reason, item.reason if item is not None and lost_at is None else "")
-                               if x)),
+        action=cause.action,
+        reason=clean(fig.stated_reason(cause, lost_at[1] if lost_at is not None else None)),
         is_risk=cause.is_risk,
-        lost_at_id=lost_at,
+        lost_at_id=lost_at[0] if lost_at is not None else None,
         started_at=call.started_at,
     )
 
@@ -121,9 +123,9 @@ class RunHistory:
             return fig.local_missing_cause(m, fig.first_missing(m, key))
         return local
 
-    def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, int | None]:
-        """(cause, primary key of the call where it was lost when that is an earlier one);
-        a cause traced back says so, and where, at the start of its reason."""
+    def cause(self, call: Call, ev: ManifestEvidence) -> tuple[fig.Cause, LostAt | None]:
+        """(cause, (primary key, label) of the call where it was lost when that is an
+        earlier one); the cause keeps the decision recorded at that call."""
         calls = self.order.get(call.run_id) or [(call.pk, call.step)]
         history = [fig.Step(present=self.present.get((pk, ev.key)), local=self._local(pk, ev.key),
                             label=f"step {step}") for pk, step in calls]
@@ -131,11 +133,7 @@ class RunHistory:
         cause = fig.trace_missing(history, at)
         if cause.lost_at is None:
             return cause, None
-        pk, step = calls[cause.lost_at]
-        if cause.cause != fig.LEFT_CANDIDATES:
-            cause = fig.Cause(cause.cause, cause.item_id, f"lost at step {step}: {cause.reason}".rstrip(": "),
-                              cause.lost_at)
-        return cause, pk
+        return cause, (calls[cause.lost_at][0], history[cause.lost_at].label)
 
 
 def attribute(data: CallData, positions: dict[str, float], history: RunHistory) -> list[Attribution]:

@@ -65,6 +65,7 @@ def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, An
         old = before[n] if n < len(before) else None
         new = after[n] if n < len(after) else None
         if old is None:
+            assert new is not None  # n is below the length of one of them
             return str(new["name"]), f"segment {new['name']!r} was added"
         if new is None:
             return str(old["name"]), f"segment {old['name']!r} was removed"

@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ctxkit import figures
-from ctxkit.record.manifest import Item as ManifestItem
 from ctxkit.record.manifest import Manifest, decode_manifest
 from manifests.models import Call, Compaction, Evidence
 from manifests.storage import partitions
@@ -24,10 +23,6 @@ class CallData:
     manifest: Manifest
     evidence_pks: list[int | None] = field(default_factory=list)
     compaction_pks: list[int | None] = field(default_factory=list)
-
-    @property
-    def items_by_id(self) -> dict[str, ManifestItem]:
-        return {i.id: i for i in self.manifest.items}
 
     @property
     def cited_keys(self) -> set[str] | None:

@@ -20,11 +20,9 @@ def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFi
     usage = m.usage
     items = m.items
     ctx_tokens = fig.total_context_tokens(items)
-    # What occupied the window: the provider's count when sent, else the manifest's own.
-    occupied = usage.input_tokens or ctx_tokens
-    window = call.window or 1
+    read = fig.input_read(usage.input_tokens, ctx_tokens)
     uncached = fig.uncached_tokens(usage)
-    effective_limit = max(1, int(call.window * price.effective_limit_ratio))
+    effective_limit = fig.effective_limit(call.window, price.effective_limit_ratio)
 
     # Duplicates among the candidates: deduplicated ones, and any whose content hash an
     # earlier candidate already had. Also what of that still reached the model.
@@ -60,16 +58,16 @@ def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFi
         context_tokens=ctx_tokens,
         uncached_input_tokens=uncached,
         cache_hit_ratio=fig.hit_rate(usage.cache_read_tokens, usage.input_tokens),
-        window_utilization=occupied / window,
+        window_utilization=fig.window_utilization(read, call.window),
         effective_limit=effective_limit,
-        effective_share=occupied / effective_limit,
-        reserve_share=call.output_reserve / window,
-        headroom_tokens=call.input_cap - occupied,
+        effective_share=fig.effective_share(read, effective_limit),
+        reserve_share=fig.reserve_share(call.output_reserve, call.window),
+        headroom_tokens=fig.headroom(call.input_cap, read),
         duplicate_ratio=duplicate_tokens / requested_total if requested_total else 0.0,
         duplicate_context_tokens=duplicate_context,
         evidence_coverage=fig.evidence_coverage(evidence),
         tool_tokens=tool_tokens,
-        tool_share=tool_tokens / ctx_tokens if ctx_tokens else 0.0,
+        tool_share=fig.tool_share(tool_tokens, ctx_tokens),
         untrusted_tokens=untrusted,
         cost=fig.cost_units(usage, price.weights),
         evidence_positions=evidence_positions,

@@ -1,5 +1,8 @@
 """Webhook notification of a cache-hit regression: a signed JSON POST.
 
+The one webhook sender: alert rules (manifests/alerts/) deliver through :func:`attempt` too,
+with the same signature, timeout, refusal of redirects and retryable statuses.
+
 The body is JSON; the header ``X-Ctxview-Signature: sha256=<hex>`` is the
 HMAC-SHA256 of the exact body bytes with the project's ``webhook_secret``, so the
 receiver can check it came from ctxview and was not altered. ``regression.id`` in
@@ -17,6 +20,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -83,7 +87,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirect)
 
 
-def _post(url: str, secret: str, event: str, body: bytes) -> int:
+def post_signed(url: str, secret: str, event: str, body: bytes) -> int:
     """POST a signed body; the receiver's HTTP status (network errors raise)."""
     request = urllib.request.Request(
         url,
@@ -114,12 +118,34 @@ def send_test(project: Project) -> tuple[bool, str]:
         sort_keys=True, separators=(",", ":"),
     ).encode()
     try:
-        status = _post(project.webhook_url, project.webhook_secret, "test", body)
+        status = post_signed(project.webhook_url, project.webhook_secret, "test", body)
     except (urllib.error.URLError, OSError) as exc:
         return False, f"network error: {exc}"
     if 200 <= status < 300:
         return True, f"the receiver answered HTTP {status}"
     return False, f"the receiver answered HTTP {status}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One delivery attempt: ``delivered`` on a 2xx; otherwise ``error`` says why and
+    ``retry`` whether a later attempt may succeed (network error, timeout, 429, 5xx)."""
+
+    delivered: bool
+    error: str = ""
+    retry: bool = False
+    status: int | None = None  # the receiver's HTTP status; None on a network error
+
+
+def attempt(url: str, secret: str, event: str, body: bytes) -> Attempt:
+    """POST a signed body once and classify the answer."""
+    try:
+        status = post_signed(url, secret, event, body)
+    except (urllib.error.URLError, OSError) as exc:  # refused, DNS, timeout
+        return Attempt(False, f"network error: {exc}"[:2000], True)
+    if 200 <= status < 300:
+        return Attempt(True, status=status)
+    return Attempt(False, f"HTTP {status} from the webhook", status in RETRYABLE_STATUS, status)
 
 
 def _record(regression_id: int, **fields: Any) -> None:
@@ -143,19 +169,15 @@ def send(regression_id: int) -> str:
         notify_attempts=F("notify_attempts") + 1, last_notify_attempt=timezone.now()
     )
     body = json.dumps(payload(regression), sort_keys=True, separators=(",", ":")).encode()
-    try:
-        status = _post(project.webhook_url, project.webhook_secret, "cache_regression", body)
-    except (urllib.error.URLError, OSError) as exc:  # refused, DNS, timeout
-        _record(regression_id, notify_error=f"network error: {exc}"[:2000])
-        raise TransientNotifyError(str(exc)) from exc
-    if 200 <= status < 300:
+    result = attempt(project.webhook_url, project.webhook_secret, "cache_regression", body)
+    if result.delivered:
         _record(regression_id, notified_at=timezone.now(), notify_error="")
         return "sent"
-    _record(regression_id, notify_error=f"HTTP {status} from the webhook")
-    if status in RETRYABLE_STATUS:
-        raise TransientNotifyError(f"HTTP {status}")
-    logger.warning("webhook of project %s refused regression %s with HTTP %s", project.slug, regression_id, status)
-    return f"refused ({status})"
+    _record(regression_id, notify_error=result.error)
+    if result.retry:
+        raise TransientNotifyError(result.error)
+    logger.warning("webhook of project %s refused regression %s: %s", project.slug, regression_id, result.error)
+    return f"refused ({result.status})"
 
 
 def pending(*, now: Any = None, stale_after: timedelta = timedelta(minutes=15)) -> list[int]:

@@ -53,7 +53,6 @@ DEFAULT_CHUNK = 100
 DEFAULT_SWEEP_CHUNK = 500
 
 
-
 def _is_poison(exc: Exception) -> bool:
     """A failure of the data, not of the database or the worker. Database errors other than
     DataError (a value the column cannot hold) and time limits propagate instead: the task
@@ -68,19 +67,6 @@ def _chunk_size(name: str = "CTXVIEW_ANALYSIS_CHUNK", default: int = DEFAULT_CHU
         return max(1, int(os.environ.get(name, default)))
     except ValueError:
         return default
-
-
-def _test_pause(chunk_index: int) -> None:
-    """Test-only hook for the fault tests (tests/test_pipeline_worker.py): with
-    CTXVIEW_TEST_PAUSE_FILE set, the chunk number CTXVIEW_TEST_PAUSE_AT_CHUNK writes that
-    file and sleeps CTXVIEW_TEST_PAUSE_SECONDS inside its open transaction, so a test can
-    kill the worker in the middle of a task. Unset in production: one getenv per chunk."""
-    path = os.environ.get("CTXVIEW_TEST_PAUSE_FILE")
-    if not path or chunk_index != int(os.environ.get("CTXVIEW_TEST_PAUSE_AT_CHUNK", "0")):
-        return
-    with open(path, "w") as marker:
-        marker.write(str(os.getpid()))
-    time.sleep(float(os.environ.get("CTXVIEW_TEST_PAUSE_SECONDS", "60")))
 
 
 Notify = Callable[[list[int]], None]
@@ -123,15 +109,13 @@ _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 CHUNK_ATTEMPTS = 4
 
 
-def _analyze_chunk(
-    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
-) -> tuple[int, int]:
+def _analyze_chunk(claim: QuerySet[Call], *, force: bool, notify: Notify | None) -> tuple[int, int]:
     """:func:`_analyze_once`, run again after a deadlock or serialization failure (a few
     times, after a short jittered pause), so a collision between workers costs a chunk,
     not the task."""
     for attempt in range(CHUNK_ATTEMPTS):
         try:
-            return _analyze_once(claim, force=force, chunk_index=chunk_index, notify=notify)
+            return _analyze_once(claim, force=force, notify=notify)
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES or attempt + 1 == CHUNK_ATTEMPTS:
                 raise
@@ -140,9 +124,7 @@ def _analyze_chunk(
     raise AssertionError("unreachable")
 
 
-def _analyze_once(
-    claim: QuerySet[Call], *, force: bool, chunk_index: int, notify: Notify | None
-) -> tuple[int, int]:
+def _analyze_once(claim: QuerySet[Call], *, force: bool, notify: Notify | None) -> tuple[int, int]:
     """Analyse the calls ``claim`` locks, in one transaction. Returns (analysed, claimed).
 
     If the analysis raises, the transaction rolls back and the claimed calls are analysed
@@ -158,7 +140,7 @@ def _analyze_once(
             claimed = [c.pk for c in calls]
             if not calls:
                 return 0, 0
-            _analyze_locked(calls, chunk_index=chunk_index, notify=notify)
+            _analyze_locked(calls, notify=notify)
         return len(calls), len(calls)
     except Exception as exc:
         if not claimed or not _is_poison(exc):
@@ -172,9 +154,7 @@ def _analyze_once(
         )
         done = 0
         for pk in claimed:
-            done += _analyze_chunk(
-                _claim_ids([pk], force=force), force=force, chunk_index=chunk_index, notify=notify
-            )[0]
+            done += _analyze_chunk(_claim_ids([pk], force=force), force=force, notify=notify)[0]
         return done, len(claimed)
 
 
@@ -215,7 +195,7 @@ def _serialise_runs(calls: list[Call]) -> None:
         )
 
 
-def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | None) -> None:
+def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     _serialise_runs(calls)
     newly = [c for c in calls if c.analyzed_at is None]
     pks = [c.pk for c in calls]
@@ -253,7 +233,6 @@ def _analyze_locked(calls: list[Call], *, chunk_index: int, notify: Notify | Non
     touched = [(c.project_id, c.started_at, c.agent, c.model) for c in calls + [d.call for d in later]]
     touched += [(s["project_id"], s["started_at"], s["agent"], s["model"]) for s in successors]
     rollups.mark(touched)
-    _test_pause(chunk_index)
     webhooks = [r.pk for r in found if projects[r.project_id].webhook_url]
     if webhooks and notify is not None:  # else the notification sweep sends them
         transaction.on_commit(partial(notify, webhooks))
@@ -271,9 +250,9 @@ def analyze_calls(call_ids: Sequence[int], *, force: bool = False, notify: Notif
     size = _chunk_size()
     done = 0
     with _refreshing_rollups():
-        for index, start in enumerate(range(0, len(ids), size)):
+        for start in range(0, len(ids), size):
             claim = _claim_ids(ids[start : start + size], force=force)
-            done += _analyze_chunk(claim, force=force, chunk_index=index, notify=notify)[0]
+            done += _analyze_chunk(claim, force=force, notify=notify)[0]
     return done
 
 
@@ -327,9 +306,7 @@ def sweep_unanalysed(
         while claimed < max_calls and time.monotonic() - started < max_seconds:
             cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
             claim = _waiting(cutoff).select_for_update(skip_locked=True, no_key=True).order_by("received_at", "pk")
-            done, taken = _analyze_chunk(
-                claim[: min(size, max_calls - claimed)], force=False, chunk_index=chunks, notify=notify
-            )
+            done, taken = _analyze_chunk(claim[: min(size, max_calls - claimed)], force=False, notify=notify)
             if not taken:
                 cut_short = False
                 break

@@ -1,7 +1,7 @@
 """API key authentication: ``Authorization: Bearer ctx_...``.
 
 Keys are stored as SHA-256 digests, so a database leak does not leak keys; a key
-is scoped to one project and to ingest and/or read.
+is scoped to one project and to ingest, read and/or configure (the alert rules).
 """
 
 from __future__ import annotations
@@ -56,3 +56,27 @@ class HasReadScope(BasePermission):
         if not isinstance(key, ApiKey):
             raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
         return key.can_read
+
+
+class HasConfigureScope(BasePermission):
+    """The project's settings through the API (its alert rules): reading them needs the
+    configure or the read scope, changing them the configure scope."""
+
+    message = "this API key may not change the project's settings; create a key with the configure scope"
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        key = request.auth
+        if not isinstance(key, ApiKey):
+            raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return key.can_configure or key.can_read
+        return key.can_configure
+
+
+def key_of(request: Any) -> ApiKey:
+    """The API key that authenticated ``request``, for a view behind HasIngestScope,
+    HasReadScope or HasConfigureScope (which answer 401 for a request without one before the view runs)."""
+    key = request.auth
+    if not isinstance(key, ApiKey):
+        raise exceptions.NotAuthenticated("send 'Authorization: Bearer <project API key>'")
+    return key

@@ -27,7 +27,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "bearerFormat": "ctx_...",
-            "description": "A project API key (manage.py createproject); scopes ingest and/or read.",
+            "description": "A project API key (manage.py createproject); scopes ingest, read and/or configure.",
         }
 
 
@@ -53,8 +53,8 @@ ERROR_SCHEMA = {
 COMMON_ERRORS = {
     "400": "A bad parameter or body; `errors` names each bad field or parameter",
     "401": "No API key, or a bad or revoked one",
-    "403": "The key lacks the scope (ingest or read)",
-    "404": "No such run or call in the key's project",
+    "403": "The key lacks the scope (ingest, read or configure)",
+    "404": "No such run, call or alert rule in the key's project",
     "429": "Over the key's request rate; wait `Retry-After` seconds and resend",
     "500": "A server fault (logged); the body has the same shape",
 }

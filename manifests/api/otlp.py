@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from rest_framework import exceptions
@@ -44,11 +45,11 @@ def _semaphore() -> threading.Semaphore:
         return _slots[key]
 
 
-def _reply(message: object, content_type: str, status: int, headers: dict[str, str] | None = None) -> HttpResponse:
+def _reply(message: Message, content_type: str, status: int, headers: dict[str, str] | None = None) -> HttpResponse:
     if content_type == PROTOBUF:
-        body = message.SerializeToString()  # type: ignore[attr-defined]
+        body = message.SerializeToString()
     else:
-        body = json_format.MessageToJson(message, indent=None).encode()  # type: ignore[arg-type]
+        body = json_format.MessageToJson(message, indent=None).encode()
     response = HttpResponse(body, content_type=content_type, status=status)
     for name, value in (headers or {}).items():
         response[name] = value

@@ -85,8 +85,9 @@ class EvidenceSerializer(serializers.ModelSerializer):
 class AttributionSerializer(serializers.ModelSerializer):
     """A cause of missing evidence (is_risk false) or a risk flag on present evidence."""
 
-    lost_at_call_id = serializers.CharField(source="lost_at.call_id", read_only=True, default=None)
-    lost_at_step = serializers.IntegerField(source="lost_at.step", read_only=True, default=None)
+    # Null unless the evidence was lost at an earlier call of the run (the cause was traced there).
+    lost_at_call_id = serializers.CharField(source="lost_at.call_id", read_only=True, default=None, allow_null=True)
+    lost_at_step = serializers.IntegerField(source="lost_at.step", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Attribution
@@ -136,6 +137,8 @@ class CallDetailSerializer(CallSummarySerializer):
     # lost-at call read within the run's time span.
     attributions = AttributionSerializer(source="attribution_rows", many=True, read_only=True)
     context_tokens = serializers.SerializerMethodField()
+    input_read = serializers.SerializerMethodField()
+    headroom = serializers.SerializerMethodField()
     prices = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):
@@ -150,12 +153,22 @@ class CallDetailSerializer(CallSummarySerializer):
             "context_edits",
             "attributions",
             "context_tokens",
+            "input_read",
+            "headroom",
             "prices",
         ]
 
     def get_context_tokens(self, call: Call) -> int:
         """ctxkit.figures.total_context_tokens of the call's items."""
         return figures.total_context_tokens(call.items.all())
+
+    def get_input_read(self, call: Call) -> int:
+        """ctxkit.figures.input_read: the provider's input, else the tokens in context."""
+        return figures.input_read(call.input_tokens, self.get_context_tokens(call))
+
+    def get_headroom(self, call: Call) -> int:
+        """ctxkit.figures.headroom: how many more input tokens could have gone in."""
+        return figures.headroom(call.input_cap, self.get_input_read(call))
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_prices(self, call: Call) -> dict[str, float]:

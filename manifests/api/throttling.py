@@ -24,7 +24,7 @@ class ApiKeyThrottle(SimpleRateThrottle):
     # Rates are read from settings at each request (not frozen at import like DRF's),
     # so a deployment (or a test) can change them.
     def get_rate(self) -> str | None:
-        return settings.CTXVIEW_API_RATES.get(self.scope) or None
+        return settings.CTXVIEW_API_RATES.get(self.scope or "") or None
 
     def allow_request(self, request: Any, view: Any) -> bool:
         self.scope = "read" if request.method in ("GET", "HEAD", "OPTIONS") else "ingest"

@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import re
 import zlib
+from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
+from django.core.handlers.wsgi import WSGIRequest
 from django.db.models import Count, Prefetch, QuerySet
-from django.http import HttpRequest, HttpResponse, UnreadablePostError
+from django.http import Http404, HttpRequest, HttpResponse, UnreadablePostError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import BaseParser
@@ -27,7 +29,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest, ops
-from manifests.api.auth import HasIngestScope, HasReadScope
+from manifests.api.auth import HasIngestScope, HasReadScope, key_of
 from manifests.api.pagination import BoundedPagination
 from manifests.api.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
 from manifests.models import Call, CallKey, Compaction, ContextEdit, Evidence, Invariant, Item, Run
@@ -86,7 +88,8 @@ def _client_disconnected(exc: Exception, context: dict[str, Any]) -> Response:
     ops.client_disconnected(context.get("request"), exc)
     message = "the connection closed before the whole body was received"
     response = Response(error_body(message), status=400)
-    response._has_been_logged = True  # Django's "Bad Request" warning would repeat the info line
+    # Django's "Bad Request" warning would repeat the info line (a flag of Django's own, not in its stubs).
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 
@@ -96,7 +99,9 @@ class ManifestBodyParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> bytes:
+    def parse(  # type: ignore[override]  # the raw body, not parsed data: ingest decodes it
+        self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> bytes:
         limit = settings.CTXVIEW_MAX_BODY_BYTES
         request = (parser_context or {}).get("request")
         if stream is None:
@@ -126,7 +131,7 @@ def chunked_body(request: Request) -> bytes:
     that never comes, hence 411. The size limit and gzip apply as to any body."""
     if "chunked" not in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         return b""
-    environ = request._request.environ
+    environ = cast(WSGIRequest, request._request).environ
     if not environ.get("wsgi.input_terminated"):
         raise LengthRequired()
     return ManifestBodyParser().parse(environ["wsgi.input"], parser_context={"request": request})
@@ -143,7 +148,7 @@ def _unbuffered(stream: Any) -> Any:
     ``_read_at_most`` does here."""
     wsgi_input = stream
     if isinstance(stream, HttpRequest):
-        if stream._read_started:
+        if stream._read_started:  # type: ignore[attr-defined]  # Django's own flag, not in its stubs
             return stream
         wsgi_input = stream.META.get("wsgi.input")
     reader = getattr(wsgi_input, "reader", None)
@@ -151,7 +156,7 @@ def _unbuffered(stream: Any) -> Any:
     if type(wsgi_input).__module__ != "gunicorn.http.body" or reader is None or buffered is None or buffered.tell():
         return stream
     if isinstance(stream, HttpRequest):
-        stream._read_started = True  # as Django's own read would mark it
+        stream._read_started = True  # type: ignore[attr-defined]  # as Django's own read would mark it
     return reader
 
 
@@ -215,8 +220,9 @@ class ManifestIngestView(APIView):
         if not body:
             raise ingest.BadRequest('the body is empty: send one manifest or {"manifests": [...]}')
         with ingest.analysis_after_response() as held:
-            report = ingest.ingest_body(project=request.auth.project, body=body)
+            report = ingest.ingest_body(project=key_of(request).project, body=body)
         rejected = report.count(ingest.REJECTED)
+        code: int
         if rejected == 0:
             code = status.HTTP_200_OK
         elif rejected == len(report.results):
@@ -227,7 +233,8 @@ class ManifestIngestView(APIView):
         if held:
             # The WSGI server closes the response once it is sent: the batch's analysis is
             # enqueued then, while the client goes on (Django's own hook for what a response holds).
-            response._resource_closers.append(partial(ingest.enqueue_analyses, held))
+            response._resource_closers.append(  # type: ignore[attr-defined]  # not in Django's stubs
+                partial(ingest.enqueue_analyses, held))
         return response
 
 
@@ -275,7 +282,7 @@ class RunListView(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[Run]:
-        qs = Run.objects.filter(project=self.request.auth.project)
+        qs = Run.objects.filter(project=key_of(self.request).project)
         if agent := _parse_text(self.request, "agent"):
             qs = qs.filter(agent=agent)
         if model := _parse_text(self.request, "model"):
@@ -297,7 +304,7 @@ class RunCallListView(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[Call]:
-        run = generics.get_object_or_404(Run, project=self.request.auth.project, run_id=self.kwargs["run_id"])
+        run = generics.get_object_or_404(Run, project=key_of(self.request).project, run_id=self.kwargs["run_id"])
         return Call.objects.filter(run=run).select_related("run").order_by("step", "started_at", "pk")
 
 
@@ -312,10 +319,12 @@ class CallDetailView(generics.RetrieveAPIView):
     def get_object(self) -> Call:
         # The registry's key gives the call's time: the call and its children are read from
         # its day's partition (PostgreSQL), as the call view reads them (docs/scaling.md).
-        project = self.request.auth.project
+        project = key_of(self.request).project
         key = CallKey.objects.filter(project=project, call_key=self.kwargs["call_id"]).values_list(
             "call_id", "started_at").first()
-        pk, at = key if key is not None else (None, None)  # None: the usual 404 below
+        if key is None:
+            raise Http404("No Call matches the given query.")  # as get_object_or_404 words it
+        pk, at = key
         qs = Call.objects.filter(started_at=at).select_related("run").prefetch_related(
             Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
             Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),

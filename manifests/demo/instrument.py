@@ -34,7 +34,7 @@ from django.utils import timezone
 import ctxkit
 from ctxkit.context.layout import canonical_json
 from ctxkit.context.tokens import estimate_tokens
-from ctxkit.instrument._recorder import _steps as instrument_steps
+from ctxkit.instrumentation.recorder import step_counters as instrument_steps
 from ctxkit.record.spool import encode_line
 from manifests import ingest
 from manifests.models import Call, Project
@@ -236,7 +236,7 @@ def _marking_latest(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Anthropic's advice for a conversation (each call reads what the previous one wrote)."""
     last = messages[-1]
     content = last["content"]
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
     return [*messages[:-1], {**last, "content": blocks}]
 
@@ -286,9 +286,10 @@ def record(*, now: datetime | None = None, mark_latest: bool = False) -> bytes:
     # fixed run id again whenever it loads into a fresh project (tests do), so it starts at 0.
     instrument_steps.pop(RUN_ID, None)
     clock = (now or timezone.now()).replace(second=0, microsecond=0)
-    with ctxkit.instrument.run(run_id=RUN_ID):
+    # run() and flush() are attributes the SDK sets on its instrument() function.
+    with ctxkit.instrument.run(run_id=RUN_ID):  # type: ignore[attr-defined]
         run_agent(client, clock, mark_latest=mark_latest)
-    ctxkit.instrument.flush(timeout=5.0)  # what a script does before it exits
+    ctxkit.instrument.flush(timeout=5.0)  # type: ignore[attr-defined]  # what a script does before it exits
     client.close()
     if len(sink.lines) != STEPS:  # deterministic: anything else is a bug to see, not a thinner demo
         raise RuntimeError(f"ctxkit.instrument recorded {len(sink.lines)} of the demo's {STEPS} calls")

@@ -260,7 +260,7 @@ class PromptCache:
     expires: dict[str, datetime] = field(default_factory=dict)
 
     def usage(self, *, provider: str, prefix_hash: str, prefix_tokens: int, input_tokens: int,
-              carried: int, at: datetime, output_tokens: int) -> dict[str, int]:
+              carried: int, at: datetime, output_tokens: int) -> dict[str, Any]:
         """The provider's raw usage for one call (in that provider's own shape)."""
         read = write = 0
         if prefix_tokens >= CACHE_MINIMUM:

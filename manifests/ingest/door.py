@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -92,9 +93,8 @@ def _strict_loads(raw: bytes) -> tuple[Any, bool]:
         if len(obj) == len(pairs):
             return obj
         found = True
-        seen: set[str] = set()
         marked = _DuplicateKeys(obj)
-        marked.duplicates = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
+        marked.duplicates = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
         return marked
 
     return json.loads(raw, object_pairs_hook=pairs_hook), found

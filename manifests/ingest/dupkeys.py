@@ -22,8 +22,9 @@ slow way, which finds every duplicate with its JSON path.
 
 from __future__ import annotations
 
+import types
 import typing
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -36,7 +37,7 @@ def _mirror(cls: type) -> type:
     if cls not in _mirrors:
         fields = [
             (f.encode_name, _mirror_type(f.type) | msgspec.UnsetType, msgspec.UNSET)
-            for f in msgspec.inspect.type_info(cls).fields
+            for f in cast(msgspec.inspect.StructType, msgspec.inspect.type_info(cls)).fields
         ]
         # gc=False: plain data, never in a cycle; the collector need not track them.
         _mirrors[cls] = msgspec.defstruct(
@@ -56,7 +57,7 @@ def _mirror_type(t: msgspec.inspect.Type) -> Any:
     if isinstance(t, inspect.UnionType):
         return typing.Union[tuple(_mirror_type(x) for x in t.types)]  # noqa: UP007 - built at run time
     if isinstance(t, inspect.ListType):
-        return list[_mirror_type(t.item_type)]
+        return types.GenericAlias(list, (_mirror_type(t.item_type),))
     if isinstance(t, inspect.NoneType):
         return None
     if isinstance(t, (inspect.StrType, inspect.DateTimeType, inspect.LiteralType)):
@@ -69,7 +70,7 @@ def _mirror_type(t: msgspec.inspect.Type) -> Any:
     raise TypeError(f"no key mirror for {t!r}")
 
 
-_decoder = msgspec.json.Decoder(_mirror(Manifest))
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_mirror(Manifest))
 _encoder = msgspec.json.Encoder()
 
 

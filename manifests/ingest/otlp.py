@@ -12,6 +12,8 @@ converted). Mapping (see docs/integrations.md):
   is stored as that manifest, whatever else it is.
 - Every other span (agent, tool, HTTP, ...) is counted and ignored: tokens are summed on
   inference spans only, since agent spans repeat the totals.
+- A span with invalid ids (a trace id not 16 bytes, a span id not 8, either all zeros, a
+  parent id neither empty nor 8 bytes) is rejected: counted in ``rejected_spans``, not stored.
 
 Idempotent: a span already stored (same call id) is a duplicate and is not mapped again, so
 the step numbers assigned on first arrival (the run's next steps, by start time) stay put.
@@ -162,6 +164,24 @@ def spans_of(request: ExportTraceServiceRequest) -> list[SpanView]:
                     events=[(e.name, attributes(e.attributes)) for e in s.events],
                 ))
     return out
+
+
+TRACE_ID_BYTES = 16
+SPAN_ID_BYTES = 8
+
+
+def invalid_ids(span: SpanView) -> str | None:
+    """Why the span's ids are not valid (OTLP: a 16-byte trace id and an 8-byte span id, neither
+    all zeros; a parent span id empty for a root span, else 8 bytes), or None. A call id is made
+    of them, so a span with bad ids cannot be stored as a call."""
+    for name, value, size in (("trace id", span.trace_id, TRACE_ID_BYTES), ("span id", span.span_id, SPAN_ID_BYTES)):
+        if len(value) != 2 * size:
+            return f"{name} {value[:40]!r} is {len(value) // 2} bytes, not {size}"
+        if not value.strip("0"):
+            return f"{name} is all zeros"
+    if span.parent_id and len(span.parent_id) != 2 * SPAN_ID_BYTES:
+        return f"parent span id {span.parent_id[:40]!r} is {len(span.parent_id) // 2} bytes, not {SPAN_ID_BYTES}"
+    return None
 
 
 def _is_inference(span: SpanView) -> bool:
@@ -335,6 +355,14 @@ def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedEx
     """Manifests of the request's inference spans that are not stored yet, steps assigned."""
     spans = spans_of(request)
     out = MappedExport(spans=len(spans))
+    valid = []
+    for span in spans:
+        bad = invalid_ids(span)
+        if bad is None:
+            valid.append(span)
+        else:
+            out.rejected.append(f"span {span.span_id[:40] or '(no id)'}: invalid ids: {bad}")
+    spans = valid
     by_id = {s.span_id: s for s in spans}
     candidates: dict[str, tuple[SpanView, Any]] = {}
     for span in spans:
@@ -345,7 +373,7 @@ def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedEx
         call_id = span.call_id
         if embedded is not None:
             raw = embedded.encode() if isinstance(embedded, str) else msgspec.json.encode(embedded)
-            manifest, errors, call_id = door.validate(raw)
+            manifest, errors, _ = door.validate(raw)
             if manifest is None:
                 detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:3])
                 out.rejected.append(f"span {span.span_id}: {MANIFEST_ATTRIBUTE} is not a valid manifest: {detail}")

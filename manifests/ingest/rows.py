@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 from django.db import connection
 
+from ctxkit import figures
 from ctxkit.record.manifest import Manifest
 from manifests.figures import ITEM_FIELDS
 from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Project, Run
@@ -74,6 +75,14 @@ def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, li
     return sql, params
 
 
+@overload
+def clean_text(value: str) -> str: ...
+@overload
+def clean_text(value: None) -> None: ...
+@overload
+def clean_text(value: str | None) -> str | None: ...
+
+
 def clean_text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL; keep the rest of hostile text as data."""
     if value is not None and "\x00" in value:
@@ -104,7 +113,7 @@ def call_row(
         window=m.budget.window,
         output_reserve=m.budget.output_reserve,
         safety_margin=m.budget.safety_margin,
-        input_cap=m.budget.effective_input_cap(),
+        input_cap=figures.budget_input_cap(m.budget),
         prefix_hash=clean_text(prefix.hash) if prefix else "",
         prefix_tokens=prefix.tokens if prefix else 0,
         prefix_segments=msgspec.to_builtins(prefix.segments) if prefix else [],

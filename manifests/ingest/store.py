@@ -238,6 +238,7 @@ def _store_with_retries(
             cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
     lock_timeouts = 0
     attempt = 0
+    what: str | None = None
     for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
         try:
             with connection.wrap_database_errors:

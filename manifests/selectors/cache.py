@@ -10,11 +10,13 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, Sum
 
 from ctxkit.figures import hit_rate
+from manifests import figures
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, PrefixEntry, Project
 from manifests.selectors import series as s
 from manifests.selectors.filters import Filters, bound_call
 from manifests.selectors.overview import filtered_regressions, regression_markers
+from manifests.selectors.savings import NOT_FIXABLE, at_model_prices, regression_savings
 
 MAX_POINTS = 5000  # per-call points on the chart; beyond that the hourly roll-up is enough
 
@@ -35,23 +37,19 @@ def by_agent_model(project: Project, filters: Filters) -> list[dict[str, Any]]:
 
 
 def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
-    """What the misses added, per model: the prefix a miss writes (or sends uncached) instead
-    of reading it from the cache. Misses below the provider's minimum could not hit anyway."""
-    qs = CacheEvent.objects.filter(project=project).exclude(cause__in=[CacheEvent.HIT, CacheEvent.BELOW_MINIMUM])
+    """What the misses added, per model and cause: ctxkit.figures.cache_saving of each miss
+    (its prefix written or sent uncached instead of read from the cache) at its model's
+    prices. Misses below the provider's minimum could not hit anyway."""
+    qs = CacheEvent.objects.filter(project=project).exclude(cause__in=NOT_FIXABLE)
     qs = bound_call(filters.apply(qs, agent_field="call__agent", model_field="call__model"), filters)
-    book = PriceBook.load()
-    rows, total = [], 0.0
-    for r in (qs.values("call__model", "cause")
-              .annotate(n=Count("pk"), write=Sum("call__cache_write_tokens"), prefix=Sum("call__prefix_tokens"))
-              .order_by("call__model", "cause")):
-        price = book.for_model(r["call__model"])
-        write = r["write"] or 0
-        rest = max(0, (r["prefix"] or 0) - write)
-        extra = (write * (price.cache_write_per_1k - price.cache_read_per_1k)
-                 + rest * (price.input_per_1k - price.cache_read_per_1k)) / 1000
-        total += extra
-        rows.append({"model": r["call__model"], "cause": r["cause"], "calls": r["n"], "extra": extra})
-    return {"rows": rows, "total": total}
+    models = list(qs.values_list("call__model", flat=True).distinct())
+    if not models:
+        return {"rows": [], "total": 0.0}
+    saving = at_model_prices(figures.cache_saving, models, PriceBook.load(), "call__")
+    rows = [{"model": r["call__model"], "cause": r["cause"], "calls": r["n"], "extra": r["extra"] or 0.0}
+            for r in qs.values("call__model", "cause").annotate(n=Count("pk"), extra=Sum(saving))
+            .order_by("call__model", "cause")]
+    return {"rows": rows, "total": sum(r["extra"] for r in rows)}
 
 
 def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dict[str, Any]]:
@@ -59,6 +57,7 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
     the prefix most baseline calls shared against the prefix of the call where the rate
     crossed the threshold (so the card never names a hash its table does not show)."""
     regs = list(filtered_regressions(project, filters)[:limit])
+    worth = regression_savings(project, filters, regs)
     out = []
     for r in regs:
         segments = segment_diff(r.segments_before, r.segments_after)
@@ -73,6 +72,7 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
             # Raw segments, for the prefix line diff partial (selectors/prefix_lines.py).
             "before_segments": r.segments_before,
             "after_segments": r.segments_after,
+            "saving": worth[r.pk],
         })
     return out
 
@@ -92,20 +92,23 @@ def segment_diff(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
     return rows
 
 
+PREFIXES_PER_PAGE = 25
+
+
 def prefixes(project: Project, filters: Filters, page: str | int | None) -> Page:
     qs = PrefixEntry.objects.filter(project=project)
     if filters.since is not None:
         qs = qs.filter(last_seen__gte=filters.since)
     if filters.until is not None:
         qs = qs.filter(first_seen__lt=filters.until)
-    return Paginator(qs.order_by("-last_seen", "-pk"), 25).get_page(page)
+    return Paginator(qs.order_by("-last_seen", "-pk"), PREFIXES_PER_PAGE).get_page(page)
 
 
 def chart(project: Project, filters: Filters) -> dict[str, Any]:
     """Hit rate over time per agent/model (roll-ups), the causes per bucket, and per-call points
     coloured by cause when the range holds few enough calls."""
     bucket = s.bucket_for(filters)
-    lines: dict[str, dict[str, dict]] = defaultdict(dict)
+    lines: dict[str, dict[str, Any]] = defaultdict(dict)
     owners: dict[str, tuple[str, str]] = {}
     for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "input_tokens",
                                                         "cache_read_tokens").order_by("start"):

@@ -8,6 +8,7 @@ query, so "export what I see" means the same rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Exists, FilteredRelation, OuterRef, Q, QuerySet
@@ -48,6 +49,7 @@ class CallQuery:
     cache: str = ""  # a cache event cause (prefix_changed, ttl_expired, ...)
     cause: str = ""  # a missing-evidence cause (budget, truncated, ...)
     evidence: str = ""  # an evidence key that was missing
+    status: str = ""  # the manifest's outcome status (ok, error, ...)
 
     def params(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
@@ -76,6 +78,8 @@ def calls(project: Project, filters: Filters, cq: CallQuery) -> QuerySet[Call]:
         qs = qs.filter(run__run_id=cq.run)
     if cq.prefix:
         qs = qs.filter(prefix_hash=cq.prefix)
+    if cq.status:
+        qs = qs.filter(status=cq.status)
     if cq.cache:
         qs = qs.filter(Exists(CacheEvent.objects.filter(call=OuterRef("pk"), cause=cq.cache)))
     if cq.cause or cq.evidence:
@@ -116,7 +120,7 @@ def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, pa
         keys = keys.annotate(fig=FilteredRelation("figures", condition=_figures_in(project, filters)))
         columns = {**SORTS, sort.column: SORTS[sort.column].replace("figures__", "fig__", 1)}
     keys = keys.order_by(*sort.order_by(columns, nullable=NULLABLE_SORTS))
-    result = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
+    result: Page[Any] = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
     pairs = list(result.object_list)
     rows: list[Call] = []
     if pairs:

@@ -3,10 +3,9 @@ and what changed since the previous call of the run."""
 
 from __future__ import annotations
 
-from collections import namedtuple
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 from django.http import Http404
@@ -83,10 +82,32 @@ def cache_event(call: Call) -> CacheEvent | None:
     return getattr(call, "cache_event", None)
 
 
-# An item of the call view: its stored fields as a tuple (no model instance: a call has up
-# to a few hundred items, and building instances would be a good part of the page's time), and
-# whether it reached the model (ctxkit.figures.in_context), computed once.
-ItemRow = namedtuple("ItemRow", (*ITEM_FIELDS, "in_context"))
+class ItemRow(NamedTuple):
+    """An item of the call view: its stored fields (``ITEM_FIELDS``, in that order) as a tuple (no
+    model instance: a call has up to a few hundred items, and building instances would be a good
+    part of the page's time), and whether it reached the model (ctxkit.figures.in_context), computed once."""
+
+    item_id: str
+    kind: str
+    action: str
+    trust: str
+    priority: int
+    pinned: bool
+    zone: str | None
+    position: int | None
+    requested_tokens: int
+    granted_tokens: int | None
+    used_tokens: int | None
+    reason: str
+    source_ref: str | None
+    source_version: str | None
+    content_hash: str | None
+    group: str | None
+    text: str | None
+    in_context: bool
+
+
+assert ItemRow._fields == (*ITEM_FIELDS, "in_context"), "ItemRow follows manifests.figures.ITEM_FIELDS"
 
 
 def item_rows(call: Call) -> list[ItemRow]:
@@ -94,7 +115,7 @@ def item_rows(call: Call) -> list[ItemRow]:
     rows = []
     for values in (Item.objects.filter(call_id=call.pk, started_at=call.started_at).order_by("ordinal")
                    .values_list(*ITEM_FIELDS)):
-        row = ItemRow(*values, False)
+        row = ItemRow._make((*values, False))
         rows.append(row._replace(in_context=True) if figures.in_context(row) else row)
     return rows
 
@@ -139,8 +160,8 @@ def context_order(items: list[Any]) -> list[Any]:
 def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | None = None) -> dict[str, Any]:
     """The data of the allocation bar: every item's requested / granted / used in context
     order (``ordered``: ``context_order``'s list), grouped by zone, with the output
-    reserve, headroom and window."""
-    rows = []
+    reserve, the input read, headroom (ctxkit.figures.headroom) and window."""
+    rows: list[dict[str, Any]] = []
     for item in ordered:
         inside = item.in_context
         tokens = figures.context_tokens(item)
@@ -162,6 +183,7 @@ def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | Non
             }
         )
     used = figures.total_context_tokens(ordered)
+    read = figures.input_read(call.input_tokens, used)
     zones: dict[str, int] = {}
     for r in rows:
         if r["in_context"]:
@@ -174,7 +196,11 @@ def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | Non
         "effective_limit": effective_limit,
         "used": used,
         "input_tokens": call.input_tokens,
-        "headroom": call.input_cap - used,
+        # The input the model read (ctxkit.figures.input_read): the provider's count, else the
+        # items'. What it read beyond the items (the question, framing) is drawn as its own segment.
+        "input_read": read,
+        "unitemized": read - used,
+        "headroom": figures.headroom(call.input_cap, read),
         "zones": zones,
         "groups": ACTION_GROUPS,
         "items": rows,
@@ -247,10 +273,20 @@ class Diff:
         return not (self.entered or self.left or self.changed or self.prefix_changes or self.evidence_changes)
 
 
-# What the diff compares of an item: read as tuples, the previous call's items need no
-# model instance and none of their other fields (reasons, texts).
-_DIFF_FIELDS = ("item_id", "kind", "action", "content_hash", "used_tokens", "granted_tokens", "zone")
-_DiffItem = namedtuple("_DiffItem", _DIFF_FIELDS)
+class _DiffItem(NamedTuple):
+    """What the diff compares of an item: read as tuples, the previous call's items need no
+    model instance and none of their other fields (reasons, texts)."""
+
+    item_id: str
+    kind: str
+    action: str
+    content_hash: str | None
+    used_tokens: int | None
+    granted_tokens: int | None
+    zone: str | None
+
+
+_DIFF_FIELDS = _DiffItem._fields
 
 
 def _by_id(items: list[Any]) -> dict[str, tuple[Any, bool]]:

@@ -10,9 +10,10 @@ reads one day's partition per row.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, prefetch_related_objects
+from django.db.models import Count, Exists, OneToOneRel, OuterRef, Prefetch, Q, QuerySet, prefetch_related_objects
 
 from manifests.models import Call, Compaction, CompactionFigures, Invariant, Project
 from manifests.selectors.filters import Filters, bound_call
@@ -58,7 +59,7 @@ def events(project: Project, filters: Filters, *, failed: str = "", only_failed:
                  .select_related("run").defer("raw", "prefix_segments", "warnings"))
         by_pk = {call.pk: call for call in calls}
         figures = {f.compaction_id: f for f in CompactionFigures.objects.filter(compaction__in=[c.pk for c in rows])}
-        figures_rel = Compaction._meta.get_field("figures")
+        figures_rel = cast(OneToOneRel, Compaction._meta.get_field("figures"))
         for c in rows:
             c.call = by_pk[c.call_id]
             figures_rel.set_cached_value(c, figures.get(c.pk))  # None too: no query per row later

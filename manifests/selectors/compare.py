@@ -28,7 +28,9 @@ class ItemRow:
 
     @property
     def action(self) -> str:
-        return (self.after or self.before).action
+        item = self.after if self.after is not None else self.before
+        assert item is not None, self.item_id  # a row has one or both
+        return item.action
 
     @property
     def tokens_before(self) -> int:
@@ -96,10 +98,15 @@ def _state(item: Item | None) -> str:
 
 def compare(a: Call, b: Call) -> Comparison:
     before, after = _items(a), _items(b)
-    entered, left, changed, unchanged = [], [], [], []
+    entered: list[ItemRow] = []
+    left: list[ItemRow] = []
+    changed: list[ItemRow] = []
+    unchanged: list[ItemRow] = []
     for item_id in list(after) + [i for i in before if i not in after]:
         old, new = before.get(item_id), after.get(item_id)
-        row = ItemRow(item_id, (new or old).kind, old, new)
+        either = new if new is not None else old
+        assert either is not None  # item_id is a key of after or before
+        row = ItemRow(item_id, either.kind, old, new)
         was_in = old is not None and in_context(old)
         is_in = new is not None and in_context(new)
         if is_in and not was_in:
@@ -113,25 +120,27 @@ def compare(a: Call, b: Call) -> Comparison:
                 row.what.append(f"action {old.action} → {new.action}")
             if row.tokens_before != row.tokens_after:
                 row.what.append(f"tokens {row.tokens_before} → {row.tokens_after}")
-            if was_in and is_in and (old.zone or "middle") != (new.zone or "middle"):
-                row.what.append(f"zone {old.zone or 'middle'} → {new.zone or 'middle'}")
+            old_zone, new_zone = (old.zone if old else None) or "middle", (new.zone if new else None) or "middle"
+            if was_in and is_in and old_zone != new_zone:
+                row.what.append(f"zone {old_zone} → {new_zone}")
             if old is not None and new is not None and old.content_hash != new.content_hash:
                 row.what.append("content changed")
             (changed if row.what else unchanged).append(row)
 
     old_evidence = {e.key: e for e in Evidence.objects.filter(call=a, started_at=a.started_at).order_by("pk")}
     new_evidence = {e.key: e for e in Evidence.objects.filter(call=b, started_at=b.started_at).order_by("pk")}
-    evidence = []
+    evidence: list[dict[str, Any]] = []
     for key in list(new_evidence) + [k for k in old_evidence if k not in new_evidence]:
-        old, new = old_evidence.get(key), new_evidence.get(key)
-        was, now = (old.present if old else None), (new.present if new else None)
+        old_e, new_e = old_evidence.get(key), new_evidence.get(key)
+        was, now = (old_e.present if old_e else None), (new_e.present if new_e else None)
         if now and not was:
             change = "gained"
         elif was and not now:
             change = "lost"
         else:
             change = "same"
-        evidence.append({"key": key, "label": (new or old).label, "before": was, "after": now, "change": change})
+        label = new_e.label if new_e is not None else old_e.label if old_e is not None else ""
+        evidence.append({"key": key, "label": label, "before": was, "after": now, "change": change})
     evidence.sort(key=lambda e: ({"lost": 0, "gained": 1}.get(e["change"], 2), e["key"]))
 
     tokens = {

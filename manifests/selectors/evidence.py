@@ -121,7 +121,7 @@ def timeline(project: Project, run: Run, key: str) -> list[dict[str, Any]]:
             "declared": True,
             "item": item,
             "candidate": item is not None,
-            "granted": inside and (item.granted_tokens is None or item.granted_tokens > 0),
+            "granted": item is not None and inside and (item.granted_tokens is None or item.granted_tokens > 0),
             "truncated": item is not None and item.action in CUT_ACTIONS,
             "summarized": item is not None and item.action in SUMMARY_ACTIONS,
             "present": e.present,

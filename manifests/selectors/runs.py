@@ -52,7 +52,7 @@ def runs_page(project: Project, filters: Filters, page: str | int | None, sort: 
             calls=Count("pk"),
             input=Sum("input_tokens"),
             cached=Sum("cache_read_tokens"),
-            evidence=Sum("evidence_count"),
+            evidence_declared=Sum("evidence_count"),
             missing=Sum("evidence_missing"),
             steps=Max("step"),
         )
@@ -68,7 +68,7 @@ def runs_page(project: Project, filters: Filters, page: str | int | None, sort: 
         run.call_count = st.get("calls", 0)
         run.input_total = st.get("input") or 0
         run.hit_rate = hit_rate(st.get("cached") or 0, run.input_total)
-        run.evidence_total = st.get("evidence") or 0
+        run.evidence_total = st.get("evidence_declared") or 0
         run.evidence_missing = st.get("missing") or 0
         run.failed_compactions = failed.get(run.pk, 0)
     result.object_list = runs
@@ -83,7 +83,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     pks = [c.pk for c in calls]
     # The children by call id and the calls' time span: only the run's days' partitions.
     days = partitions.span(c.started_at for c in calls)
-    tokens = defaultdict(dict)
+    tokens: defaultdict[int, dict[str, int]] = defaultdict(dict)
     for row in (
         Item.objects.filter(call_id__in=pks, **days)
         .values("call_id", "kind")
@@ -93,9 +93,9 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
             tokens[row["call_id"]][row["kind"]] = row["tokens"]
     per_call = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
     events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
-    compactions = defaultdict(list)
-    for c in Compaction.objects.filter(call_id__in=pks, **days).order_by("pk"):
-        compactions[c.call_id].append(c)
+    compactions: defaultdict[int, list[Compaction]] = defaultdict(list)
+    for comp in Compaction.objects.filter(call_id__in=pks, **days).order_by("pk"):
+        compactions[comp.call_id].append(comp)
     edits = defaultdict(list)
     for e in ContextEdit.objects.filter(call_id__in=pks, **days).order_by("pk"):
         edits[e.call_id].append(e)

@@ -62,8 +62,9 @@ def _recent_refs(project: Project, filters: Filters, query: str) -> list[str]:
     items = Item.objects.filter(project=project, call_id__in=[pk for pk, _ in recent],
                                 started_at__gte=min(at for _, at in recent),
                                 started_at__lte=max(at for _, at in recent))
-    return list(items.filter(**_begins("source_ref", query)).values_list("source_ref", flat=True)
-                .distinct().order_by("source_ref")[:PER_KIND])
+    refs = (items.filter(**_begins("source_ref", query)).values_list("source_ref", flat=True)
+            .distinct().order_by("source_ref")[:PER_KIND])
+    return [ref for ref in refs if ref is not None]  # none is: each begins with the query
 
 
 def find(project: Project, query: str, filters: Filters | None = None) -> list[Match]:
@@ -106,6 +107,8 @@ def find(project: Project, query: str, filters: Filters | None = None) -> list[M
         hashes = (Item.objects.filter(project=project, **hex_begins("content_hash", hex_query))
                   .values_list("content_hash", flat=True).distinct().order_by("content_hash")[:PER_KIND])
         for h in hashes:
+            if h is None:  # none is: each begins with the query
+                continue
             out.append(Match("content hash", h, "item content hash: the items with this content",
                              f"{evidence_url}?{urlencode({'q': h, 'range': 'all'})}", h == hex_query))
         calls_url = reverse("calls", args=[slug])

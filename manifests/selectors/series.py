@@ -53,11 +53,11 @@ class Totals:
 
     @property
     def hit_rate(self) -> float | None:
-        return hit_rate(self["cache_read_tokens"], self["input_tokens"])
+        return hit_rate(int(self["cache_read_tokens"]), int(self["input_tokens"]))
 
     @property
     def evidence_coverage(self) -> float | None:
-        return coverage(self["evidence_present"], self["evidence_total"])
+        return coverage(int(self["evidence_present"]), int(self["evidence_total"]))
 
     @property
     def cost_per_success(self) -> float | None:
@@ -80,7 +80,8 @@ class Series:
 
     def hit_rate(self) -> list[float | None]:
         """ctxkit.figures.hit_rate per bucket."""
-        return [hit_rate(n, d) for n, d in zip(self.sums["cache_read_tokens"], self.sums["input_tokens"], strict=True)]
+        return [hit_rate(int(n), int(d))
+                for n, d in zip(self.sums["cache_read_tokens"], self.sums["input_tokens"], strict=True)]
 
     def keys(self, name: str) -> list[str]:
         seen: dict[str, int] = defaultdict(int)

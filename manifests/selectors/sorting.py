@@ -6,8 +6,9 @@ column is a :class:`FilterError` (a 400 naming ``sort``), never a silent fallbac
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import F
 
@@ -48,7 +49,7 @@ def parse_sort(raw: str | None, columns: Mapping[str, object], default: str) -> 
     return Sort(column, descending)
 
 
-def sort_list(rows: list, sort: Sort, getters: Mapping[str, object]) -> list:
+def sort_list(rows: list, sort: Sort, getters: Mapping[str, Callable[[Any], Any]]) -> list:
     """Sort rows already in memory (a run's steps) by ``getters[sort.column](row)``;
     rows without a value go last whichever the direction."""
     get = getters[sort.column]

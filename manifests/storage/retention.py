@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, models, transaction
+from django.db.models import ForeignObjectRel
 from django.utils import timezone
 
 from manifests.models import Call, PrefixEntry, Project, Rollup, Run
@@ -63,10 +64,12 @@ def _delete_where(
     # include_hidden: relations named "+" (Item.project, CacheEvent.previous_call, ...)
     # are left out of _meta.related_objects but hold foreign keys all the same.
     relations = [
-        f for f in model._meta.get_fields(include_hidden=True) if f.auto_created and not f.concrete and f.is_relation
+        f for f in model._meta.get_fields(include_hidden=True)
+        if isinstance(f, ForeignObjectRel) and f.auto_created and not f.concrete
     ]
     for rel in relations:
         child = rel.related_model
+        assert isinstance(child, type), child  # a model class: the reverse side of a foreign key
         column = _qn(rel.field.column)
         if rel.on_delete is models.SET_NULL:
             cursor.execute(

@@ -3,18 +3,16 @@
 A call has up to a few hundred items and each row has a dozen cells; through the template
 language they would be most of the call view's server time (docs/performance.md, "Dashboard
 pages"). This writes the same markup as a template, escaping every value as the
-template's autoescape does; tests/test_views_call.py checks the row against a reference template,
-and tests/test_views_call_equivalence.py the whole page (``item_rows``: all rows and the fold)
-against a reference view.
+template's autoescape does; tests/test_views_call.py checks what each cell shows and the fold.
 """
 
 from __future__ import annotations
 
 import html
 from typing import Any
+from urllib.parse import quote
 
 from django import template
-from django.utils.http import quote
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator, add_truncation_text
 

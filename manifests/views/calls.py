@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
@@ -84,7 +84,7 @@ def call_whatif(request: HttpRequest, project: Project) -> HttpResponse:
                             status=400)
     try:
         call = calls_sel.call_with_children(project, call_id)
-    except Exception:  # Http404: answer in JSON like the rest of this endpoint
+    except Http404:  # answered in JSON like the rest of this endpoint
         return JsonResponse({"error": "no such call"}, status=404)
     try:
         params = replay.parse_params(request.GET, call)

@@ -9,18 +9,20 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
 from manifests.models import Project
 from manifests.selectors import filters as f
 from manifests.selectors.projects import filter_options, project_for
 
-NAV = [("overview", "Overview"), ("runs", "Runs"), ("evidence", "Evidence"), ("cache", "Cache"),
+NAV = [("overview", "Overview"), ("runs", "Runs"), ("live", "Live"), ("evidence", "Evidence"), ("cache", "Cache"),
        ("compactions", "Compactions")]
 
 PRESETS = ("1h", "24h", "7d", "30d")
 
-Page = Callable[..., HttpResponse]
+# A page's view: a response, or a streamed one (the exports).
+Page = Callable[..., HttpResponseBase]
 
 
 def bad_request(request: HttpRequest, param: str, message: str, *, project: Project | None = None) -> HttpResponse:
@@ -41,7 +43,7 @@ def project_page(view: Page) -> Page:
 
     @login_required
     @wraps(view)
-    def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             project = project_for(request.user, slug)
         except Http404:
@@ -64,7 +66,7 @@ def json_endpoint(view: Page) -> Page:
     """For the JSON endpoints the pages' scripts call: 401 / 404 as JSON, never a login redirect."""
 
     @wraps(view)
-    def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not request.user.is_authenticated:
             return JsonResponse({"error": "login required"}, status=401)
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404, HttpRequest, HttpResponse
 
 from manifests.models import Project
@@ -29,7 +31,7 @@ def compare(request: HttpRequest, project: Project, filters: Filters) -> HttpRes
             raise Http404(f"No call {a_id!r} in this project.")
     else:
         a = compare_sel.default_before(b)
-    context = {"a_id": a_id or (a.call_id if a else ""), "b_id": b_id, "b": b, "a": a}
+    context: dict[str, Any] = {"a_id": a_id or (a.call_id if a else ""), "b_id": b_id, "b": b, "a": a}
     if a is not None:
         context["cmp"] = compare_sel.compare(a, b)
     return page(request, "manifests/compare.html", project, filters, "runs", context,

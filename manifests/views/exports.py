@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 
 from manifests.models import Project
@@ -55,7 +55,7 @@ def _json_default(value: Any) -> str:
 
 
 @project_page
-def export(request: HttpRequest, project: Project, filters: Filters, kind: str, fmt: str) -> HttpResponse:
+def export(request: HttpRequest, project: Project, filters: Filters, kind: str, fmt: str) -> StreamingHttpResponse:
     if kind not in exports.KINDS or fmt not in FORMATS:
         raise Http404(f"No export {kind}.{fmt}: choose calls, items or evidence as csv or jsonl.")
     cq = call_list.parse_call_query(request.GET)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -19,6 +20,7 @@ from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import evidence as evidence_sel
 from manifests.selectors import overview as overview_sel
 from manifests.selectors import runs as runs_sel
+from manifests.selectors import savings as savings_sel
 from manifests.selectors import series as series_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
@@ -80,7 +82,9 @@ def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "cards": overview_sel.headline(project, filters),
         "charts": charts,
         "risk_count": sum(sum(v) for v in charts["risks"].values()),
-        "regressions": regressions[:5],
+        "regressions": savings_sel.with_savings(project, filters, regressions[:5]),
+        "fixes": savings_sel.top_fixes(project, filters),
+        "saving_days": savings_sel.SAVING_DAYS,
         "missing": overview_sel.recent_missing(project, filters),
         "compactions": compaction_sel.totals(project, filters),
         "failures": compaction_sel.failure_counts(project, filters),
@@ -153,7 +157,9 @@ def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     run_id = request.GET.get("run", "").strip()
     if len(query) > evidence_sel.MAX_QUERY or len(key) > 200 or len(run_id) > 200:
         return bad_request(request, "q", "at most 200 characters", project=project)
-    context = {"query": query, "key": key, "causes": evidence_sel.cause_breakdown(project, filters)}
+    context: dict[str, Any] = {"query": query, "key": key, "causes": evidence_sel.cause_breakdown(project, filters),
+                               "savings": savings_sel.evidence_causes(project, filters),
+                               "saving_days": savings_sel.SAVING_DAYS}
     if query:
         context["results"] = evidence_sel.search(project, filters, query)
     if key:
@@ -201,6 +207,8 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
         "by_agent_model": cache_sel.by_agent_model(project, filters),
         "regressions": cache_sel.regressions(project, filters),
         "miss_cost": cache_sel.miss_cost(project, filters),
+        "savings": savings_sel.cache_causes(project, filters),
+        "saving_days": savings_sel.SAVING_DAYS,
         "prefixes": cache_sel.prefixes(project, filters, request.GET.get("page")),
         "chart": _cache_chart(project.slug, filters, cache_sel.chart(project, filters)),
         "lag": series_sel.lag(project),

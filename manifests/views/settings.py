@@ -1,4 +1,4 @@
-"""Project settings: API keys, members and roles, the regression webhook.
+"""Project settings: API keys, members and roles, the regression webhook, alert rules.
 
 Owners change everything; members see the page read-only; viewers and outsiders do
 not see it (403 and 404). Every change is a CSRF-protected POST, checked here and
@@ -18,10 +18,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from manifests import services
+from manifests import alerts, services
 from manifests.analysis import notify
 from manifests.forms import ApiKeyForm, InviteForm, RoleForm, WebhookForm
-from manifests.models import ApiKey, Membership, Project
+from manifests.models import AlertRule, ApiKey, Membership, Project
 from manifests.selectors.projects import project_for, project_settings
 from manifests.views.common import NAV
 
@@ -62,6 +62,11 @@ def _page(request: HttpRequest, project: Project, *, status: int = 200, **contex
         "key_form": ApiKeyForm(),
         "invite_form": InviteForm(),
         "webhook_form": WebhookForm(initial=threshold),
+        "alert_kinds": AlertRule.KINDS,
+        "alert_formats": AlertRule.FORMATS,
+        "alert_input": {},
+        "alert_rules": [(rule, alerts.describe(rule), alerts.figure(rule, rule.last_value))
+                        for rule in alerts.rules_of(project)],
         **project_settings(project),
     }
     return render(request, "manifests/settings.html", {**base, **context}, status=status)
@@ -85,7 +90,8 @@ def create_key(request: HttpRequest, project: Project) -> HttpResponse:
         return _page(request, project, key_form=form, status=400)
     key, raw = services.create_api_key(project=project, name=form.cleaned_data["name"],
                                        can_ingest=form.cleaned_data["can_ingest"],
-                                       can_read=form.cleaned_data["can_read"])
+                                       can_read=form.cleaned_data["can_read"],
+                                       can_configure=form.cleaned_data["can_configure"])
     # Rendered, not redirected: the raw key exists only in this response and is never stored.
     return _page(request, project, new_key=key, new_key_raw=raw, status=201)
 
@@ -128,7 +134,8 @@ def change_member(request: HttpRequest, project: Project, membership_id: int) ->
         return _back(project, "members")
     form = RoleForm(request.POST)
     if not form.is_valid():
-        return _page(request, project, member_error="; ".join(form.errors.get("role", ["bad role"])), status=400)
+        errors = map(str, form.errors.get("role", ["bad role"]))
+        return _page(request, project, member_error="; ".join(errors), status=400)
     try:
         m = services.set_member_role(project=project, membership_id=membership_id, role=form.cleaned_data["role"])
     except services.SettingsError as exc:
@@ -162,3 +169,24 @@ def test_webhook(request: HttpRequest, project: Project) -> HttpResponse:
     (messages.success if ok else messages.error)(
         request, f"Test event {'delivered' if ok else 'not delivered'}: {what}.")
     return _back(project, "webhook")
+
+
+@require_POST
+@settings_access(owner_only=True)
+def create_alert_rule(request: HttpRequest, project: Project) -> HttpResponse:
+    data = {name: request.POST.get(name, "") for name in alerts.rules.FIELDS}
+    try:
+        rule = alerts.create_rule(project=project, spec=alerts.parse_rule(data, root="", from_form=True))
+    except alerts.RuleInputError as exc:
+        return _page(request, project, alert_errors=exc.errors, alert_input=data, status=400)
+    messages.success(request, f"Alert rule added: {alerts.describe(rule)}.")
+    return _back(project, "alerts")
+
+
+@require_POST
+@settings_access(owner_only=True)
+def delete_alert_rule(request: HttpRequest, project: Project, rule_id: int) -> HttpResponse:
+    rule = get_object_or_404(AlertRule, project=project, pk=rule_id)
+    alerts.delete_rule(project=project, rule_id=rule.pk)
+    messages.success(request, f"Alert rule deleted: {alerts.describe(rule)}.")
+    return _back(project, "alerts")

@@ -47,11 +47,11 @@ _EXPORTS: dict[str, str] = {
     # compaction and clearing
     **dict.fromkeys(
         (
-            "Record", "Summary", "compact", "should_compact", "extractive_summarizer", "clear_tool_results",
-            "CompactionResult", "ClearResult",
+            "Record", "compact", "should_compact", "clear_tool_results", "CompactionResult", "ClearResult",
         ),
         "context.compaction",
     ),
+    **dict.fromkeys(("Summary", "extractive_summarizer"), "context.summary"),
     # layout and caching
     **dict.fromkeys(("Block", "Layout", "arrange", "volatile_warnings", "canonical_json"), "context.layout"),
     # handoff summaries
@@ -64,7 +64,7 @@ _EXPORTS: dict[str, str] = {
     # memory write-back and context editing
     **dict.fromkeys(("Memory", "Fact"), "context.memory"),
     "clear_thinking": "context.editing",
-    # cost and caching (seed 001, 5.1.1 and 5.7)
+    # cost and caching
     **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
     # prefix stability in an agent's tests (docs/sdk.md, "Catch cache breaks in CI")
     **dict.fromkeys(("assert_prefix_stable", "scan_prefix"), "testing"),
@@ -72,7 +72,7 @@ _EXPORTS: dict[str, str] = {
     "Client": "record.client",
     "Spool": "record.spool",
     # recording calls of the anthropic / openai clients
-    "instrument": "instrument",
+    "instrument": "instrumentation",
 }
 
 # Kept literal (static tools read it); a test checks it lists exactly the names above.
@@ -196,10 +196,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         ClearResult,
         CompactionResult,
         Record,
-        Summary,
         clear_tool_results,
         compact,
-        extractive_summarizer,
         should_compact,
     )
     from ctxkit.context.editing import clear_thinking
@@ -225,9 +223,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         truncate_head_tail,
     )
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
+    from ctxkit.context.summary import Summary, extractive_summarizer
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
     from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
-    from ctxkit.instrument import instrument
+    from ctxkit.instrumentation import instrument
     from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
     from ctxkit.record.client import Client
     from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id

@@ -12,6 +12,8 @@
     run ids on a ctxview server) step by step; exit 1 naming the segment, the line
     and the extra cost per 1,000 calls when it changed, 0 when not
     (``ctxkit.prefixcheck``).
+``ctxkit proxy [--port 8788] [--no-text] ...``
+    the local capture proxy (ctxkit.proxy; ``ctxkit proxy --help`` lists its options).
 """
 
 from __future__ import annotations
@@ -104,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout in seconds")
     check.add_argument("--json", action="store_true", help="print the result as JSON")
     check.set_defaults(func=_check_prefix)
+
+    from ctxkit.proxy import options as proxy_options  # argparse only: the proxy's aiohttp loads on use
+
+    proxy = sub.add_parser("proxy", help="run the local capture proxy for any agent",
+                           description=proxy_options.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    proxy_options.add_arguments(proxy)
+    proxy.set_defaults(func=proxy_options.command)
     return parser
 
 

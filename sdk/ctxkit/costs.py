@@ -1,17 +1,16 @@
-"""Cost in seed 001's relative units, per call and per run, and the prompt-cache rules.
+"""Cost in relative units, per call and per run, and the prompt-cache rules.
 
-One unit is the price of one uncached input token (seed 001, 5.1.1 prices 1k input tokens at
-1u, so the seed's u is 1000 units). The weights and the formula are ``ctxkit.figures``'s
-(:data:`~ctxkit.figures.COST_WEIGHTS`, :func:`~ctxkit.figures.cost_units`), the same the
+One unit is the price of one uncached input token. The weights and the formula are
+``ctxkit.figures``'s (:data:`~ctxkit.figures.COST_WEIGHTS`, :func:`~ctxkit.figures.cost_units`), the same the
 server uses; this module only adds them up and applies them to the caching questions:
 
 - :func:`cost` -- one call's cost, from a ``Usage``, a ``Manifest`` or a provider's raw usage.
 - :func:`run_cost` -- a run's cost: the total and each call's share.
-- :func:`cache_saving` / :func:`cache_break_even` -- seed 001, 5.7.2: caching a prefix of P
+- :func:`cache_saving` / :func:`cache_break_even` -- caching a prefix of P
   tokens over n calls saves (c_in - c_read) P (n - 1) - (c_write - c_in) P; it pays from
-  n > 1 + (c_write - c_in) / (c_in - c_read) calls (1.28 with the seed's weights: the second
+  n > 1 + (c_write - c_in) / (c_in - c_read) calls (1.28 with the default weights: the second
   call already gains; 3 with c_write = 2, c_read = 0.5).
-- :func:`ttl_expired` -- seed 001, 5.7.4: after a pause longer than the cache TTL the next call
+- :func:`ttl_expired` -- after a pause longer than the cache TTL the next call
   misses by design; record the TTL in force (``ContextBuilder(cache_ttl_seconds=...)`` or
   ``Manifest.cache_ttl_seconds``) and the server reports such a miss as ``ttl_expired``.
 """
@@ -83,8 +82,8 @@ def cache_break_even(weights: Mapping[str, float] = COST_WEIGHTS) -> float:
 
 
 def ttl_expired(last_use: datetime, next_start: datetime, ttl_seconds: float) -> bool:
-    """Whether the cache written or read at ``last_use`` is gone by ``next_start`` (seed 001,
-    5.7.4): a longer pause means the next call pays a full write once, by design."""
+    """Whether the cache written or read at ``last_use`` is gone by ``next_start``: a longer
+    pause means the next call pays a full write once, by design."""
     if ttl_seconds <= 0:
         raise ValueError("ttl_seconds must be > 0")
     return (next_start - last_use).total_seconds() > ttl_seconds

@@ -12,6 +12,7 @@ manifest ``Item`` / ``Usage`` or the server's stored rows, which keep the same n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -19,25 +20,42 @@ from typing import Any, Protocol
 from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
-    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "MISSING_CAUSES", "RISK_CAUSES", "Cause", "Step", "causes_of_run",
-    "cited_keys", "context_order", "context_tokens", "cost_units", "coverage", "evidence_coverage", "evidence_risks",
-    "first_missing", "hit_rate", "in_context", "kept_by", "local_missing_cause", "relative_positions", "run_history",
-    "total_context_tokens", "trace_missing", "uncached_tokens",
+    "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step", "Tokens",
+    "budget_input_cap", "cache_saving", "cached_usage", "causes_of_run", "cited_keys", "context_order",
+    "context_tokens", "cost_units", "coverage", "effective_limit", "effective_share", "evidence_coverage",
+    "evidence_risks", "first_missing", "headroom", "hit_rate", "in_context", "input_cap", "input_read", "kept_by",
+    "local_missing_cause", "relative_positions", "reserve_share", "run_history", "stated_reason", "tool_share",
+    "total_context_tokens", "trace_missing", "uncached_tokens", "window_utilization",
 ]
 
 
 class ItemLike(Protocol):
-    action: str
-    requested_tokens: int
-    granted_tokens: int | None
-    used_tokens: int | None
+    @property
+    def action(self) -> str: ...
+    @property
+    def requested_tokens(self) -> int: ...
+    @property
+    def granted_tokens(self) -> int | None: ...
+    @property
+    def used_tokens(self) -> int | None: ...
 
 
 class UsageLike(Protocol):
-    input_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+
+
+class BudgetLike(Protocol):
+    window: int
+    output_reserve: int
+    safety_margin: int
+    input_cap: int | None
 
 
 # --------------------------------------------------------------------------- #
@@ -104,6 +122,62 @@ def relative_positions(items: Sequence[Any], *, key: Callable[[Any], str] = lamb
 
 
 # --------------------------------------------------------------------------- #
+# The window: input cap, input read, headroom and shares of the window
+
+def input_cap(window: int, output_reserve: int = 0, safety_margin: int = 0) -> int:
+    """The most input a call may send: the window less the output reserve
+    and the safety margin, never below 0."""
+    return max(0, window - output_reserve - safety_margin)
+
+
+def budget_input_cap(budget: BudgetLike) -> int:
+    """The input cap of a manifest's budget: the one it states, else :func:`input_cap` of
+    its window, reserve and margin."""
+    if budget.input_cap is not None:
+        return budget.input_cap
+    return input_cap(budget.window, budget.output_reserve, budget.safety_margin)
+
+
+def input_read(input_tokens: int, context_tokens: int) -> int:
+    """The input the model read: the provider's ``input_tokens`` when it reported any (it
+    counts everything sent, the question and framing included), else the manifest's own
+    tokens in context (:func:`total_context_tokens`)."""
+    return input_tokens if input_tokens > 0 else context_tokens
+
+
+def headroom(cap: int, read: int) -> int:
+    """How many more input tokens could have gone in: the input cap less the input read
+    (:func:`input_read`). Negative: the call was over its cap by that much."""
+    return cap - read
+
+
+def window_utilization(read: int, window: int) -> float:
+    """How full the window was: the input read over the window."""
+    return read / max(1, window)
+
+
+def reserve_share(output_reserve: int, window: int) -> float:
+    """The share of the window kept free for the answer."""
+    return output_reserve / max(1, window)
+
+
+def tool_share(tool_tokens: int, context_tokens: int) -> float:
+    """The share of the tokens in context taken by tool schemas; 0 with an empty context."""
+    return tool_tokens / context_tokens if context_tokens > 0 else 0.0
+
+
+def effective_limit(window: int, ratio: float) -> int:
+    """The part of the window the model uses well: ``ratio`` of it (the model's
+    ``effective_limit_ratio``), at least 1 token."""
+    return max(1, int(window * ratio))
+
+
+def effective_share(read: int, limit: int) -> float:
+    """The input read against the effective limit; above 1: past where quality holds up."""
+    return read / max(1, limit)
+
+
+# --------------------------------------------------------------------------- #
 # Prompt cache and cost
 
 def hit_rate(cache_read_tokens: int, input_tokens: int) -> float | None:
@@ -121,12 +195,12 @@ def uncached_tokens(usage: UsageLike) -> int:
     return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
 
 
-# Seed 001, 5.1.1: the price of a token relative to one uncached input token.
+# The price of a token relative to one uncached input token.
 COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
 
 
 def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
-    """The call's cost in seed 001's relative units: each kind of token at its weight
+    """The call's cost in relative units: each kind of token at its weight
     (an uncached input token is 1 with the default weights). The server passes the
     model's price per token (its price table holds prices per 1k tokens)."""
     return (
@@ -135,6 +209,36 @@ def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) ->
         + usage.cache_write_tokens * weights["cache_write"]
         + usage.output_tokens * weights["output"]
     )
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A call's usage in the normal form, as :func:`cached_usage` rewrites it."""
+
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+
+def cached_usage(usage: UsageLike, prefix_tokens: int) -> Tokens:
+    """The same call had its stable prefix been read from the cache: the prefix tokens it
+    did not read (``prefix_tokens`` less its cache reads) move to cache reads, taken first
+    from what it wrote to the cache, then from its uncached input. Input and output stay."""
+    missed = max(0, prefix_tokens - usage.cache_read_tokens)
+    from_write = min(usage.cache_write_tokens, missed)
+    from_uncached = min(uncached_tokens(usage), missed - from_write)
+    return Tokens(input_tokens=usage.input_tokens,
+                  cache_read_tokens=usage.cache_read_tokens + from_write + from_uncached,
+                  cache_write_tokens=usage.cache_write_tokens - from_write,
+                  output_tokens=usage.output_tokens)
+
+
+def cache_saving(usage: UsageLike, prefix_tokens: int, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
+    """What a cache miss cost beyond a hit: :func:`cost_units` of the call as it was paid
+    less :func:`cost_units` of :func:`cached_usage` (its prefix read from the cache). Never
+    below 0; 0 for a call that read its whole prefix from the cache."""
+    return max(0.0, cost_units(usage, weights) - cost_units(cached_usage(usage, prefix_tokens), weights))
 
 
 # --------------------------------------------------------------------------- #
@@ -150,7 +254,7 @@ def evidence_coverage(evidence: Sequence[Any]) -> float | None:
     return coverage(sum(1 for e in evidence if e.present), len(evidence))
 
 
-# Causes of evidence that did NOT reach the model (seed 004's four, plus "left the
+# Causes of evidence that did NOT reach the model (four causes, plus "left the
 # candidates": present earlier in the run, then no longer offered, without a decision).
 NEVER_CANDIDATE = "never_candidate"
 LEFT_CANDIDATES = "left_candidates"
@@ -185,22 +289,42 @@ MIDDLE_LOW, MIDDLE_HIGH = 0.25, 0.75
 
 @dataclass(frozen=True)
 class Cause:
-    """Why one piece of evidence did not help: the cause, the item it concerns, the
-    decision in words, and (for a cause traced through the run) the index, in the run's
-    history, of the step where it was lost (None: at this very call)."""
+    """Why one piece of evidence did not help: the cause, the item it concerns, what the
+    analysis found in words, the decision on that item as its manifest recorded it (its
+    ``action`` and the builder's ``decision`` text, at the call where the evidence was lost),
+    and (for a cause traced through the run) the index, in the run's history, of the step
+    where it was lost (None: at this very call)."""
 
     cause: str
     item_id: str | None
     reason: str
     lost_at: int | None = None
+    action: str = ""
+    decision: str = ""
 
     @property
     def is_risk(self) -> bool:
         return self.cause in RISK_CAUSES
 
 
+def _decided(cause: str, item: Any, reason: str) -> Cause:
+    """A cause concerning ``item`` (a manifest item), with the decision recorded on it."""
+    return Cause(cause, item.id, reason, action=item.action, decision=item.reason or "")
+
+
+def _item(manifest: Manifest, item_id: str | None) -> Any:
+    return next((i for i in manifest.items if i.id == item_id), None) if item_id else None
+
+
 def _norm(text: str | None) -> str:
     return " ".join((text or "").split()).casefold()
+
+
+def _with_decision(manifest: Manifest, cause: str, item_id: str | None, reason: str) -> Cause:
+    """A cause concerning ``item_id``, with the decision its manifest recorded on it when
+    the item is among the call's candidates."""
+    item = _item(manifest, item_id)
+    return _decided(cause, item, reason) if item is not None else Cause(cause, item_id, reason)
 
 
 def _lost_in_compaction(manifest: Manifest, ev: Evidence) -> Cause | None:
@@ -211,8 +335,8 @@ def _lost_in_compaction(manifest: Manifest, ev: Evidence) -> Cause | None:
         for inv in comp.invariants:
             if not inv.ok and any(_norm(lost) in names for lost in inv.lost):
                 detail = inv.detail or f"invariant {inv.name} failed"
-                return Cause(COMPACTION, comp.summary_item or ev.expected_item,
-                             f"compaction {comp.id} ({comp.strategy}): {detail}")
+                return _with_decision(manifest, COMPACTION, comp.summary_item or ev.expected_item,
+                                      f"compaction {comp.id} ({comp.strategy}): {detail}")
     return None
 
 
@@ -221,27 +345,28 @@ def _cleared_by_edit(manifest: Manifest, item_id: str | None) -> Cause | None:
         return None
     for edit in manifest.context_edits:
         if item_id in edit.item_ids:
-            return Cause(COMPACTION, item_id, f"cleared by the context edit {edit.type}")
+            return _with_decision(manifest, COMPACTION, item_id, f"cleared by the context edit {edit.type}")
     return None
 
 
 def local_missing_cause(manifest: Manifest, ev: Evidence) -> Cause:
-    """The cause of missing evidence read from this call's manifest alone."""
+    """The cause of missing evidence read from this call's manifest alone, with the
+    decision recorded on the item it concerns."""
     lost = _lost_in_compaction(manifest, ev)
     if lost is not None:
         return lost
     cleared = _cleared_by_edit(manifest, ev.expected_item)
     if cleared is not None:
         return cleared
-    item = next((i for i in manifest.items if i.id == ev.expected_item), None) if ev.expected_item else None
+    item = _item(manifest, ev.expected_item)
     if item is None:
         why = (f"no candidate item {ev.expected_item!r} in this call" if ev.expected_item
                else "no candidate item was expected to carry it and none did")
         return Cause(NEVER_CANDIDATE, ev.expected_item, why)
     cause = CAUSE_OF_ACTION.get(item.action, NEVER_CANDIDATE)
     if cause == NEVER_CANDIDATE:
-        return Cause(cause, item.id, f"item {item.id!r} was kept whole but did not contain the evidence")
-    return Cause(cause, item.id, "")
+        return _decided(cause, item, f"item {item.id!r} was kept whole but did not contain the evidence")
+    return _decided(cause, item, "")
 
 
 @dataclass(frozen=True)
@@ -284,8 +409,22 @@ def trace_missing(history: Sequence[Step], at: int) -> Cause:
         return Cause(LEFT_CANDIDATES, own.item_id,
                      f"present at {history[last].label or f'call {last}'}; no longer a candidate from "
                      f"{history[start].label or f'call {start}'} on, without a recorded decision",
-                     lost_at=None if start == at else start)
+                     lost_at=None if start == at else start, action=own.action, decision=own.decision)
     return history[at].local()
+
+
+def stated_reason(cause: Cause, lost_at: str | None = None) -> str:
+    """The reason an attribution states: what the analysis found, then the decision as its
+    manifest recorded it. For a loss traced to an earlier step (``lost_at``, that step's
+    label: "step 2") it starts "lost at step 2: ", followed by the same words that step's own
+    attribution states (or, when none were recorded, the action on the item), so every step
+    of the streak names the one decision. "No longer a candidate" says where in its own words."""
+    text = "; ".join(x for x in (cause.reason, cause.decision) if x)
+    if lost_at is None or cause.cause == LEFT_CANDIDATES:
+        return text
+    if not text and cause.action:
+        text = f"{cause.action} of {cause.item_id!r}" if cause.item_id else cause.action
+    return f"lost at {lost_at}: {text}" if text else f"lost at {lost_at}"
 
 
 def evidence_risks(manifest: Manifest, ev: Evidence, positions: Mapping[str, float],
@@ -293,24 +432,24 @@ def evidence_risks(manifest: Manifest, ev: Evidence, positions: Mapping[str, flo
     """Risks of evidence that reached the model: not used by the answer, cut (truncated
     but the evidence survived), placed in the middle of the context."""
     where = ev.found_in or ev.expected_item
-    item = next((i for i in manifest.items if i.id == where), None) if where else None
+    item = _item(manifest, where)
     out: list[Cause] = []
     used = ev.used
     if used is None and cited is not None:
         used = ev.key in cited
     if used is False:
         why = "the answer's claims do not cite it" if ev.used is None else "marked not used by the answer"
-        out.append(Cause(NOT_USED, where, why))
+        out.append(_decided(NOT_USED, item, why) if item is not None else Cause(NOT_USED, where, why))
     if item is None:
         return out
     if item.action in CUT_ACTIONS:
-        out.append(Cause(TRUNCATED_PRESENT, item.id,
-                         f"item {item.id!r} was cut ({item.action}); the evidence survived this time"))
+        out.append(_decided(TRUNCATED_PRESENT, item,
+                            f"item {item.id!r} was cut ({item.action}); the evidence survived this time"))
     middle = (item.zone == "middle" if item.zone is not None
               else item.id in positions and MIDDLE_LOW <= positions[item.id] <= MIDDLE_HIGH)
     if middle:
         where_text = "zone middle" if item.zone else f"at {positions[item.id]:.0%} of the context"
-        out.append(Cause(MIDDLE_ZONE, item.id, f"item {item.id!r} placed in the middle ({where_text})"))
+        out.append(_decided(MIDDLE_ZONE, item, f"item {item.id!r} placed in the middle ({where_text})"))
     return out
 
 
@@ -322,6 +461,10 @@ def cited_keys(manifest: Manifest) -> set[str] | None:
     return {k for claim in outcome.claims for k in claim.evidence_keys}
 
 
+def _local_cause(manifest: Manifest, key: str) -> Cause:
+    return local_missing_cause(manifest, first_missing(manifest, key))
+
+
 def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
     """The trace's view of one evidence key over a run's manifests (in step order)."""
     steps = []
@@ -329,7 +472,7 @@ def run_history(manifests: Sequence[Manifest], key: str) -> list[Step]:
         entries = [e for e in m.evidence if e.key == key]
         steps.append(Step(
             present=any(e.present for e in entries) if entries else None,
-            local=(lambda m=m, key=key: local_missing_cause(m, first_missing(m, key))),
+            local=functools.partial(_local_cause, m, key),
             label=f"step {m.step}",
         ))
     return steps

@@ -1,4 +1,4 @@
-"""A deterministic six-segment context in the spirit of seed 001, 5.8 (used by tests, demos and docs).
+"""A deterministic six-segment agent context (used by tests, demos and docs).
 
 API notes
 ---------
@@ -8,7 +8,7 @@ API notes
   with numbers, units, a 429 error and an injected instruction in the middle), in that
   (concatenation) order.
 - ``KEY_FIELDS``: the ten literals read back after allocation (``readback.read_back``).
-- ``reserve_for(budget)``: the seed's output reserve, 20 % of the budget.
+- ``reserve_for(budget)``: the output reserve, 20 % of the budget.
 - ``SMALL_BUDGET`` 800, ``DEFAULT_BUDGET`` 1200, ``LARGE_BUDGET`` 2400; ``INJECTION``: the
   injected sentence.
 """

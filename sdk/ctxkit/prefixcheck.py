@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.figures import COST_WEIGHTS, cost_units
+from ctxkit.figures import COST_WEIGHTS, cache_saving
 from ctxkit.record.manifest import Manifest, Prefix, PrefixSegment, Usage
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # The price book's default row, per 1k tokens in relative units (docs/analysis.md, "Prices and
-# model facts"): the seed's weights per token, quoted per 1k as the server's table holds them.
+# model facts"): ctxkit.figures.COST_WEIGHTS per token, quoted per 1k as the server's table holds them.
 DEFAULT_PRICES: dict[str, float] = {f"{kind}_per_1k": weight for kind, weight in COST_WEIGHTS.items()}
 DIFF_CONTEXT = 2  # unchanged lines shown around a change in the unified diff
 MAX_DIFF_LINES = 40
@@ -55,15 +55,15 @@ def _request_segments(params: Mapping[str, Any], provider: str) -> list[PrefixSe
     from ctxkit.record.call_items import call_manifest
 
     if provider == "anthropic":
-        from ctxkit.instrument.anthropic import request_parts
+        from ctxkit.instrumentation.anthropic import request_parts
 
         parts, segments = request_parts(dict(params))
     elif "input" in params or "instructions" in params:
-        from ctxkit.instrument.openai import responses_parts
+        from ctxkit.instrumentation.openai import responses_parts
 
         parts, segments = responses_parts(dict(params))
     else:
-        from ctxkit.instrument.openai import chat_parts
+        from ctxkit.instrumentation.openai import chat_parts
 
         parts, segments = chat_parts(dict(params))
     manifest = call_manifest(
@@ -248,13 +248,12 @@ def _weights(prices: Mapping[str, float]) -> dict[str, float]:
 
 def extra_cost(tokens: int, prices: Mapping[str, float] = DEFAULT_PRICES, *, provider: str = "anthropic") -> float:
     """What one call pays more when ``tokens`` of its prefix miss the cache instead of being read
-    from it, in the price book's units (``ctxkit.figures.cost_units`` at ``prices`` per 1k tokens).
-    A miss is a cache write with Anthropic; OpenAI reports no writes, so there it is uncached input."""
-    weights = _weights(prices)
-    hit = Usage(input_tokens=tokens, cache_read_tokens=tokens)
+    from it, in the price book's units: ``ctxkit.figures.cache_saving`` of the miss at ``prices``
+    per 1k tokens. A miss is a cache write with Anthropic; OpenAI reports no writes, so there it is
+    uncached input."""
     written = 0 if provider.startswith("openai") else tokens
     miss = Usage(input_tokens=tokens, cache_write_tokens=written)
-    return cost_units(miss, weights) - cost_units(hit, weights)
+    return cache_saving(miss, tokens, _weights(prices))
 
 
 # --------------------------------------------------------------------------- #
@@ -439,7 +438,7 @@ class CheckError(Exception):
     """A run that cannot be read: the command says why and exits 2."""
 
 
-def fetch_run(host: str, key: str, run_id: str, *, timeout: float = 30.0, max_calls: int = 500) -> list[dict]:
+def fetch_run(host: str, key: str, run_id: str, *, timeout: float = 30.0, max_calls: int = 500) -> list[dict[str, Any]]:
     """A run's calls with their prefix segments from a ctxview server (a read-scoped key):
     ``/api/v1/runs/<id>/calls``, then ``/api/v1/calls/<id>`` for each call, by step."""
     import urllib.error
@@ -473,7 +472,7 @@ def fetch_run(host: str, key: str, run_id: str, *, timeout: float = 30.0, max_ca
     return calls
 
 
-def _one_run(records: list[dict], wanted: str | None, source: str) -> list[CallPrefix]:
+def _one_run(records: list[dict[str, Any]], wanted: str | None, source: str) -> list[CallPrefix]:
     runs = sorted({str(r.get("run_id")) for r in records if r.get("run_id") is not None})
     if wanted is not None:
         if wanted not in runs:

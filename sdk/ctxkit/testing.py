@@ -112,10 +112,12 @@ def _top(name: str | None) -> str | None:
     return name.split(".")[0] if name else None
 
 
-def build_namespaces(build: Callable[..., Any] | None, modules: Iterable[ModuleType | str] = ()) -> list[dict]:
+def build_namespaces(
+    build: Callable[..., Any] | None, modules: Iterable[ModuleType | str] = ()
+) -> list[dict[str, Any]]:
     """The module namespaces whose ``from ... import`` names are patched for ``build`` (see the
     module's docstring)."""
-    namespaces: list[dict] = []
+    namespaces: list[dict[str, Any]] = []
     packages: set[str] = set()
     fn = _unwrap(build) if build is not None else None
     own = getattr(fn, "__globals__", None)
@@ -135,19 +137,19 @@ def build_namespaces(build: Callable[..., Any] | None, modules: Iterable[ModuleT
     for name, module in list(sys.modules.items()):
         if module is not None and _top(name) in packages:
             namespaces.append(vars(module))
-    for module in modules:
-        namespaces.append(vars(sys.modules[module] if isinstance(module, str) else module))
-    unique: dict[int, dict] = {id(ns): ns for ns in namespaces}
+    for extra in modules:
+        namespaces.append(vars(sys.modules[extra] if isinstance(extra, str) else extra))
+    unique: dict[int, dict[str, Any]] = {id(ns): ns for ns in namespaces}
     return list(unique.values())
 
 
 @contextmanager
-def _patched(replacements: dict[tuple[ModuleType, str], Any], namespaces: Sequence[dict]) -> Iterator[None]:
+def _patched(replacements: dict[tuple[ModuleType, str], Any], namespaces: Sequence[dict[str, Any]]) -> Iterator[None]:
     """Set each module attribute, and each namespace name bound to the same original object,
     to its replacement; restore everything on exit."""
     originals = {(module, name): getattr(module, name) for module, name in replacements}
     by_identity = {id(originals[key]): new for key, new in replacements.items()}
-    undo: list[tuple[dict, str, Any]] = []
+    undo: list[tuple[dict[str, Any], str, Any]] = []
     try:
         for (module, name), new in replacements.items():
             setattr(module, name, new)

@@ -248,7 +248,7 @@ def test_two_hundred_segments_fit_the_cap() -> None:
 
 def test_drop_segments_are_granted_whole_in_priority_order_instead_of_shared_to_nothing() -> None:
     # 2,050 equal-priority memories with policy drop (all or nothing) at budget 1500: proportional
-    # shares of under one token each bought nothing, and all of them used to be dropped, 0 tokens used.
+    # shares of under one token each would buy nothing and drop them all, with 0 tokens used.
     notes = [seg(f"m{i:04d}", 50, "drop", text=f"memory {i}: the user wants amounts in yuan") for i in range(2050)]
     plan = allocate(notes, budget=1500)
     assert all(a.granted in (0, a.requested) for a in plan.allocations)  # never a share too small to use

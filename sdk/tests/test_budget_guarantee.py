@@ -1,4 +1,4 @@
-"""ContextBuilder never overruns the budget: |x| + R <= W on the final text (seed 001, 5.1, 5.5.5).
+"""ContextBuilder never overruns the budget: |x| + R <= W on the final text.
 
 |x| is measured on everything the model reads: the allocated segments, the constraints restated
 in TAIL, the caller's blocks (the question) and the separators. Either it fits under
@@ -55,7 +55,7 @@ def scenario(draw: st.DrawFn) -> tuple[list[Segment], list[Block], int, int, int
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario())
 def test_no_result_exceeds_window_minus_reserve_unless_flagged_with_reason(case) -> None:
-    """Seed 001, 5.1: |x| + R <= W is the one rule that must never break."""
+    """|x| + R <= W is the one rule that must never break."""
     segments, blocks, budget, reserve, margin = case
     builder = ContextBuilder(budget=budget, reserve=reserve, safety_margin=margin)
     built = builder.build(segments, blocks=blocks)
@@ -75,7 +75,7 @@ def test_no_result_exceeds_window_minus_reserve_unless_flagged_with_reason(case)
 
 
 def test_restated_constraint_and_question_are_counted() -> None:
-    """Seed 001, 5.1 / 5.5.5: the TAIL copy and the question used to eat into the reserve."""
+    """The TAIL copy of a constraint and the question count against the budget, not the reserve."""
     budget = DEFAULT_BUDGET
     reserve = reserve_for(budget)
     question = Block(id="question", kind="user", text="各渠道 2024 Q3 退款率是多少？请给出 ref。" * 3)
@@ -93,7 +93,7 @@ def test_restated_constraint_and_question_are_counted() -> None:
 
 
 def test_pinned_items_over_the_cap_are_flagged_with_the_reason_in_the_manifest() -> None:
-    """Seed 001, 5.1 theorem: P + R > W has no allocation; say so, never fake capacity."""
+    """P + R > W has no allocation; say so, never fake capacity."""
     segments = [Segment(name="task", kind="task", text=TASK, policy="pin", priority=95),
                 Segment(name="notes", kind="memory", text="用户偏好：中文输出。", priority=50)]
     builder = ContextBuilder(budget=200, reserve=100)
@@ -109,13 +109,13 @@ def test_pinned_items_over_the_cap_are_flagged_with_the_reason_in_the_manifest()
 
 
 def test_naive_baseline_is_flagged_not_silent() -> None:
-    """Seed 001, 5.8.2 --naive fills the window with no reserve: reported, not hidden."""
+    """Reported, not hidden."""
     built = ContextBuilder(budget=800, reserve=160, naive=True).build(fixture_segments())
     assert built.over_budget and "naive baseline" in (built.over_budget_reason or "")
 
 
-def test_default_reserve_follows_the_seed() -> None:
-    """Seed 001, 5.5.5: R is the largest single-step output (a tool call's JSON, 800) + 10 %."""
+def test_default_reserve_is_the_largest_step_output_plus_ten_percent() -> None:
+    """R is the largest single-step output (a tool call's JSON, 800) + 10 %."""
     assert ContextBuilder(budget=128_000).reserve == DEFAULT_RESERVE == 880
     assert ContextBuilder(budget=1200).reserve == 240  # never more than a fifth of a small budget
 

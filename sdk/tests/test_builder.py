@@ -26,6 +26,7 @@ from ctxkit import (
     build_manifest,
     clear_tool_results,
     compact,
+    figures,
     project,
     projection_items,
     read_back,
@@ -77,7 +78,7 @@ def accepted(m: Manifest) -> list:
 
 @pytest.mark.parametrize("budget", [SMALL_BUDGET, DEFAULT_BUDGET])
 @pytest.mark.parametrize("naive", [True, False])
-def test_manifests_from_the_seed_fixture_pass_the_servers_validation(budget, naive):
+def test_manifests_from_the_fixture_pass_the_servers_validation(budget, naive):
     m = built(budget, naive).manifest(**ident(), usage={"input_tokens": 900, "output_tokens": 40})
     assert convert_manifest(msgspec.to_builtins(m)) == (m, [])
     assert [i.id for i in m.items] == ["system", "tools", "task", "retrieval", "history", "tool_result"]
@@ -279,7 +280,7 @@ def test_evidence_carries_the_read_back_present_flags_and_carriers():
     assert {e.expected_item for e in m.evidence} == {"task", "tool_result", "history", "retrieval"}
 
 
-def test_the_seed_shape_naive_loses_most_priority_keeps_more_a_larger_budget_keeps_all():
+def test_naive_loses_most_priority_keeps_more_a_larger_budget_keeps_all():
     def kept(budget: int, naive: bool) -> int:
         return sum(e.present for e in built(budget, naive).manifest(**ident()).evidence)
 
@@ -516,3 +517,33 @@ def test_the_agent_loop_example_builds_valid_manifests_offline():
     assert any(i.action == "clear" for i in manifests[-1].items)
     last = manifests[-1]
     assert all(e.present for e in last.evidence) and {e.key for e in last.evidence if e.used} == {"refund_rate"}
+
+
+# Segments of every policy, one-line turns (dropped on a tight budget) among them.
+_ANY_SEGMENT = st.builds(
+    lambda k, policy, text, priority, ref, lines: Segment(
+        name=f"seg-{k}", kind="tool_result" if policy == "truncate" else "history",
+        text="\n".join([text] * lines), priority=priority, policy=policy, source_ref=ref,
+        min_tokens=3 if k % 4 == 0 else 0),
+    st.integers(0, 10**6),
+    st.sampled_from(["extract", "summarize", "truncate", "drop", "pin"]),
+    st.text(alphabet=st.sampled_from("ab 退款 429 error=1 must"), min_size=1, max_size=60),
+    st.integers(0, 100), st.sampled_from([None, "log#1"]), st.sampled_from([1, 1, 2, 3]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_ANY_SEGMENT, max_size=10, unique_by=lambda s: s.name), st.integers(1, 300),
+       st.dictionaries(st.sampled_from([f"seg-{k}" for k in range(5)]), st.integers(1, 3)))
+def test_manifest_items_record_what_the_allocations_say(segments: list[Segment], budget: int,
+                                                       aging: dict[str, int]) -> None:
+    plan = allocate(segments, budget=budget, aging=aging)
+    manifest = build_manifest(call_id="c", run_id="r", step=0, model="m", plan=plan)
+    position = 0
+    for a, item in zip(plan.allocations, manifest.items, strict=True):
+        assert item.allocation == a.replay_settings()
+        text = "" if not figures.kept_by(a.action) else a.text
+        present = figures.in_context(item) and bool(text or item.used_tokens)
+        assert item.position == (position if present else None)
+        assert item.text == (text if present and text else None)
+        position += present

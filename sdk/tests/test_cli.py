@@ -2,80 +2,18 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from conftest import API_KEY, IngestServer, make_manifest
 
 from ctxkit.cli import main
-from ctxkit.record.manifest import Budget, Manifest
 from ctxkit.record.spool import Spool
-
-KEY = "cli-key"
-
-
-def make_manifest(call_id: str) -> Manifest:
-    return Manifest(
-        schema="ctxview.manifest/v1",
-        call_id=call_id,
-        run_id="r1",
-        step=0,
-        model="m",
-        started_at=datetime.now(UTC),
-        budget=Budget(window=8000),
-    )
-
-
-class Ingest:
-    """A minimal ingestion endpoint: checks the key, stores call_ids, answers per item."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        ingest = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Authorization") != f"Bearer {KEY}":
-                    status, body = 401, {"error": "bad key"}
-                else:
-                    if self.headers.get("Content-Encoding") == "gzip":
-                        raw = gzip.decompress(raw)
-                    batch = json.loads(raw)["manifests"]
-                    ingest.ids.extend(m["call_id"] for m in batch)
-                    results = [{"call_id": m["call_id"], "status": "accepted", "errors": []} for m in batch]
-                    status, body = 200, {"results": results, "accepted": len(batch), "duplicates": 0, "rejected": 0}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
-@pytest.fixture
-def ingest() -> Iterator[Ingest]:
-    server = Ingest()
-    yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
 
 
 @pytest.fixture
@@ -106,38 +44,38 @@ def test_count_of_a_missing_file_fails_cleanly(tmp_path: Path, capsys) -> None:
     assert "nope.txt" in capsys.readouterr().err
 
 
-def test_send_spool_sends_everything_and_empties_the_directory(ingest: Ingest, spooled: Path, capsys) -> None:
-    assert main(["send-spool", "--dir", str(spooled), "--host", ingest.url, "--api-key", KEY]) == 0
-    assert sorted(ingest.ids) == sorted(f"c{n}" for n in range(25))
+def test_send_spool_sends_everything_and_empties_the_directory(server: IngestServer, spooled: Path, capsys) -> None:
+    assert main(["send-spool", "--dir", str(spooled), "--host", server.url, "--api-key", API_KEY]) == 0
+    assert server.ids() == {f"c{n}" for n in range(25)} and server.duplicates == 0
     assert "sent=25 rejected=0 skipped=0 segments_left=0" in capsys.readouterr().out
     assert list(spooled.iterdir()) == []
 
 
-def test_send_spool_reads_host_and_key_from_the_environment(ingest: Ingest, spooled: Path, monkeypatch) -> None:
-    monkeypatch.setenv("CTXVIEW_API_KEY", KEY)
-    monkeypatch.setenv("CTXVIEW_HOST", ingest.url)
+def test_send_spool_reads_host_and_key_from_the_environment(server: IngestServer, spooled: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CTXVIEW_API_KEY", API_KEY)
+    monkeypatch.setenv("CTXVIEW_HOST", server.url)
     assert main(["send-spool", "--dir", str(spooled)]) == 0
-    assert len(ingest.ids) == 25
+    assert len(server.ids()) == 25 and server.duplicates == 0
 
 
 def test_send_spool_exits_non_zero_and_keeps_data_when_the_server_is_down(spooled: Path, capsys) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    code = main(["send-spool", "--dir", str(spooled), "--host", dead, "--api-key", KEY, "--retries", "0"])
+    code = main(["send-spool", "--dir", str(spooled), "--host", dead, "--api-key", API_KEY, "--retries", "0"])
     assert code == 1
     out = capsys.readouterr().out
     assert "sent=0" in out and "segments_left=1" in out
     assert [p.suffix for p in spooled.iterdir()] == [".jsonl"]
 
 
-def test_send_spool_with_a_bad_key_keeps_the_data(ingest: Ingest, spooled: Path, capsys) -> None:
+def test_send_spool_with_a_bad_key_keeps_the_data(server: IngestServer, spooled: Path, capsys) -> None:
     # A wrong key is a configuration error, not bad data: nothing is deleted, the command fails.
-    assert main(["send-spool", "--dir", str(spooled), "--host", ingest.url, "--api-key", "wrong"]) == 1
+    assert main(["send-spool", "--dir", str(spooled), "--host", server.url, "--api-key", "wrong"]) == 1
     assert "sent=0 rejected=0 skipped=0 segments_left=1" in capsys.readouterr().out
-    assert ingest.ids == []
-    assert main(["send-spool", "--dir", str(spooled), "--host", ingest.url, "--api-key", KEY]) == 0
-    assert len(ingest.ids) == 25
+    assert server.ids() == set()
+    assert main(["send-spool", "--dir", str(spooled), "--host", server.url, "--api-key", API_KEY]) == 0
+    assert len(server.ids()) == 25 and server.duplicates == 0
 
 
 def test_send_spool_without_a_key_is_a_usage_error(spooled: Path, monkeypatch, capsys) -> None:

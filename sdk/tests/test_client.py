@@ -1,10 +1,8 @@
-"""ctxkit.Client against a real HTTP server on 127.0.0.1 that implements the
-ingestion contract (idempotent on call_id, per-manifest results, 207 when mixed)
-and can be told to fail, hang, stop and restart on the same port."""
+"""ctxkit.Client against a real HTTP server on 127.0.0.1 (conftest.IngestServer) that implements
+the ingestion contract and can be told to fail, hang, stop and restart on the same port."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -14,147 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
 import pytest
+from conftest import API_KEY, IngestServer, make_manifest, wait_until
 
 from ctxkit.record.client import Client, backoff_delay, parse_retry_after
-from ctxkit.record.manifest import Budget, Item, Manifest, convert_manifest
 from ctxkit.record.spool import Spool
-
-API_KEY = "test-key"
-
-
-def make_manifest(call_id: str, items: int = 0) -> Manifest:
-    return Manifest(
-        schema="ctxview.manifest/v1",
-        call_id=call_id,
-        run_id="r1",
-        step=0,
-        model="m",
-        started_at=datetime.now(UTC),
-        budget=Budget(window=8000),
-        items=[Item(id=f"i{n}", kind="history", action="keep", requested_tokens=10) for n in range(items)],
-    )
-
-
-class FakeServer:
-    """POST /api/v1/manifests with the server's contract, in a thread."""
-
-    def __init__(self, api_key: str = API_KEY) -> None:
-        self.api_key = api_key
-        self.lock = threading.Lock()
-        self.stored: dict[str, dict] = {}
-        self.duplicates = 0
-        self.requests: list[dict] = []  # one per request: encoding, raw_size, count, status
-        self.failures: list[tuple[int, str | None]] = []
-        self.hang = threading.Event()
-        self.hang.set()  # set = answer at once; clear it to make handlers wait
-        self.arrived = threading.Event()
-        self.port = 0
-        self.httpd: ThreadingHTTPServer | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                server.handle(self)
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        httpd.daemon_threads = True
-        self.port = httpd.server_address[1]
-        self.httpd = httpd
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
-
-    def fail_next(self, count: int, status: int, retry_after: str | None = None) -> None:
-        with self.lock:
-            self.failures.extend([(status, retry_after)] * count)
-
-    def ids(self) -> set[str]:
-        with self.lock:
-            return set(self.stored)
-
-    def wait_for(self, count: int, timeout: float = 5.0) -> bool:
-        return wait_until(lambda: len(self.ids()) >= count, timeout)
-
-    def handle(self, h: BaseHTTPRequestHandler) -> None:
-        raw = h.rfile.read(int(h.headers.get("Content-Length", "0")))
-        self.arrived.set()
-        self.hang.wait(10)
-        record = {"encoding": h.headers.get("Content-Encoding"), "count": 0, "raw_size": len(raw)}
-        with self.lock:
-            self.requests.append(record)
-            failure = self.failures.pop(0) if self.failures else None
-        if failure is not None:
-            record["status"] = failure[0]
-            extra = {"Retry-After": failure[1]} if failure[1] else {}
-            return self.answer(h, failure[0], {"error": "told to fail"}, extra)
-        if h.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return self.answer(h, 401, {"error": "bad key"})
-        if h.headers.get("Content-Type") != "application/json":
-            return self.answer(h, 415, {"error": "wrong type"})
-        if record["encoding"] == "gzip":
-            raw = gzip.decompress(raw)
-        record["raw_size"] = len(raw)
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            return self.answer(h, 400, {"error": "malformed"})
-        batch = doc["manifests"] if isinstance(doc, dict) and "manifests" in doc else [doc]
-        record["count"] = len(batch)
-        results = []
-        with self.lock:
-            for obj in batch:
-                manifest, errors = convert_manifest(obj)
-                if manifest is None:
-                    results.append({"call_id": None, "status": "rejected", "errors": [e.path for e in errors]})
-                elif manifest.call_id in self.stored:
-                    self.duplicates += 1
-                    results.append({"call_id": manifest.call_id, "status": "duplicate", "errors": []})
-                else:
-                    self.stored[manifest.call_id] = obj
-                    results.append({"call_id": manifest.call_id, "status": "accepted", "errors": []})
-        counts = {s: sum(r["status"] == s for r in results) for s in ("accepted", "duplicate", "rejected")}
-        body = {"results": results, "accepted": counts["accepted"], "duplicates": counts["duplicate"]}
-        body["rejected"] = counts["rejected"]
-        record["status"] = 207 if counts["rejected"] and len(results) > counts["rejected"] else 200
-        self.answer(h, record["status"], body)
-
-    @staticmethod
-    def answer(h: BaseHTTPRequestHandler, status: int, body: dict, headers: dict | None = None) -> None:
-        data = json.dumps(body).encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            h.send_header(key, value)
-        h.end_headers()
-        h.wfile.write(data)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def dead_url() -> str:
@@ -163,14 +27,6 @@ def dead_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    srv = FakeServer()
-    yield srv
-    srv.hang.set()
-    srv.stop()
 
 
 @pytest.fixture
@@ -190,7 +46,7 @@ def clients() -> Iterator[Callable[..., Client]]:
         client.shutdown(timeout=1.0)
 
 
-def test_it_delivers_captured_manifests_and_counts_them(server: FakeServer, clients) -> None:
+def test_it_delivers_captured_manifests_and_counts_them(server: IngestServer, clients) -> None:
     client = clients(server.url)
     for n in range(5):
         assert client.capture(make_manifest(f"c{n}")) is True
@@ -200,7 +56,7 @@ def test_it_delivers_captured_manifests_and_counts_them(server: FakeServer, clie
     assert (stats["captured"], stats["sent"], stats["dropped"], stats["rejected"]) == (5, 5, 0, 0)
 
 
-def test_capture_never_raises_on_garbage_and_bad_items_do_not_sink_the_batch(server: FakeServer, clients) -> None:
+def test_capture_never_raises_on_garbage_and_bad_items_do_not_sink_the_batch(server: IngestServer, clients) -> None:
     client = clients(server.url, flush_interval=5.0)
     garbage = [None, 42, object(), {"x": object()}, b"not json", b"[1, 2]"]
     for thing in garbage:
@@ -227,7 +83,7 @@ def test_capture_never_raises_with_a_dead_host_and_reports_the_drop(clients) -> 
     assert errors and errors[0][0].startswith("dropped") and errors[0][1] == 1
 
 
-def test_capture_returns_at_once_when_the_queue_is_full(server: FakeServer, clients) -> None:
+def test_capture_returns_at_once_when_the_queue_is_full(server: IngestServer, clients) -> None:
     server.hang.clear()  # the worker's first request now hangs
     client = clients(server.url, max_queue=5, batch_size=1)
     client.capture(make_manifest("first"))
@@ -249,7 +105,7 @@ def test_capture_returns_at_once_when_the_queue_is_full(server: FakeServer, clie
     assert len(server.ids()) == 6
 
 
-def test_full_queue_goes_to_the_spool_and_is_replayed(server: FakeServer, clients, tmp_path) -> None:
+def test_full_queue_goes_to_the_spool_and_is_replayed(server: IngestServer, clients, tmp_path) -> None:
     server.hang.clear()
     client = clients(server.url, max_queue=5, batch_size=50, spool_dir=tmp_path)
     client.capture(make_manifest("first"))
@@ -265,7 +121,7 @@ def test_full_queue_goes_to_the_spool_and_is_replayed(server: FakeServer, client
     assert server.duplicates == 0
 
 
-def test_it_batches_by_count(server: FakeServer, clients) -> None:
+def test_it_batches_by_count(server: IngestServer, clients) -> None:
     client = clients(server.url, batch_size=10, flush_interval=30.0)
     for n in range(35):
         client.capture(make_manifest(f"c{n}"))
@@ -273,7 +129,7 @@ def test_it_batches_by_count(server: FakeServer, clients) -> None:
     assert [r["count"] for r in server.requests] == [10, 10, 10, 5]
 
 
-def test_it_batches_by_bytes(server: FakeServer, clients) -> None:
+def test_it_batches_by_bytes(server: IngestServer, clients) -> None:
     one = len(msgspec.json.encode(make_manifest("c00", items=20)))
     limit = int(one * 3.5)
     client = clients(server.url, batch_size=100, max_batch_bytes=limit, flush_interval=30.0, gzip=False)
@@ -286,7 +142,7 @@ def test_it_batches_by_bytes(server: FakeServer, clients) -> None:
     assert all(r["raw_size"] <= limit for r in server.requests)
 
 
-def test_it_sends_after_the_interval_without_flush(server: FakeServer, clients) -> None:
+def test_it_sends_after_the_interval_without_flush(server: IngestServer, clients) -> None:
     client = clients(server.url, batch_size=100, flush_interval=0.1)
     for n in range(3):
         client.capture(make_manifest(f"c{n}"))
@@ -294,7 +150,7 @@ def test_it_sends_after_the_interval_without_flush(server: FakeServer, clients) 
     assert [r["count"] for r in server.requests] == [3]
 
 
-def test_body_is_gzipped_unless_disabled(server: FakeServer, clients) -> None:
+def test_body_is_gzipped_unless_disabled(server: IngestServer, clients) -> None:
     zipped = clients(server.url)
     zipped.capture(make_manifest("z"))
     assert zipped.flush(5)
@@ -306,7 +162,7 @@ def test_body_is_gzipped_unless_disabled(server: FakeServer, clients) -> None:
 
 
 @pytest.mark.parametrize("status", [503, 429])
-def test_it_retries_transient_answers_honouring_retry_after(server: FakeServer, clients, status: int) -> None:
+def test_it_retries_transient_answers_honouring_retry_after(server: IngestServer, clients, status: int) -> None:
     server.fail_next(1, status, retry_after="0.5")
     client = clients(server.url)
     client.capture(make_manifest("c1"))
@@ -317,7 +173,7 @@ def test_it_retries_transient_answers_honouring_retry_after(server: FakeServer, 
     assert client.stats()["retries"] == 1 and client.stats()["sent"] == 1
 
 
-def test_it_retries_5xx_and_408_with_capped_backoff(server: FakeServer, clients) -> None:
+def test_it_retries_5xx_and_408_with_capped_backoff(server: IngestServer, clients) -> None:
     server.fail_next(1, 502)
     server.fail_next(1, 408)
     server.fail_next(1, 500)
@@ -331,7 +187,7 @@ def test_it_retries_5xx_and_408_with_capped_backoff(server: FakeServer, clients)
     assert client.stats()["retries"] == 3 and server.ids() == {"c1"}
 
 
-def test_it_gives_up_after_max_retries_and_counts_the_drop(server: FakeServer, clients) -> None:
+def test_it_gives_up_after_max_retries_and_counts_the_drop(server: IngestServer, clients) -> None:
     server.fail_next(10, 503)
     client = clients(server.url, max_retries=2)
     client.capture(make_manifest("c1"))
@@ -340,7 +196,7 @@ def test_it_gives_up_after_max_retries_and_counts_the_drop(server: FakeServer, c
     assert client.stats()["dropped"] == 1 and client.stats()["retries"] == 2
 
 
-def test_it_does_not_retry_a_400(server: FakeServer, clients) -> None:
+def test_it_does_not_retry_a_400(server: IngestServer, clients) -> None:
     server.fail_next(1, 400)
     client = clients(server.url)
     client.capture(make_manifest("c1"))
@@ -350,7 +206,7 @@ def test_it_does_not_retry_a_400(server: FakeServer, clients) -> None:
     assert (stats["rejected"], stats["retries"], stats["sent"]) == (1, 0, 0)
 
 
-def test_a_bad_key_is_rejected_and_logged_once(server: FakeServer, clients, caplog) -> None:
+def test_a_bad_key_is_rejected_and_logged_once(server: IngestServer, clients, caplog) -> None:
     client = Client("wrong", server.url, flush_interval=0.01, batch_size=1)
     caplog.set_level(logging.DEBUG, logger="ctxkit")
     for n in range(3):
@@ -362,7 +218,7 @@ def test_a_bad_key_is_rejected_and_logged_once(server: FakeServer, clients, capl
     assert client.stats()["rejected"] == 3 and len(server.requests) == 3
 
 
-def test_a_wrong_key_with_a_spool_keeps_the_manifests_for_a_good_key(server: FakeServer, clients, tmp_path) -> None:
+def test_a_wrong_key_with_a_spool_keeps_the_manifests_for_a_good_key(server: IngestServer, clients, tmp_path) -> None:
     wrong = Client("wrong", server.url, spool_dir=tmp_path, flush_interval=0.01)
     for n in range(3):
         wrong.capture(make_manifest(f"c{n}"))
@@ -373,7 +229,7 @@ def test_a_wrong_key_with_a_spool_keeps_the_manifests_for_a_good_key(server: Fak
     assert server.wait_for(3)
 
 
-def test_a_too_large_batch_is_split(server: FakeServer, clients) -> None:
+def test_a_too_large_batch_is_split(server: IngestServer, clients) -> None:
     server.fail_next(1, 413)
     client = clients(server.url, flush_interval=30.0)
     for n in range(4):
@@ -401,7 +257,7 @@ def test_backoff_is_jittered_and_capped() -> None:
     assert all(backoff_delay(0, 0.5, 4.0) <= 0.5 for _ in range(100))
 
 
-def test_spools_during_an_outage_and_replays_after_restart(server: FakeServer, clients, tmp_path) -> None:
+def test_spools_during_an_outage_and_replays_after_restart(server: IngestServer, clients, tmp_path) -> None:
     server.stop()
     client = clients(server.url, spool_dir=tmp_path, max_retries=1, batch_size=20)
     for n in range(50):
@@ -417,7 +273,7 @@ def test_spools_during_an_outage_and_replays_after_restart(server: FakeServer, c
     assert wait_until(lambda: not Spool(tmp_path).has_pending())
 
 
-def test_a_new_client_sends_what_the_previous_process_spooled(server: FakeServer, clients, tmp_path) -> None:
+def test_a_new_client_sends_what_the_previous_process_spooled(server: IngestServer, clients, tmp_path) -> None:
     server.stop()
     old = clients(server.url, spool_dir=tmp_path, max_retries=0)
     for n in range(30):
@@ -457,7 +313,7 @@ def test_flush_returns_within_its_timeout_when_the_server_is_dead(clients) -> No
     assert client.stats()["dropped"] == 1
 
 
-def test_a_forked_child_gets_its_own_worker(server: FakeServer, clients) -> None:
+def test_a_forked_child_gets_its_own_worker(server: IngestServer, clients) -> None:
     client = clients(server.url)
     client.capture(make_manifest("parent-before"))
     assert client.flush(5)
@@ -480,7 +336,7 @@ def test_a_forked_child_gets_its_own_worker(server: FakeServer, clients) -> None
     assert client.stats()["captured"] == 2
 
 
-def test_counters_add_up(server: FakeServer, clients, tmp_path) -> None:
+def test_counters_add_up(server: IngestServer, clients, tmp_path) -> None:
     server.fail_next(1, 400)
     client = clients(server.url, spool_dir=tmp_path, batch_size=2, flush_interval=30.0, max_retries=0)
     client.capture(make_manifest("a"))

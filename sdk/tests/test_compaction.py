@@ -1,4 +1,4 @@
-"""Compaction with survival checks, and clearing of old tool results (seed 003/004)."""
+"""Compaction with survival checks, and clearing of old tool results."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_a_lossy_summarizer_fails_the_invariants_with_the_literal_items_lost() -
 
 
 def test_a_soft_deadline_in_recent_turns_is_lost_when_too_few_turns_are_kept() -> None:
-    # Seed 003: keeping 1 turn instead of 6 raises the ratio but loses "reply by Friday",
+    # Keeping 1 turn instead of 6 raises the ratio but loses "reply by Friday",
     # which does not look like a conclusion, so the summarizer does not pick it up.
     deadline = "Please get back to me by Friday evening."
     kept_enough = compact(support_history(), keep_last=3, constraints=[deadline], estimate=chars)

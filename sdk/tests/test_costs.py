@@ -1,4 +1,4 @@
-"""Cost in relative units, the caching break-even and the TTL (seed 001, 5.1.1, 5.7.2, 5.7.4)."""
+"""Cost in relative units, the caching break-even and the TTL."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from ctxkit import ContextBuilder, Segment, cache_break_even, cache_saving, cost
 from ctxkit.figures import cost_units
 from ctxkit.record.manifest import Usage
 
-K = 1000  # the seed prices 1k tokens: its u is 1000 of our units (one uncached input token = 1)
+K = 1000  # units per 1k uncached input tokens (one uncached input token = 1)
 
 
 def _run(*, cache: bool, window: bool) -> list[Usage]:
-    """Seed 001, 5.1.1: 10 steps, stable prefix P = 3.2k, history +2k a step (capped at 8k by the
+    """10 steps, stable prefix P = 3.2k, history +2k a step (capped at 8k by the
     sliding window from step 4), 0.5k output a step."""
     calls = []
     for step in range(1, 11):
@@ -28,8 +28,8 @@ def _run(*, cache: bool, window: bool) -> list[Usage]:
     return calls
 
 
-def test_run_cost_reproduces_the_seeds_three_strategies() -> None:
-    """Seed 001, 5.1.1: "B 比 C 少花 42u ... C 比 A 少花 25u"."""
+def test_run_cost_of_three_caching_strategies() -> None:
+    """B costs 42k units less than C, C 25k less than A."""
     a = run_cost(_run(cache=False, window=False))
     c = run_cost(_run(cache=True, window=False))
     b = run_cost(_run(cache=True, window=True))
@@ -40,7 +40,7 @@ def test_run_cost_reproduces_the_seeds_three_strategies() -> None:
 
 
 def test_cost_is_the_one_definition_in_figures() -> None:
-    """Seed 001, 5.1.1: input 1, output 4, cache read 0.1, cache write 1.25."""
+    """Input 1, output 4, cache read 0.1, cache write 1.25."""
     usage = Usage(input_tokens=1000, cache_read_tokens=500, cache_write_tokens=100, output_tokens=10)
     assert cost(usage) == cost_units(usage) == 400 + 50 + 125 + 40
     raw_anthropic = {"input_tokens": 400, "cache_read_input_tokens": 500, "cache_creation_input_tokens": 100,
@@ -48,8 +48,8 @@ def test_cost_is_the_one_definition_in_figures() -> None:
     assert cost(raw_anthropic) == cost(usage)
 
 
-def test_break_even_is_the_seeds() -> None:
-    """Seed 001, 5.7.2: n > 1.28 with the seed's weights; n > 3 with c_write = 2, c_read = 0.5."""
+def test_break_even_call_count() -> None:
+    """n > 1.28 with the default weights; n > 3 with c_write = 2, c_read = 0.5."""
     assert cache_break_even() == pytest.approx(1.28, abs=0.005)
     assert cache_break_even({"input": 1, "cache_read": 0.5, "cache_write": 2, "output": 4}) == pytest.approx(3)
     assert cache_saving(3200, 1) < 0 < cache_saving(3200, 2)
@@ -58,7 +58,7 @@ def test_break_even_is_the_seeds() -> None:
 
 
 def test_ttl_expiry_and_the_ttl_in_the_manifest() -> None:
-    """Seed 001, 5.7.4: a 40-minute approval outlives a minutes-long TTL; the manifest records the TTL."""
+    """A 40-minute approval outlives a minutes-long TTL; the manifest records the TTL."""
     t0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     assert ttl_expired(t0, t0 + timedelta(minutes=40), 300)
     assert not ttl_expired(t0, t0 + timedelta(minutes=4), 300)

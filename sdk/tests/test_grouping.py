@@ -1,4 +1,4 @@
-"""Atomic interaction groups and budgeted projection (seed 000)."""
+"""Atomic interaction groups and budgeted projection."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_message_tokens_count_tool_call_arguments_and_result_blocks() -> None:
     assert message_tokens(an_results("t", text="x" * 400)) >= 100 + MESSAGE_OVERHEAD
 
 
-# seed 000's five tests: grouping / budget enough / only the newest fits / never half a group / newest over
+# The five projection checks: grouping / budget enough / only the newest fits / never half a group / newest over
 
 
 def test_project_keeps_everything_when_the_budget_is_enough() -> None:

@@ -1,4 +1,4 @@
-"""The three-section handoff contract (seed 003)."""
+"""The three-section handoff contract."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HEAD / MIDDLE / TAIL layout and the stable prefix hash (seed 001, 5.2.1 and 5.7)."""
+"""HEAD / MIDDLE / TAIL layout and the stable prefix hash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What ctxkit builds is a manifest the server accepts, by construction (issue 12, fourth pass).
+"""What ctxkit builds is a manifest the server accepts, by construction.
 
 ``build_manifest`` runs the server's check (``convert_manifest``) on the agent's thread only when
 the caller hands in a manifest struct made by hand (msgspec checks nothing at construction). This

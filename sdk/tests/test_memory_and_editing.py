@@ -1,4 +1,4 @@
-"""Memory write-back with supersedes (seed 001, 5.6.3) and clearing thinking blocks (seed 000, section 4)."""
+"""Memory write-back with supersedes and clearing thinking blocks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ctxkit.context.memory import Fact
 
 
 def test_a_newer_fact_supersedes_the_older_and_the_manifest_records_which() -> None:
-    """Seed 001, 5.6.3: report.language en -> zh, appended with supersedes, never overwritten in place."""
+    """Report.language en -> zh, appended with supersedes, never overwritten in place."""
     memory = Memory()
     old = memory.write("report.language", "en", authority="preference", source="mem:2026-09", fact_id="mem_7f31")
     new = memory.write("report.language", "zh", authority="user", source="user:turn-8")
@@ -28,8 +28,8 @@ def test_a_newer_fact_supersedes_the_older_and_the_manifest_records_which() -> N
     assert "'en' -> 'zh'" in items["mem_7f31"].reason
 
 
-def test_explicit_supersedes_and_the_seeds_authority_order() -> None:
-    """Seed 001, 5.6.3: a long-term preference does not override the current user's explicit instruction."""
+def test_explicit_supersedes_and_the_authority_order() -> None:
+    """A long-term preference does not override the current user's explicit instruction."""
     memory = Memory()
     user = memory.write("report.language", "zh", authority="user", source="user:turn-8")
     stale = memory.write("report.language", "en", authority="preference", source="mem:profile")
@@ -56,7 +56,7 @@ def _history() -> list[Record]:
 
 
 def test_old_thinking_blocks_are_cleared_and_recorded_as_a_context_edit() -> None:
-    """Seed 000, section 4: context editing clears stale tool results / thinking blocks, no summary."""
+    """Context editing clears stale tool results / thinking blocks, no summary."""
     history = _history()
     result = clear_thinking(history, keep_last=1)
     assert result.applied and result.cleared_ids == ["think0", "think1", "think2"] and result.kept == 1
@@ -77,7 +77,7 @@ def test_old_thinking_blocks_are_cleared_and_recorded_as_a_context_edit() -> Non
 
 
 def test_clearing_thinking_respects_clear_at_least() -> None:
-    """Seed 003: clearing breaks the cache prefix, so it only acts when it frees enough."""
+    """Clearing breaks the cache prefix, so it only acts when it frees enough."""
     result = clear_thinking(_history(), keep_last=1, clear_at_least=10_000)
     assert not result.applied and "below clear_at_least" in result.reason
 

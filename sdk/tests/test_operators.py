@@ -197,7 +197,7 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
 
 
 def reference_score(line: str) -> int:
-    """score_line as the seed states it, check by check (score_line folds them into fewer passes)."""
+    """score_line's definition, check by check (score_line folds them into fewer scans)."""
     low = line.lower()
     return (5 * any(c.isdigit() for c in line)
             + 4 * bool(any(h in line for h in operators.CONSTRAINT_HINTS) or _CONSTRAINT_WORDS.search(line))
@@ -218,7 +218,7 @@ words = st.sampled_from(["must", "MUST", "muſt", "no", "don't", "at least", "3 
 @example("5 \u212aB")
 @example("ſ://x")
 @example("KB:3")
-def test_score_line_matches_the_seed_definition(line: str) -> None:
+def test_score_line_matches_its_definition(line: str) -> None:
     assert score_line(line) == reference_score(line)
     assert operators.is_failure_line(line) == any(h in line.lower() for h in operators.FAIL_HINTS)
 

@@ -75,3 +75,19 @@ def test_results_become_manifest_evidence_that_validates() -> None:
     manifest, errors = convert_manifest(body)
     assert errors == []
     assert manifest is not None and [e.present for e in manifest.evidence] == [True, False, True]
+
+
+def test_it_finds_a_key_field_in_every_output_that_carries_it_once_per_output() -> None:
+    outputs = {
+        "a": "status=ok",
+        "b": "error code=429\nerror code=429\nretry 429",
+        "c": "",
+        "d": "x4290 is not it",
+        "e": "429",
+    }
+    fields = [KeyField("rate limit", "429", source="e"), KeyField("none", "503")]
+    first, missing = read_back(fields, outputs)
+    assert (first.present, first.found_in) == (True, "e")
+    assert (missing.present, missing.found_in) == (False, None)
+    (other,) = read_back([KeyField("rate limit", "429")], outputs)
+    assert other.found_in == "b"  # the first output carrying it, in the outputs' order

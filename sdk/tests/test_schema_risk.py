@@ -1,7 +1,7 @@
-"""Tool-schema compression keeps risk, required parameters and enums (seed 004 P1; seed 001, 5.3.3).
+"""Tool-schema compression keeps risk, required parameters and enums.
 
-Seed 004: "description 可压缩，required/enums/风险和结果状态不能丢" -- a warning in any sentence of a
-description (irreversible, destructive, costly, privacy) must survive compression.
+Descriptions may be shortened; required parameters, enums, risks and result states may not: a
+warning in any sentence of a description (irreversible, destructive, costly, privacy) must survive compression.
 """
 
 from __future__ import annotations

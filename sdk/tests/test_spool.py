@@ -8,27 +8,15 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
+from conftest import make_manifest
 
-from ctxkit.record.manifest import Budget, Manifest, decode_manifest
+from ctxkit.record.manifest import decode_manifest
 from ctxkit.record.spool import Spool
 
 SDK_DIR = str(Path(__file__).resolve().parents[1])
-
-
-def make_manifest(call_id: str) -> Manifest:
-    return Manifest(
-        schema="ctxview.manifest/v1",
-        call_id=call_id,
-        run_id="r1",
-        step=0,
-        model="m",
-        started_at=datetime.now(UTC),
-        budget=Budget(window=8000),
-    )
 
 
 def call_ids(lines: list[bytes]) -> list[str]:

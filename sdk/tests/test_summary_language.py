@@ -1,5 +1,5 @@
 """Summaries in the conversation's language, sections not by one keyword, the caller's token counts
-(seed 003 three-section summary; seed 000 estimateTokens is the caller's)."""
+(the three-section summary; the caller's token estimator)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ctxkit.context.handoff import check_handoff
 
 
 def test_chinese_conversation_gets_chinese_headings() -> None:
-    """Seed 003: 已定结论 / 待办事项 / 硬约束, empty sections written as 无."""
+    """已定结论 / 待办事项 / 硬约束, empty sections written as 无."""
     summary = extractive_summarizer([Record("u1", "user", "订单 DD-5531 的退款金额是 328 元。")])
     text = summary.render()
     assert text.splitlines() == ["已定结论：", "- 订单 DD-5531 的退款金额是 328 元。 [src: u1]", "待办事项：", "- 无",
@@ -18,13 +18,13 @@ def test_chinese_conversation_gets_chinese_headings() -> None:
 
 
 def test_english_conversation_keeps_english_headings() -> None:
-    """Seed 003: the same three sections, in the conversation's language."""
+    """The same three sections, in the conversation's language."""
     text = extractive_summarizer([Record("u1", "user", "Order ORD-1 was refunded 59 USD.")]).render()
     assert text.startswith("Settled facts:") and "Hard constraints:\n- none" in text
 
 
 def test_sections_do_not_rest_on_one_keyword() -> None:
-    """Seed 003: hard requirements and open items by what the sentence says, not by 之前 / 等待 alone."""
+    """Hard requirements and open items by what the sentence says, not by 之前 / 等待 alone."""
     records = [
         Record("u1", "user", "之前查过 app 渠道 3 次。"),  # "earlier": a fact, not a deadline
         Record("u2", "user", "审批等待了 40 分钟。"),  # "waited": a fact, not an open item
@@ -38,7 +38,7 @@ def test_sections_do_not_rest_on_one_keyword() -> None:
 
 
 def test_project_uses_the_callers_token_counts() -> None:
-    """Seed 000: estimateTokens is the caller's; no 4 tokens per message silently added on top."""
+    """EstimateTokens is the caller's; no 4 tokens per message silently added on top."""
     history = [{"role": "user", "content": "abcd"}, {"role": "assistant", "content": "efgh"}]
     p = project(history, window=8, estimate=len)
     assert p.used_tokens == 8 and p.overflow_tokens == 0

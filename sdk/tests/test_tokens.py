@@ -127,8 +127,8 @@ def test_file_report_accepts_another_estimator_and_bad_utf8(tmp_path) -> None:
     assert report["bytes"] == 7
 
 
-def test_format_report_prints_the_seed_shares() -> None:
-    # seed 5.8.3: 19225 tokens are 15.02 % of a 128k window and 240.31 % of an 8k one
+def test_format_report_prints_the_window_shares() -> None:
+    # 19225 tokens are 15.02 % of a 128k window and 240.31 % of an 8k one
     report = {
         "file": "src/part1/ch01.md", "bytes": 67564, "chars": 35916, "lines": 1002, "cjk_chars": 13042,
         "estimated_tokens": 19225, "chars_per_token": 1.87,

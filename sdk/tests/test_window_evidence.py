@@ -1,4 +1,4 @@
-"""Sliding window and failure hints (seed 001, 5.5.1 and 5.4.1)."""
+"""Sliding window and failure hints."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _turns() -> list[str]:
 
 
 def test_rolled_out_failure_evidence_survives_when_newest_turns_fill_the_budget() -> None:
-    """Seed 001, 5.5.1: the rolled-out part is summarized keeping failure reasons, not dropped."""
+    """The rolled-out part is summarized keeping failure reasons, not dropped."""
     turns = _turns()
     budget = estimate_tokens("\n".join(turns[3:]))  # the newest turns alone fill the whole budget
     out, record = sliding_window(turns, budget=budget)
@@ -25,7 +25,7 @@ def test_rolled_out_failure_evidence_survives_when_newest_turns_fill_the_budget(
 
 
 def test_summary_reserve_comes_before_the_newest_turns() -> None:
-    """Seed 001, 5.5.1: the summary's own budget is reserved first, then the newest turns fill the rest."""
+    """The summary's own budget is reserved first, then the newest turns fill the rest."""
     turns = _turns()
     for budget in range(60, 400, 17):
         out, record = sliding_window(turns, budget=budget)
@@ -34,15 +34,15 @@ def test_summary_reserve_comes_before_the_newest_turns() -> None:
             assert "429" in out, budget
 
 
-def test_failure_hints_are_the_seeds() -> None:
-    """Seed 001, 5.4.1: FAIL_HINTS = ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")."""
+def test_failure_hints_are_fixed() -> None:
+    """FAIL_HINTS = ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")."""
     assert FAIL_HINTS == ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")
     assert is_failure_line("tool: error=HTTP 429")
     assert not is_failure_line("user: 我们下次聊聊限流策略")
 
 
 def test_chat_about_rate_limiting_does_not_crowd_out_a_real_failure() -> None:
-    """Seed 001, 5.4.1/5.5.1: a chat line mentioning rate limiting is not failure evidence."""
+    """A chat line mentioning rate limiting is not failure evidence."""
     turns = ["user: 顺便说一下，我们团队在讨论限流和超时的设计", "tool(bi_query): failed with HTTP 429",
              *[f"assistant: 第 {i} 轮正常推进，没有问题需要报告，继续执行后面的查询步骤。" for i in range(10)]]
     budget = estimate_tokens("\n".join(turns[4:])) + 8
@@ -52,7 +52,7 @@ def test_chat_about_rate_limiting_does_not_crowd_out_a_real_failure() -> None:
 
 
 def test_extraction_ranks_a_real_failure_over_talk_about_one() -> None:
-    """Seed 001, 5.4.1: score_line's failure points go to failure facts, not to topics."""
+    """Score_line's failure points go to failure facts, not to topics."""
     text = "我们聊聊限流的事\nstatus=failed code=429"
     out, _ = extract_lines(text, estimate_tokens("status=failed code=429") + 12)
     assert "code=429" in out

@@ -34,7 +34,8 @@
     var t = cv.theme();
     return {
       headroom: { color: getComputedStyle(document.documentElement).getPropertyValue("--neutral-bg").trim() || "#eceff4",
-                  text: t.fg, what: "unused input space under the cap" },
+                  text: t.fg, what: "how many more input tokens could have gone in (input cap − input read)" },
+      other: { color: "#5b6475", text: "#ffffff", what: "input the model read that no item accounts for (the provider's count less the items')" },
       margin: { color: "#c3c9d4", text: "#1d2330", what: "safety margin" },
       reserve: { color: "#8d96a6", text: "#1d2330", what: "kept free for the answer" }
     };
@@ -46,7 +47,7 @@
     box.textContent = "";
     var spaces = spaceColors();
     var entries = Object.keys(GROUP).map(function (g) { return [alloc.groups[g], GROUP[g].color]; })
-      .concat([["not sent (hatched)", "#8d96a6", true], ["headroom", spaces.headroom.color],
+      .concat([["not sent (hatched)", "#8d96a6", true], ["other input", spaces.other.color], ["headroom", spaces.headroom.color],
                ["safety margin", spaces.margin.color], ["output reserve", spaces.reserve.color]]);
     entries.forEach(function (e) {
       var span = document.createElement("span");
@@ -92,13 +93,23 @@
       at += r.used;
     });
     var spaces = spaceColors();
+    // Input the model read beyond the items (the question, message framing): from the
+    // provider's count, so that items + this + headroom end at the input cap.
+    if (alloc.unitemized > 0) {
+      push(IN, at, alloc.unitemized, spaces.other.color, label("other input " + alloc.unitemized, "other", alloc.unitemized),
+           spaces.other.text, "<b>other input</b><br>" + alloc.unitemized + " tokens: " + spaces.other.what, false);
+      at += alloc.unitemized;
+    }
     var pos = alloc.headroom > 0 ? at : Math.max(at, alloc.input_cap);
-    [["headroom", alloc.headroom, spaces.headroom], ["margin", alloc.margin, spaces.margin],
-     ["output reserve", alloc.reserve, spaces.reserve]].forEach(function (r) {
-      if (r[1] <= 0) { return; }
-      push(IN, pos, r[1], r[2].color, label(r[0] + " " + r[1], r[0], r[1]), r[2].text,
+    // Headroom is the figure input cap − input read; it is drawn up to the cap (when the
+    // provider counted fewer tokens than the items, the items already reach past the read).
+    [["headroom", alloc.headroom, spaces.headroom, Math.min(alloc.headroom, alloc.input_cap - at)],
+     ["margin", alloc.margin, spaces.margin], ["output reserve", alloc.reserve, spaces.reserve]].forEach(function (r) {
+      var width = r.length > 3 ? r[3] : r[1];
+      if (r[1] <= 0 || width <= 0) { return; }
+      push(IN, pos, width, r[2].color, label(r[0] + " " + r[1], r[0], width), r[2].text,
            "<b>" + r[0] + "</b><br>" + r[1] + " tokens: " + r[2].what, false);
-      pos += r[1];
+      pos += width;
     });
     var off = 0;
     outside.forEach(function (r) {

@@ -10,7 +10,10 @@ PNGs of the parts it talks about.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
@@ -56,14 +59,46 @@ def explore(page: Page, base: str, out: Path) -> None:
     shot(page, out, "not-found")
 
 
+def live(page: Page, base: str, out: Path, key: str) -> None:
+    """The live tail as calls arrive: three posted through the API while the page is open,
+    at 1280 px, at 390 px and in dark mode."""
+    browser = page.context.browser
+    state = page.context.storage_state()
+    for name, options in (("live", {"viewport": VIEWPORT}),
+                          ("live-390px", {"viewport": {"width": 390, "height": 844}, "is_mobile": True}),
+                          ("live-dark", {"viewport": VIEWPORT, "color_scheme": "dark"})):
+        context = browser.new_context(storage_state=state, **options)
+        other = context.new_page()
+        other.goto(f"{base}/p/demo/live/")
+        stamp = datetime.now(UTC)
+        manifests = [{"schema": "ctxview.manifest/v1", "call_id": f"{name}-{stamp:%H%M%S}/step-{n}",
+                      "run_id": f"{name}-{stamp:%H%M%S}", "step": n, "agent": "support-triage",
+                      "model": "claude-sonnet-4-5", "started_at": datetime.now(UTC).isoformat(),
+                      "budget": {"window": 8000, "output_reserve": 1000},
+                      "usage": {"input_tokens": 1200 + 300 * n, "cache_read_tokens": 800 * min(n, 1),
+                                "output_tokens": 90},
+                      "items": [{"id": "system", "kind": "system", "action": "keep", "requested_tokens": 120,
+                                 "pinned": True}]} for n in range(3)]
+        request = urllib.request.Request(f"{base}/api/v1/manifests", method="POST",
+                                         data=json.dumps({"manifests": manifests}).encode(),
+                                         headers={"Authorization": f"Bearer {key}",
+                                                  "Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).close()
+        other.wait_for_selector(f'#live tr[data-call="{manifests[-1]["call_id"]}"]')
+        shot(other, out, name)
+        context.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", default="http://127.0.0.1:8000")
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--user", default="demo")
     parser.add_argument("--password", default="demo-password")
-    parser.add_argument("--part", choices=["all", "walkthrough", "explore"], default="all",
-                        help="the three questions' walkthrough, the find/compare/export pages, or both")
+    parser.add_argument("--part", choices=["all", "walkthrough", "explore", "live"], default="all",
+                        help="the three questions' walkthrough, the find/compare/export pages, or both; "
+                             "or the live tail (needs --key)")
+    parser.add_argument("--key", default="", help="the demo project's ingest key (printed by `make run`)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,8 +111,8 @@ def main() -> None:
         page.fill("input[name=password]", args.password)
         page.click("button[type=submit]")
         page.wait_for_url(f"{base}/")
-        if args.part == "explore":
-            explore(page, base, out)
+        if args.part in ("live", "explore"):
+            (live(page, base, out, args.key) if args.part == "live" else explore(page, base, out))
             browser.close()
             return
 

@@ -41,6 +41,7 @@ PAGES = [
     "search/?q=refunds",
     "compare/?b=coder-list-endpoint/step-7",
     "runs/ops-refunds-watch/",
+    "live/",
 ]
 
 

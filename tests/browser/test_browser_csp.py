@@ -9,7 +9,7 @@ import pytest
 pytestmark = pytest.mark.django_db
 
 PAGES = ["", "runs/", "runs/coder-list-endpoint/", "calls/refunds-budget-800/step-6/", "evidence/", "cache/",
-         "compactions/"]
+         "compactions/", "live/"]
 
 
 def watch_violations(page) -> list[str]:

@@ -64,8 +64,9 @@ def test_it_draws_the_call_view_and_replays_it_at_another_budget(site, watched):
     page.goto(site.project_url("calls/refunds-budget-800/step-6/"))
     assert watched.charts("#allocation-window") >= 1
     assert watched.charts("#allocation-items") >= 1
-    # The window bar holds one segment per item in the context plus reserve and headroom.
-    expect(page.locator("#allocation-window .point")).to_have_count(8)
+    # The window bar holds one segment per item in the context, then the other input the provider
+    # counted (the question, framing), the headroom and the reserve.
+    expect(page.locator("#allocation-window .point")).to_have_count(9)
     rate = page.locator('#whatif-evidence tr[data-evidence="rate_limit"] td').nth(2)
     expect(rate).not_to_have_text("present")
     assert watched.charts("#whatif-chart") >= 1

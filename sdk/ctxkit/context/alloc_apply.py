@@ -1,6 +1,6 @@
 """Cutting each segment to its grant by its policy, and the reason it gives (allocator step 7).
 
-Used by :mod:`ctxkit.context.allocator`; split out to keep modules small. The budget-independent half
+Used by :mod:`ctxkit.context.allocator`. The budget-independent half
 of ``extract``, ``summarize`` and ``schema`` (lines ranked and costed, schema steps rendered)
 is kept across calls in :mod:`ctxkit.context.alloc_cache` when the estimator is the default one, so
 only the cut at this call's grant is redone.
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxkit.context import alloc_cache
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
-from ctxkit.context.ops_schema import LazySchemaPlan, compress_schema
+from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
 from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
 
@@ -48,7 +48,6 @@ def apply_policies(
 ) -> None:
     """:func:`apply_policy` for each segment, its allocation and its (deduped) text, in one loop (the
     allocator's step 7 for every segment of a call: one Python call for all)."""
-    default = is_default_estimator(estimate)
     for seg, a, text in zip(segments, allocs, texts, strict=True):
         if a.duplicate_of is not None:
             continue
@@ -66,14 +65,8 @@ def apply_policies(
         elif granted <= 0 and not (seg.policy == "schema" and seg.pinned_lines):  # pinned tools: never dropped
             a.action = "drop"
             note = "no budget left after pinned segments and higher priorities"
-        elif default and (policy := seg.policy) in _LINE_POLICIES and "\n" not in text and seg.source_ref is None:
-            # _run_policy's first case and what follows it here, inline (the dropped history turns of a
-            # tight budget): one line that does not fit, no ref, nothing kept; no plan is made.
-            ops.append(_nothing_fits(policy, text, estimate))
-            a.text, a.used, a.action = "", 0, "drop"
-            note = _NOTHING_USEFUL[policy]
         else:
-            out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk, default)
+            out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk)
             used = estimate(out)
             if rec.data.get("over_budget"):  # pinned tools that do not fit: kept and charged, the plan is over
                 a.granted = granted = used
@@ -94,40 +87,33 @@ def apply_policies(
             a.reason = f"{note}; {a.name} got {granted} tokens at budget {budget}"
 
 
-_LINE_POLICIES = frozenset({"extract", "summarize"})
-_NOTHING_USEFUL = {policy: f"{policy} could not fit anything useful" for policy in _LINE_POLICIES}
-
-
 def _nothing_fits(policy: str, text: str, estimate: Estimator) -> OpRecord:
-    """The record ``cut_lines`` makes when no line of a one-line ``text`` fits (kept none)."""
+    """The record ``cut_lines`` makes when the one line of ``text`` does not fit (kept none)."""
     total = estimate(text)
     if policy == "extract":
         detail = "kept 0/1 lines by score (numbers, negations, units, refs, failures)"
     else:
         detail = "kept 0 failure-evidence lines and the last 0 turns"
-    return op_record(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
+    return OpRecord(policy, total, 0, detail, {"kept_lines": [], "omitted_tokens": total})
 
 
 def _run_policy(
     seg: Segment, text: str, grant: int, estimate: Estimator, scorer: Scorer, line_cjk: dict[str, int] | None = None,
-    default: bool | None = None,
 ) -> tuple[str, OpRecord]:
-    """The policy's cut of ``text`` to ``grant`` and its record. ``default``: whether ``estimate`` is the
-    default estimator (:func:`is_default_estimator`), when the caller knows."""
+    """The policy's cut of ``text`` to ``grant`` and its record."""
     ref = seg.source_ref
     if seg.policy in ("extract", "summarize"):
         # Ranking lines and costing them does not depend on the grant: with the default estimator
         # (whose costs are then part of the plan) it is kept across calls and only the cut is redone.
-        if default is None:
-            default = is_default_estimator(estimate)
+        default = is_default_estimator(estimate)
         if default and ref is None and "\n" not in text:
-            # One line that does not fit and no ref for a marker alone: cut_lines gives nothing
-            # (the line costs estimate(line + "\n") >= the whole text's, over the grant), so the
-            # plan is not worth making: most such turns are dropped ones on a tight budget.
+            # One line that does not fit and no ref for a marker alone: cut_lines keeps nothing
+            # (the line costs estimate(line + "\n") >= the whole text's, over the grant), so no
+            # plan is made. Most such texts are history turns dropped on a tight budget.
             return "", _nothing_fits(seg.policy, text, estimate)
         key = (seg.policy, text, tuple(seg.pinned_lines), seg.keep_recent)  # a list would not hash
-        plan: LinePlan | None = alloc_cache.plan(key) if default else None  # type: ignore[assignment]
-        if plan is None:
+        plan = alloc_cache.plan(key) if default else None
+        if not isinstance(plan, LinePlan):
             if seg.policy == "extract":
                 plan = plan_extract(text, pinned=seg.pinned_lines, estimate=estimate, scorer=scorer, line_cjk=line_cjk)
             else:
@@ -149,10 +135,10 @@ def _run_policy(
         pinned = seg.pinned_lines  # for a schema: names of tools that are never dropped
         if not is_default_estimator(estimate):
             return compress_schema(text, grant, estimate=estimate, pinned=pinned)
-        schema: LazySchemaPlan | None = alloc_cache.plan(("schema", text))  # type: ignore[assignment]
-        if schema is None:  # steps rendered as far as a cut needs them, here or in a later call
-            schema = LazySchemaPlan(text, estimate(text))
+        schema = alloc_cache.plan(("schema", text))
+        if not isinstance(schema, SchemaPlan):
+            schema = plan_schema(text, estimate=estimate)
             alloc_cache.keep_plan(("schema", text), text, schema)
-        return schema.cut(text, grant, estimate, pinned)
+        return cut_schema(schema, text, grant, estimate=estimate, pinned=pinned)
     before = estimate(text)
     return "", OpRecord("drop", before, 0, "policy drop: kept only when it fits whole")

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
-from ctxkit.context import text_native
 from ctxkit.context.ops_dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
 
@@ -34,7 +33,7 @@ MAX_CHARS = 4_000_000
 class TextFacts(NamedTuple):
     """Facts about one text. ``repeats`` is ``line_repeats(text)`` (deduped text, removed
     pairs) when asked for; ``deduped_cjk`` the CJK count of that deduped text. A named tuple:
-    immutable (entries are shared) and made in a third of a frozen dataclass's time."""
+    immutable (entries are shared)."""
 
     key: str
     cjk: int
@@ -91,11 +90,9 @@ _plans = _Bounded()
 def facts(text: str, repeats: bool) -> TextFacts:
     """The facts of ``text``; with ``repeats``, line dedupe too (unless the text looks like JSON,
     where dropping a repeated line would break it). Callers must not mutate ``repeats``."""
-    hit = _facts.entries.get(text)  # inline of _facts.get: this runs for every segment of every call
-    if hit is not None:
-        known: TextFacts = hit[1]  # type: ignore[assignment]
-        if known.repeats is not None or not repeats or known.json_like:
-            return known
+    known = _facts.get(text)
+    if isinstance(known, TextFacts) and (known.repeats is not None or not repeats or known.json_like):
+        return known
     json_like = text.lstrip()[:1] in ("{", "[")
     if repeats and not json_like:
         key, out, removed = key_and_repeats(text)
@@ -107,23 +104,11 @@ def facts(text: str, repeats: bool) -> TextFacts:
 
 
 _JSON_START = ("{", "[")
-_new_facts = tuple.__new__  # TextFacts(...) through its generated __new__ is a Python call; the same tuple
 
 
 def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]:
     """``[facts(text, r) for text, r in zip(texts, repeats)]``; the texts not known yet are worked
-    out together (one fold, one CJK scan over all of them: an agent's first call); with the native
-    accelerator (text_native), this loop and the facts of the texts it handles run in C."""
-    if text_native.enabled():
-        out, made, rest, rest_wanted = text_native.facts_many(
-            _facts.entries, texts if type(texts) is list else list(texts),
-            repeats if type(repeats) is list else list(repeats), TextFacts)
-        if rest:  # what the C module does not handle (astral, cased non-ASCII, marks, ...)
-            _python_facts(rest, rest_wanted, made)
-            out = [f if f is not None else made[text][1] for f, text in zip(out, texts, strict=True)]
-        if made:
-            _facts.put_sized(made)
-        return out
+    out together (one fold, one CJK scan over all of them: an agent's first call)."""
     found: list[TextFacts | None] = []
     todo: dict[str, bool] = {}  # new text -> line dedupe wanted (a text may come twice)
     get = _facts.entries.get
@@ -146,8 +131,7 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
 
 
 def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable, tuple[int, object]]) -> None:
-    """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)``
-    entries: the pure-Python definition, and the path of what the native helper leaves."""
+    """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)`` entries."""
     # text.lstrip()[:1] in ("{", "[") as facts() has it, without copying a text that starts with no space
     json_like = [(text.lstrip()[:1] if text[:1].isspace() else text[:1]) in _JSON_START for text in new_texts]
     wants = [want and not js for want, js in zip(wanted, json_like, strict=True)]
@@ -157,12 +141,11 @@ def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable,
     cjk = count_cjk_many(new_texts + deduped if deduped else new_texts)
     deduped_cjk = iter(cjk[len(new_texts):])
     for text, (key, rep), n, js in zip(new_texts, keyed, cjk, json_like, strict=False):  # cjk may be longer
-        made[text] = (len(text) + 1, _new_facts(TextFacts, (key, n, js, rep,  # type: ignore[call-overload]
-                                                            next(deduped_cjk) if rep is not None and rep[1] else 0)))
+        made[text] = (len(text) + 1, TextFacts(key, n, js, rep, next(deduped_cjk) if rep is not None and rep[1] else 0))
 
 
 def plan(key: Hashable) -> object | None:
-    """The plan (``LinePlan``, ``LazySchemaPlan``) kept for ``key``, or None. The key must hold
+    """The plan (``LinePlan``, ``SchemaPlan``) kept for ``key``, or None. The key must hold
     everything the plan depends on besides the (default) estimator: policy, text, pinned
     lines, keep_recent."""
     hit = _plans.entries.get(key)

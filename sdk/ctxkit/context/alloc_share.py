@@ -1,7 +1,6 @@
 """The allocator's budget arithmetic: water-filling by priority, and all-or-nothing ``drop`` segments.
 
-Used by :mod:`ctxkit.context.allocator` (its docstring, steps 5 and 6, states the rules); split out
-to keep modules small.
+Used by :mod:`ctxkit.context.allocator` (its docstring, steps 5 and 6, states the rules).
 """
 
 from __future__ import annotations
@@ -16,34 +15,28 @@ def order_key(a: Allocation) -> tuple[int, str]:
     return (-a.effective_priority, a.name)
 
 
-def share(pool: int, others: list[Allocation], ordered: bool = False) -> None:
+def share(pool: int, others: list[Allocation]) -> None:
     """Water-fill ``pool`` over the segments' remaining needs by effective priority.
 
-    ``ordered``: ``others`` is sorted by :func:`order_key` already (the allocator's are), so ties
-    are broken by position and only the ratios are sorted (a stable sort keeps that order)."""
-    short = [a for a in others if a.requested > a.granted]
-    weighted = [a for a in short if a.effective_priority > 0]
-    unweighted = [a for a in short if a.effective_priority <= 0] if len(weighted) < len(short) else []
+    Segments of positive priority share first, by weight; what they leave goes to the others in
+    equal parts. Within a group, needs are met in order of need per weight (ties: higher priority,
+    then name) while they are below the level; the rest get the level's share, and the tokens the
+    integer shares leave go one each in :func:`order_key` order."""
+    weighted = [a for a in others if a.requested > a.granted and a.effective_priority > 0]
+    unweighted = [a for a in others if a.requested > a.granted and a.effective_priority <= 0]
     for group, equal in ((weighted, False), (unweighted, True)):
         if pool <= 0 or not group:
             continue
         needs = [a.requested - a.granted for a in group]
-        total = sum(needs)
-        if total <= pool:  # every need fits: the loop below would cap each one in turn
+        if sum(needs) <= pool:  # every need fits
             for a, need in zip(group, needs, strict=True):
                 a.granted += need
-            pool -= total
+            pool -= sum(needs)
             continue
         weights = [1] * len(group) if equal else [a.effective_priority for a in group]
         level_pool, level_weight = pool, sum(weights)
-        ratios = [n / w for n, w in zip(needs, weights, strict=True)]
-        if ordered:  # group is in order_key order, as others is: a stable sort by ratio alone
-            by_ratio = sorted(range(len(group)), key=ratios.__getitem__)
-        else:  # (ratio, *order_key) of each: built by zip, sorted by C-level key lookups
-            negated = [-a.effective_priority for a in group]
-            names = [a.name for a in group]
-            keys = list(zip(ratios, negated, names, strict=True))
-            by_ratio = sorted(range(len(group)), key=keys.__getitem__)
+        by_ratio = sorted(range(len(group)),
+                          key=lambda i: (needs[i] / weights[i], -group[i].effective_priority, group[i].name))
         unsaturated: list[int] = []
         for rank, i in enumerate(by_ratio):
             if needs[i] * level_weight <= level_pool * weights[i]:  # capped below its share
@@ -58,19 +51,13 @@ def share(pool: int, others: list[Allocation], ordered: bool = False) -> None:
             add = level_pool * weights[i] // level_weight
             group[i].granted += add
             handed += add
-        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order (order_key)
-        if rest > 0:
-            if ordered:  # index order is order_key order
-                last = sorted(unsaturated)
-            else:
-                priority_order = list(zip(negated, names, strict=True))  # order_key of each
-                last = sorted(unsaturated, key=priority_order.__getitem__)
-            for i in last[:rest]:
-                group[i].granted += 1
+        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order
+        for a in sorted((group[i] for i in unsaturated), key=order_key)[:rest]:
+            a.granted += 1
         pool = 0 if unsaturated else level_pool
 
 
-def whole_or_nothing(others: list[Allocation], ordered: bool = False) -> None:
+def whole_or_nothing(others: list[Allocation]) -> None:
     """Give ``drop`` segments (all or nothing) their whole need or nothing, wasting no budget.
 
     A proportional share below a drop segment's need buys nothing: many equal-priority small
@@ -78,8 +65,7 @@ def whole_or_nothing(others: list[Allocation], ordered: bool = False) -> None:
     grants of those segments are pooled, the segments granted whole from the pool in
     ``(-effective_priority, name)`` order while they fit (skipping one that does not), and what
     is left water-fills the segments that can shrink. Budget the shares gave to other segments
-    is never taken back for this. ``others`` is in that order; ``ordered=True`` lets :func:`share`
-    rely on it.
+    is never taken back for this. ``others`` is in that order.
     """
     short = [a for a in others if a.policy == "drop" and a.granted < a.requested]
     pool = sum(a.granted for a in short)
@@ -91,4 +77,4 @@ def whole_or_nothing(others: list[Allocation], ordered: bool = False) -> None:
         if a.requested <= pool:
             a.granted = a.requested
             pool -= a.requested
-    share(pool, [a for a in others if a.policy != "drop"], ordered)
+    share(pool, [a for a in others if a.policy != "drop"])

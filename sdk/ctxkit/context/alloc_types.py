@@ -19,7 +19,7 @@ from ctxkit.record.manifest import ITEM_KINDS, POLICIES, Item, ItemAllocation, P
 class Segment:
     """One candidate for the context.
 
-    ``priority`` is a weight (value / replaceability, seed 5.3.2), 0..1000 as in the manifest;
+    ``priority`` is a weight (value / replaceability), 0..1000 as in the manifest;
     ``trust`` is separate from it on purpose (a web page can matter and still be only data).
     ``keep_recent``: lines kept verbatim by ``summarize``; maximum turns for ``window`` (0 = as
     many as fit). ``pinned_lines``: lines that ``extract``/``summarize``/``window`` keep first;

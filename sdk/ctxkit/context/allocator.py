@@ -1,12 +1,12 @@
-"""Budget allocator (seed 001, 5.8.1): reserve output, pin hard segments, floors, share by priority.
+"""Budget allocator: reserve output, pin hard segments, floors, share by priority.
 
 API notes
 ---------
 ``allocate(segments, *, budget, reserve=0, safety_margin=0, estimate=estimate_tokens, naive=False,
 aging=None, aging_step=1, dedupe_across=True) -> Plan``
 
-1. ``cap = budget - reserve - safety_margin`` (>= 0). The reserve is output space: input never
-   consumes it, even when the pinned segments do not fit.
+1. ``cap = budget - reserve - safety_margin`` (>= 0; ``ctxkit.figures.input_cap``). The reserve
+   is output space: input never consumes it, even when the pinned segments do not fit.
 2. Exact duplicates across segments (same normalized content) and, among segments with
    ``near_dupes=True``, near-duplicates (5-gram Jaccard >= 0.75) become action ``dedupe``; the
    survivor (higher effective priority, then name) records their sources in ``merged_sources``.
@@ -19,8 +19,7 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
    ``min(min_tokens, requested, left)`` (for ``window`` at least its pinned lines, for ``schema``
    at least the minimal form of its pinned tools; those ``schema`` segments go first).
 5. The rest is shared by weight (= effective priority): ``int(pool * w / W)`` capped at need,
-   as the seed's published numbers do (a fixed pool, not the shrinking ``left`` of its
-   shortened snippet). What capped segments leave is shared again among the others (water
+   from a fixed pool (not the shrinking ``left``). What capped segments leave is shared again among the others (water
    filling); the last tokens from rounding go one each in ``(-effective_priority, name)`` order.
    Segments with priority 0 only get what the weighted ones leave.
 6. ``drop`` segments are all or nothing: a share below the whole need would be wasted, so the
@@ -32,7 +31,7 @@ aging=None, aging_step=1, dedupe_across=True) -> Plan``
    (``pinned_lines`` holds their names) are never dropped: when their minimal form does not fit
    what is left, it is kept and charged anyway and the plan is ``over_budget``.
 
-Aging (seed 5.3.2): ``aging`` maps segment name -> number of consecutive previous calls in which
+Aging: ``aging`` maps segment name -> number of consecutive previous calls in which
 it was starved (dropped for lack of budget). Its effective priority is
 ``priority + aging_step * count``; it sorts and weighs by that. ``Plan.starvation`` gives the
 counts to pass to the next call (starved now: count + 1; got in: removed), so a low-priority
@@ -41,11 +40,11 @@ segment rises until it gets in once and then falls back to its own priority.
 ``dedupe_across=False`` skips step 2's duplicates across segments (a replay of candidates that
 were already deduped: what-if on a stored manifest).
 
-``naive=True`` reproduces the seed's ``--naive``: concatenation order, no reserve, no dedupe, no
+``naive=True`` is the naive baseline: concatenation order, no reserve, no dedupe, no
 pinning, hard cut at the limit without a marker.
 
 ``Plan`` (``to_dict()`` is JSON-serialisable): mode, budget, reserve, safety_margin, cap,
-allocations (input order), over_budget, requested, granted, used, headroom (= cap - used;
+allocations (input order), over_budget, requested, granted, used, headroom (``ctxkit.figures.headroom``: cap - used;
 negative only when over budget), dedupe_saved, starvation, warnings; ``outputs()`` maps
 segment name -> text, ``text()`` joins them, ``get(name)``, ``to_budget()`` -> manifest Budget.
 ``Allocation``: name, kind, policy, priority, effective_priority, pinned, trust, zone,
@@ -60,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxkit import figures
 from ctxkit.context import alloc_cache
 from ctxkit.context.alloc_apply import (  # noqa: F401  (POLICY_ACTION, apply_policy: re-exported)
     POLICY_ACTION,
@@ -77,7 +77,6 @@ from ctxkit.context.operators import (
 from ctxkit.context.ops_dedupe import dedupe_record
 from ctxkit.context.ops_schema import pinned_tools_tokens
 from ctxkit.context.tokens import (
-    CHARS_PER_TOKEN_LATIN,
     Estimator,
     clip,
     estimate_tokens,
@@ -184,13 +183,9 @@ def allocate(
     dedupes = [not naive and s.dedupe and s.policy != "pin" and "\n" in s.text for s in segments]
     with_text = [i for i, s in enumerate(segments) if s.text]
     known_facts = alloc_cache.facts_many([segments[i].text for i in with_text], [dedupes[i] for i in with_text])
-    all_facts: list[alloc_cache.TextFacts | None]
-    if len(with_text) == len(segments):  # every segment has text (the usual case): facts by position already
-        all_facts = known_facts  # type: ignore[assignment]
-    else:
-        all_facts = [None] * len(segments)
-        for i, f in zip(with_text, known_facts, strict=True):
-            all_facts[i] = f
+    all_facts: list[alloc_cache.TextFacts | None] = [None] * len(segments)
+    for i, facts in zip(with_text, known_facts, strict=True):
+        all_facts[i] = facts
     for i, s in enumerate(segments):
         text = s.text
         pinned = s.policy == "pin" and not naive
@@ -198,8 +193,8 @@ def allocate(
         if f is not None:
             line_dedupe = dedupes[i]
             repeats.append(f.repeats if line_dedupe and f.repeats and f.repeats[1] else None)
-            if default:  # tokens_from_cjk, inline: this loop runs for every segment of every call
-                raw = f.cjk + -(-(len(text) - f.cjk) // CHARS_PER_TOKEN_LATIN)
+            if default:  # the facts' CJK count gives the default estimate without a scan
+                raw = tokens_from_cjk(len(text), f.cjk)
                 if not text.isascii():
                     known[text] = raw
                     if f.deduped_cjk:
@@ -211,13 +206,11 @@ def allocate(
         else:
             repeats.append(None)
             raw, key = 0, ""
-        # Positional, in field order (name ... requested, granted, used, action, reason, text,
-        # content_hash, operations, merged_sources): keyword construction of this 23-field class
-        # costs several times more, and a list display less than the default factory's call.
         allocs.append(Allocation(
-            s.name, s.kind, s.policy, s.priority,
-            s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
-            pinned, s.trust, s.zone, s.source_ref, i, raw, 0, 0, 0, "keep", "", "", key, [], [],
+            name=s.name, kind=s.kind, policy=s.policy, priority=s.priority,
+            effective_priority=s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
+            pinned=pinned, trust=s.trust, zone=s.zone, source_ref=s.source_ref, position=i, raw_tokens=raw,
+            requested=0, content_hash=key,
         ))
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
@@ -253,7 +246,7 @@ def _priority(
     repeats: Sequence[tuple[str, list[list[int]]] | None], dedupe_across: bool = True,
 ) -> Plan:
     warnings: list[str] = []
-    cap = max(0, budget - reserve - margin)
+    cap = figures.input_cap(budget, reserve, margin)
     if reserve + margin > budget:
         warnings.append(f"reserve + safety margin ({reserve + margin}) exceed the budget ({budget}); input cap is 0")
     texts = [s.text for s in segments]  # by position (allocs[i] is segments[i]'s), after lossless dedupe
@@ -326,8 +319,8 @@ def _priority(
             a.floor = floor
             a.granted = min(floor, a.requested, left)
             left -= a.granted
-    share(left, others, ordered=True)
-    whole_or_nothing(others, ordered=True)
+    share(left, others)
+    whole_or_nothing(others)
 
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
@@ -346,17 +339,8 @@ def _priority(
 
 
 def priority_order(allocs: Sequence[Allocation]) -> list[Allocation]:
-    """``sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))`` for allocations of
-    distinct names: by name, then stably by priority (one type per sort, so C-level compares instead
-    of tuples', a fifth of this sort's cost), then the pinned ones first."""
-    names = [a.name for a in allocs]
-    negated = [-a.effective_priority for a in allocs]
-    ranked = sorted(range(len(allocs)), key=names.__getitem__)
-    ranked.sort(key=negated.__getitem__)
-    order = [allocs[i] for i in ranked]
-    if any([a.pinned for a in allocs]):
-        order = [a for a in order if a.pinned] + [a for a in order if not a.pinned]
-    return order
+    """Pinned first, then by effective priority (highest first), then by name."""
+    return sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))
 
 
 def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:
@@ -374,6 +358,6 @@ def _plan(
     return Plan(
         mode=mode, budget=budget, reserve=reserve, safety_margin=margin, cap=cap, allocations=allocs,
         over_budget=over_budget, requested=sum([a.requested for a in allocs]),
-        granted=sum([a.granted for a in allocs]), used=used, headroom=cap - used, dedupe_saved=saved,
+        granted=sum([a.granted for a in allocs]), used=used, headroom=figures.headroom(cap, used), dedupe_saved=saved,
         starvation={}, warnings=warnings,
     )

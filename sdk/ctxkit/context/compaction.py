@@ -1,6 +1,6 @@
 """Compaction of a long history, with survival checks, and clearing of old tool results.
 
-Seed 003/004. Two tools, to be used in this order:
+Two tools, to be used in this order:
 
 1. :func:`clear_tool_results` (light compaction): old tool results are replaced by a
    placeholder that keeps a ref. No model call, deterministic, reversible. It breaks the
@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ctxkit import figures
 from ctxkit.context.summary import (  # noqa: F401  (re-exported)
     Summary,
     conversation_language,
@@ -99,7 +100,7 @@ def should_compact(occupied_tokens: int, window: int, threshold: float = 0.8) ->
         raise ValueError("window must be positive")
     if not 0 < threshold <= 1:
         raise ValueError("threshold must be in (0, 1]")
-    return occupied_tokens / window >= threshold
+    return figures.window_utilization(occupied_tokens, window) >= threshold
 
 
 # --------------------------------------------------------------------------- #
@@ -160,12 +161,12 @@ class CompactionResult:
 
     @property
     def saved_ratio(self) -> float:
-        """Share of the tokens saved, 1 - after/before: seed 003's 压缩率 (2199 -> 701 is 68.1%)."""
+        """Share of the tokens saved, 1 - after/before (2199 -> 701 is 68.1%)."""
         return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
 
     @property
     def kept_ratio(self) -> float:
-        """Share of the tokens kept, after/before: seed 001's r = |C(x, b)| / |x| (5.4.3)."""
+        """Share of the tokens kept, after/before: r = |C(x, b)| / |x|."""
         return self.tokens_after / self.tokens_before if self.tokens_before else 1.0
 
     @property

@@ -1,6 +1,6 @@
-"""Context editing beyond tool results: clearing old thinking blocks (seed 000, section 4).
+"""Context editing beyond tool results: clearing old thinking blocks.
 
-Seed 000: context editing "直接清理掉陈旧的 tool 结果 / thinking 块(不总结，直接删出投影)".
+Context editing deletes stale tool results and thinking blocks from the projection, without a summary.
 :func:`clear_thinking` does for the model's old thinking blocks what
 :func:`ctxkit.context.compaction.clear_tool_results` does for old tool results: every thinking
 record but those of the last ``keep_last`` turns is replaced by a short placeholder (it keeps a

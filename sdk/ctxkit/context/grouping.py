@@ -1,4 +1,4 @@
-"""Atomic interaction groups and budgeted projection of a message history (seed 000).
+"""Atomic interaction groups and budgeted projection of a message history.
 
 API notes
 ---------
@@ -20,7 +20,7 @@ API notes
   without its result) is worse than a group slightly over.
 - ``message_tokens(message, estimate, overhead=None)``: the caller's count when the message
   carries one (an int ``"tokens"`` key), verbatim; else ``estimate`` of its text (content, tool
-  call names and arguments, tool results) plus the framing overhead. Seed 000: estimateTokens
+  call names and arguments, tool results) plus the framing overhead. The estimator
   is the caller's, so the overhead is ``MESSAGE_OVERHEAD`` (4) only with ctxkit's own default
   estimator and 0 when the caller passes ``estimate=`` (``overhead=`` sets it explicitly);
   ``group_interactions`` and ``project`` take the same ``overhead=``.
@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 Message = Mapping[str, Any]
@@ -234,7 +235,7 @@ def project(
     overhead: int | None = None,
 ) -> Projection:
     """Keep whole groups, newest first, within the history budget (see module notes)."""
-    budget = max(0, window - system_tokens - output_reserve - safety_margin)
+    budget = max(0, figures.input_cap(window, output_reserve, safety_margin) - system_tokens)
     groups = group_interactions(history, estimate=estimate, overhead=overhead)
     kept: list[Group] = []
     used = 0

@@ -1,4 +1,4 @@
-"""Check a handoff summary against the three-section contract (seed 003).
+"""Check a handoff summary against the three-section contract.
 
 A subagent hands back only: settled facts (每条带来源标识), open items, and hard
 constraints (written out as "none" / "无" when there are none, so the lead can tell

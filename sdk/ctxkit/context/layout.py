@@ -1,4 +1,4 @@
-"""Context layout HEAD / MIDDLE / TAIL and the stable prefix hash (seed 001, 5.2.1 and 5.7).
+"""Context layout HEAD / MIDDLE / TAIL and the stable prefix hash.
 
 * HEAD, the stable prefix and cache boundary: system rules, task and hard constraints,
   tool schemas in a fixed (sorted) order. Nothing in it may change from call to call.
@@ -19,8 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxkit.record.manifest import MAX_SEGMENTS, Prefix
@@ -32,7 +31,7 @@ Estimate = Callable[[str], int]
 # Default zone of each manifest item kind; ``Block.zone`` or ``Block.current`` override it.
 _HEAD_KINDS = frozenset({"system", "task", "constraint", "tools"})
 _TAIL_KINDS = frozenset({"user", "state"})
-# Order inside HEAD (seed 001 5.2.1): rules, then task and constraints, then tools.
+# Order inside HEAD: rules, then task and constraints, then tools.
 _HEAD_RANK = {"system": 0, "task": 1, "constraint": 1, "tools": 2}
 # Order inside TAIL: current work, evidence next to the question, the question, restated constraints.
 _TAIL_RANK = {"state": 0, "tool_result": 0, "retrieval": 1, "user": 2, "constraint": 3, "task": 3}
@@ -50,7 +49,7 @@ def _resolve_estimate(estimate: Estimate | None) -> Estimate:
     return estimate_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Block:
     """One piece of context. ``data`` is structured content (a tool schema) serialised with
     sorted keys; ``name`` sorts tools (defaults to ``data["name"]``, then the id)."""
@@ -70,9 +69,8 @@ class Block:
     def sort_name(self) -> str:
         if self.name:
             return self.name
-        if isinstance(self.data, dict) and isinstance(self.data.get("name"), str):
-            return self.data["name"]
-        return self.id
+        name = self.data.get("name") if isinstance(self.data, dict) else None
+        return name if isinstance(name, str) else self.id
 
     def default_zone(self) -> Zone:
         if self.zone is not None:
@@ -97,20 +95,6 @@ class Block:
         return estimate(self.text) + data
 
 
-# A dataclass's generated __init__ sets each field of a frozen instance through object.__setattr__
-# (ten calls for a Block): the layout makes a Block and a Placed per item per call, so plain_block
-# and _placed fill the instance's __dict__ in one update instead, the same object four times faster.
-_BLOCK_DEFAULTS = {f.name: f.default for f in fields(Block)}
-_new = object.__new__
-
-
-def plain_block(id: str, kind: str, text: str, zone: Zone | None = None) -> Block:
-    """``Block(id=id, kind=kind, text=text, zone=zone)``, made faster (see above)."""
-    block = _new(Block)
-    block.__dict__.update(_BLOCK_DEFAULTS, id=id, kind=kind, text=text, zone=zone)
-    return block
-
-
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -119,7 +103,7 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placed:
     """A block at its place: zone, position in the whole context (0-based), tokens, hash."""
 
@@ -129,10 +113,10 @@ class Placed:
     tokens: int
     restated_from: str | None = None
 
-    @cached_property
+    @property
     def content_hash(self) -> str:
-        """sha256 of the block's canonical form; computed when first asked for (most blocks of
-        a large context are never asked: their manifest item carries the candidate's own hash)."""
+        """sha256 of the block's canonical form; computed when asked for (most blocks of a large
+        context are never asked: their manifest item carries the candidate's own hash)."""
         return sha256_hex(self.block.serialise())
 
     @property
@@ -140,14 +124,7 @@ class Placed:
         return self.block.id
 
 
-def _placed(block: Block, zone: Zone, position: int, tokens: int, restated_from: str | None) -> Placed:
-    """``Placed(block, zone, position, tokens, restated_from)``, made faster (see plain_block)."""
-    placed = _new(Placed)
-    placed.__dict__.update(block=block, zone=zone, position=position, tokens=tokens, restated_from=restated_from)
-    return placed
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     name: str
     hash: str
@@ -156,7 +133,7 @@ class Segment:
     text: str = ""  # what the model reads of the segment, line by line (for the prefix line diff)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Layout:
     placed: list[Placed]
     segments: list[Segment]
@@ -235,8 +212,7 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
     ordered += [(b, "middle", None) for b in by_zone["middle"]]
     ordered += [(b, "tail", None) for b in tail] + [(b, "tail", src) for b, src in restated]
     for position, (block, zone, source) in enumerate(ordered):
-        tokens = estimate(block.text) if block.data is None else block.tokens(estimate)  # Block.tokens, inline
-        placed.append(_placed(block, zone, position, tokens, source))
+        placed.append(Placed(block, zone, position, block.tokens(estimate), source))
 
     head_placed = [p for p in placed if p.zone == "head"]
     segments = _segments(head_placed)

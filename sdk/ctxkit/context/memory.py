@@ -1,4 +1,4 @@
-"""Memory write-back with supersedes (seed 001, 5.6.2 and 5.6.3).
+"""Memory write-back with supersedes.
 
 A fact is never overwritten in place: a newer value is appended as a new fact that
 ``supersedes`` the older one, so an audit shows why it changed and a rollback finds the old
@@ -6,7 +6,7 @@ value. Only the current facts (not superseded) become candidates for the context
 manifest records which fact replaced which (``Item.supersedes`` on the new one, a ``drop``
 item saying "superseded by ..." for the old one).
 
-Who may replace whom follows the seed's default order, highest first: ``system`` (safety
+Who may replace whom follows this default order, highest first: ``system`` (safety
 rules), ``user`` (the current turn's explicit instruction), ``task`` (the task's hard
 constraints), ``tool`` (a verified tool or world fact), ``preference`` (long-term memory),
 ``inference`` (the model's own; never written back alone). A write whose source ranks below
@@ -26,10 +26,13 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ctxkit.context.tokens import Estimator, estimate_tokens
 from ctxkit.record.manifest import MAX_REASON, Item, Manifest
+
+if TYPE_CHECKING:
+    from ctxkit.context.allocator import Segment
 
 Authority = Literal["system", "user", "task", "tool", "preference", "inference"]
 AUTHORITY: tuple[str, ...] = ("system", "user", "task", "tool", "preference", "inference")  # highest first
@@ -44,8 +47,8 @@ Resolution = Literal["confirmed", "rejected"]
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """One written-back fact (the seed's record: key, value, previous, source, observed_at,
-    supersedes, confidence).
+    """One written-back fact (key, value, previous, source, observed_at, supersedes,
+    confidence).
 
     ``held_against``: a user's change to a task constraint waiting for confirmation (the id of
     the task fact it would replace). ``resolves`` and ``resolution``: the decision on such a
@@ -102,7 +105,7 @@ class Memory:
         if authority not in AUTHORITY:
             raise ValueError(f"authority must be one of {AUTHORITY}")
         if authority == "inference":
-            raise ValueError("a model inference is not written back alone (seed 001, 5.6.3): verify it first")
+            raise ValueError("a model inference is not written back alone: verify it first")
         by_id = {f.id: f for f in self.facts}
         if supersedes is not None and supersedes not in by_id:
             raise ValueError(f"supersedes {supersedes!r}: no such fact")
@@ -173,7 +176,7 @@ class Memory:
         found = [f for f in self.current() if f.key == key]
         return found[-1] if found else None
 
-    def segments(self, *, priority: int = 50, policy: str = "extract", min_tokens: int = 0) -> list:
+    def segments(self, *, priority: int = 50, policy: str = "extract", min_tokens: int = 0) -> list[Segment]:
         """One allocator ``Segment`` per current fact (name = fact id, kind ``memory``), then one
         pinned ``state`` segment per change held for confirmation (name = its fact id), which
         tells the model the task constraint still holds and the user has to confirm the change."""

@@ -1,4 +1,4 @@
-"""Context operators, safest first (seed 001, 5.3-5.5): dedupe, ref, extract, summarize, truncate, window.
+"""Context operators, safest first: dedupe, ref, extract, summarize, truncate, window.
 
 API notes
 ---------
@@ -18,7 +18,7 @@ operator that takes a ``budget`` returns text whose estimate is ``<= budget`` (p
   and ``merge_near_duplicate_lines(text, ...)``: keep the first of a near-duplicate pair and
   record both sources. Never a silent delete (two near-identical log lines may differ in the
   one timestamp that explains a failure).
-- ``score_line(line) -> int``: the seed's extraction score (numbers, negations/constraints,
+- ``score_line(line) -> int``: the extraction score (numbers, negations/constraints,
   units, refs, failure hints, key=value).
 - ``extract_lines(text, budget, *, ref=None, pinned=(), estimate)``: best-scoring lines in
   original order plus one omission marker.

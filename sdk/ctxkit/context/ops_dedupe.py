@@ -1,4 +1,4 @@
-"""Lossless and provenance-keeping operators: exact dedupe and near-duplicate merging (seed 001, 5.3.1).
+"""Lossless and provenance-keeping operators: exact dedupe and near-duplicate merging.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 # Fullwidth punctuation common in Chinese text, and the ideographic space, with their NFKC
@@ -24,7 +24,7 @@ _WIDE += (("\u3000", " "),)
 def _nfkc(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``, faster on typical Chinese text.
 
-    A full NFKC pass is slow (tens of ns per character) and one fullwidth comma is enough to
+    A full NFKC pass is slow and one fullwidth comma is enough to
     force it. Replacing a character by its full compatibility decomposition does not change
     the NFKD of a string, so it does not change its NFKC either; when those replacements
     leave the text normalized (the quick check answers that), that text is the NFKC form.
@@ -44,30 +44,10 @@ def _fold(text: str) -> str:
     return text.casefold()
 
 
-# ASCII whitespace other than the space and the line feed (str.split's, as str.isspace() says).
-_OTHER_ASCII_SPACE = b"\t\x0b\x0c\r\x1c\x1d\x1e\x1f"
-_OTHER_SPACE_BYTES = tuple(bytes([b]) for b in _OTHER_ASCII_SPACE)
-_OTHER_SPACE_CHARS = tuple(map(chr, _OTHER_ASCII_SPACE))
-
-
-def _other_ascii_space(data: bytes | str) -> bool:
-    """Whether ``data`` holds one of :data:`_OTHER_ASCII_SPACE`: eight ``in`` tests, each a memchr
-    (a byte deletion over the whole text, as before, costs several times more)."""
-    if isinstance(data, bytes):
-        return any([b in data for b in _OTHER_SPACE_BYTES])
-    return any([c in data for c in _OTHER_SPACE_CHARS])
-
-
 def _spaces_only(text: str) -> bool:
-    """Whether every whitespace character of ``text`` is a space or a line feed (when False,
-    it may still be so: the callers then take their slow, exact path).
-
-    ASCII text: a memchr for each other ASCII whitespace character (``isprintable`` looks each
-    character up in the Unicode database, far slower); other text: ``isprintable()``, false for
-    every whitespace character but the ASCII space (line feeds made spaces first).
-    """
-    if text.isascii():
-        return not _other_ascii_space(text)
+    """Whether every whitespace character of ``text`` is a space or a line feed (when False, it
+    may still be so: the callers then take their slow, exact path). ``isprintable()`` is false
+    for every whitespace character but the space (line feeds made spaces first)."""
     return text.replace("\n", " ").isprintable()
 
 
@@ -154,109 +134,22 @@ def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[l
 # nothing), never produces it, and casefold maps it to itself; a text holding one falls back.
 _SEP = "\x00"
 
-# UTF-16 high bytes (256-character blocks) where casefold changes nothing and every whitespace
-# character is one NFKC never leaves (U+3000 and U+2000-200A, 202F, 205F become spaces), but for
-# U+2028 and U+2029, checked apart: general punctuation, CJK, kana, hangul, Yi, compatibility
-# ideographs. Worked out by _caseless_blocks for Unicode 14.0 (Python 3.11); another version of
-# the database works them out again, once.
-_CASELESS_UNICODE = "14.0.0"
-_CASELESS_CANDIDATES = (0x20, *range(0x30, 0xA5), *range(0xAC, 0xD8), 0xF9, 0xFA)
-_caseless: bytes | None = None  # high byte -> 0 where the block qualifies (ASCII's block too), else 1
-
-
-def _caseless_blocks(candidates: Sequence[int] = _CASELESS_CANDIDATES) -> bytes:
-    """The table of :data:`_caseless`, worked out from the running Unicode database."""
-    table = bytearray([1] * 256)
-    table[0] = 0  # ASCII (bytes.lower folds it) and Latin-1 (seen apart, in the UTF-8 bytes)
-    for block in candidates:
-        chars = "".join(map(chr, range(block * 256, block * 256 + 256)))
-        spaces = [c for c in chars if c.isspace() and c not in "\u2028\u2029"]
-        if chars.casefold() == chars and not any(unicodedata.is_normalized("NFKC", c) for c in spaces):
-            table[block] = 0
-    return bytes(table)
-
-
-def _caseless_table() -> bytes:
-    global _caseless
-    if _caseless is None:
-        _caseless = (bytes(0 if b in _CASELESS_CANDIDATES or b == 0 else 1 for b in range(256))
-                     if unicodedata.unidata_version == _CASELESS_UNICODE else _caseless_blocks())
-    return _caseless
-
-
-def _plain_caseless_utf8(text: str) -> bytes | None:
-    """``text.casefold().encode()`` when casefold only lowers ASCII letters in ``text`` (an NFKC
-    form) and its only whitespace is spaces and line feeds; else None (take the general path).
-
-    Then casefold is ``bytes.lower`` of the UTF-8 (no byte of a multi-byte character is ASCII),
-    several times faster than casefold and the whitespace check on CJK text. Latin-1 (cased
-    letters, U+0085, U+00A0) shows as a 0xC2/0xC3 lead byte; other characters by their block."""
-    data = text.encode("utf-8")
-    if b"\xc2" in data or b"\xc3" in data or _other_ascii_space(data):
-        return None
-    if 1 in text.encode("utf-16-le", "surrogatepass")[1::2].translate(_caseless_table()):
-        return None
-    if "\u2028" in text or "\u2029" in text:
-        return None
-    return data.lower()
-
 
 def keys_and_repeats(
     texts: Sequence[str], repeats: Sequence[bool], *, min_chars: int = 16
 ) -> list[tuple[str, tuple[str, list[list[int]]] | None]]:
     """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts at once.
 
-    One fold, one whitespace check and one UTF-8 encode over the ASCII texts joined and one over
-    the others, instead of one each (an agent's first call brings a couple of hundred new texts,
-    and per text the work is mostly call overhead); each text's normal form is then hashed from
-    its slice of those bytes. The groups stay apart: joined with CJK text, ASCII text would lose
-    its fast casefold.
-    """
-    out: list[tuple[str, tuple[str, list[list[int]]] | None]] = [("", None)] * len(texts)
-    ascii_texts = [text.isascii() for text in texts]
-    sha256 = hashlib.sha256
-    for ascii_group in (True, False):
-        group = [i for i, is_ascii in enumerate(ascii_texts) if is_ascii is ascii_group]
-        if not group:
-            continue
-        joined = _SEP.join([texts[i] for i in group])
-        data: bytes | None
-        if ascii_group:  # casefold is lower() on ASCII; the bytes are a copy
-            data = joined.lower().encode("ascii")
-            all_plain = not _other_ascii_space(data)  # _spaces_only
-        else:
-            whole = _nfkc(joined)
-            data = _plain_caseless_utf8(whole)
-            all_plain = data is not None
-            if data is None:
-                whole = whole.casefold()
-                all_plain = _spaces_only(whole.replace(_SEP, " "))  # then each text is
-                data = whole.encode("utf-8")
-        # The fold neither makes nor removes a separator (nor a line feed: see _line_forms), so one
-        # more part than texts means that a text holds one: then one by one.
-        parts = data.split(b"\x00")
-        if len(parts) != len(group):
-            parts, all_plain = [_fold(texts[i]).encode("utf-8") for i in group], False
-        for i, part in zip(group, parts, strict=True):
-            text = texts[i]
-            lines = b"\n" in part
-            flat = part.replace(b"\n", b" ") if lines else part  # _collapse, inline, on the UTF-8
-            plain = all_plain or _spaces_only(part.decode("utf-8"))
-            simple = plain and b"  " not in flat
-            normal = flat.strip(b" ") if simple else " ".join(part.decode("utf-8").split()).encode("utf-8")
-            key = sha256(normal).hexdigest()[:16]
-            if not repeats[i]:
-                out[i] = (key, None)
-            elif not lines:  # one line cannot repeat
-                out[i] = (key, (text, []))
-            elif simple and part[:1] != b" " and part[-1:] != b" " and len(norms := part.split(b"\n")) == len(
-                set(norms)
-            ) and (ascii_group or len(norms) == text.count("\n") + 1):
-                # every folded line is its own normal form and they all differ (lower() keeps line feeds)
-                out[i] = (key, (text, []))
-            else:
-                out[i] = (key, line_repeats(text, min_chars=min_chars, folded=part.decode("utf-8"),
-                                            spaces_only=plain))
+    One NFKC/casefold pass over the texts joined instead of one per text (an agent's first call
+    brings a couple of hundred new texts, and per text that work is mostly call overhead)."""
+    folded = _fold(_SEP.join(texts)).split(_SEP) if texts else []
+    if len(folded) != len(texts):  # a text holds the separator: one by one
+        folded = [_fold(text) for text in texts]
+    out: list[tuple[str, tuple[str, list[list[int]]] | None]] = []
+    for text, fold, wanted in zip(texts, folded, repeats, strict=True):
+        plain = _spaces_only(fold)
+        key = _digest(_collapse(fold, plain))
+        out.append((key, line_repeats(text, min_chars=min_chars, folded=fold, spaces_only=plain) if wanted else None))
     return out
 
 
@@ -264,10 +157,10 @@ def dedupe_record(text: str, out: str, removed: list[list[int]], estimate: Estim
     """The record :func:`dedupe_lines` returns for ``line_repeats(text) == (out, removed)``."""
     before = estimate(text)
     if not removed:
-        return op_record("dedupe", before, before, "no duplicates", {"removed": []})
+        return OpRecord("dedupe", before, before, "no duplicates", {"removed": []})
     after = estimate(out)
     detail = f"removed {len(removed)} duplicate lines, saved {before - after} tokens"
-    return op_record("dedupe", before, after, detail, {"removed": [list(pair) for pair in removed]})
+    return OpRecord("dedupe", before, after, detail, {"removed": [list(pair) for pair in removed]})
 
 
 def dedupe_lines(text: str, *, min_chars: int = 16, estimate: Estimator = estimate_tokens) -> tuple[str, OpRecord]:

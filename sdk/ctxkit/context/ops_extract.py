@@ -1,4 +1,4 @@
-"""Lossy operators that keep whole lines: scored extraction, extractive summary, sliding window (seed 001, 5.4).
+"""Lossy operators that keep whole lines: scored extraction, extractive summary, sliding window.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API. ``extract_lines``,
 ``summarize_lines`` and ``sliding_window`` accept ``scorer=`` (default :func:`score_line`) so
@@ -12,9 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.tokens import (
-    CHARS_PER_TOKEN_LATIN,
     Estimator,
     clip,
     count_cjk,
@@ -27,7 +26,7 @@ from ctxkit.context.tokens import (
 
 Scorer = Callable[[str], int]
 
-# Seed 001, 5.4.1, verbatim. Words that only talk about failure ("限流" in "let's discuss rate
+# The failure hints. Words that only talk about failure ("限流" in "let's discuss rate
 # limiting") are not in it: a chat line about a topic must not crowd out a real error fact.
 FAIL_HINTS = ("failed", "error", "timeout", "429", "e_", "denied", "拒绝", "失败")
 CONSTRAINT_HINTS = ("不", "禁止", "不得", "必须", "只能", "仅", "超过", "至少", "至多")
@@ -53,7 +52,7 @@ _FAIL_HINT = re.compile("|".join(map(re.escape, FAIL_HINTS)))
 
 
 def score_line(line: str) -> int:
-    """Seed 5.4.1's line score, extended with English constraint words and units.
+    """A line's evidence score: figures, constraints, units, refs, failures, key=value; Chinese and English.
 
     Not precise; its value is that every kept line can say why it was kept.
     """
@@ -111,33 +110,6 @@ class LinePlan:
     cjk: tuple[int, ...] | None = None  # count_cjk of each line, when made with the default estimator
 
 
-# LinePlan(...) through the frozen dataclass's generated __init__ sets each of its nine fields with
-# object.__setattr__; a plan is made per text on an agent's first call, so _line_plan sets the slots
-# of an unfrozen twin by plain attribute stores and makes it a LinePlan by __class__ assignment (as
-# ops_common.op_record does): the same object (equal, same fields, frozen), in a fraction of the time.
-class _UnfrozenPlan:
-    __slots__ = LinePlan.__slots__
-
-
-def _line_plan(
-    op: str, before: int, lines: tuple[str, ...], order: tuple[int, ...], costs: tuple[int, ...], older: int,
-    recent: frozenset[int], failure: frozenset[int], cjk: tuple[int, ...] | None,
-) -> LinePlan:
-    """``LinePlan(op, before, lines, order, costs, older, recent, failure, cjk)``, slot by slot."""
-    plan = _UnfrozenPlan()
-    plan.op = op
-    plan.before = before
-    plan.lines = lines
-    plan.order = order
-    plan.costs = costs
-    plan.older = older
-    plan.recent = recent
-    plan.failure = failure
-    plan.cjk = cjk
-    plan.__class__ = LinePlan  # type: ignore[assignment]
-    return plan  # type: ignore[return-value]
-
-
 _NONE: frozenset[int] = frozenset()
 
 
@@ -170,7 +142,7 @@ def _plan_extract(
         order = sorted(range(len(lines)), key=scores.__getitem__)
     order = [n for n in order if lines[n] and not lines[n].isspace()]  # lines[n].strip(), without the copy
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
-    return _line_plan("extract", before, tuple(lines), tuple(order), costs, 0, _NONE, _NONE, cjk)
+    return LinePlan("extract", before, tuple(lines), tuple(order), costs, 0, _NONE, _NONE, cjk)
 
 
 def _costs(
@@ -190,9 +162,7 @@ def _costs(
             line_cjk.update(zip(lines, cjk, strict=True))
         else:
             cjk = tuple(known)
-    # tokens_from_cjk(len(line) + 1, c), inline: c + ceil((len(line) + 1 - c) / 4)
-    per = CHARS_PER_TOKEN_LATIN
-    return tuple([cjk[n] + -(-(len(lines[n]) + 1 - cjk[n]) // per) for n in order]), cjk
+    return tuple([tokens_from_cjk(len(lines[n]) + 1, cjk[n]) for n in order]), cjk
 
 
 def plan_summary(
@@ -232,7 +202,7 @@ def _plan_summary(
 
     order = sorted(live, key=rank) if len(live) > 1 else live
     costs, cjk = _costs(text, lines, order, estimate, line_cjk)
-    return _line_plan("summarize", before, tuple(lines), tuple(order), costs, len(live) - len(recent), recent_set,
+    return LinePlan("summarize", before, tuple(lines), tuple(order), costs, len(live) - len(recent), recent_set,
                       failure, cjk)
 
 
@@ -261,7 +231,7 @@ def cut_lines(
     else:  # the default estimator: CJK counts add up, and the marker templates hold none
         ref_cjk = 0 if shown_ref.isascii() else count_cjk(shown_ref)
         first = _marker(op, n_lines, older, n_lines, total, shown_ref)
-        room = budget - (ref_cjk + -(-(len(first) - ref_cjk) // CHARS_PER_TOKEN_LATIN)) - 1  # tokens_from_cjk
+        room = budget - tokens_from_cjk(len(first), ref_cjk) - 1
     kept: list[int] = []
     for n, cost in zip(plan.order, plan.costs, strict=True):
         if cost <= room:
@@ -276,8 +246,8 @@ def cut_lines(
         if len(chosen) < n_lines:
             if cjk is None:
                 shown = estimate("\n".join(body))
-            elif body:  # the join of the chosen lines, counted without building it (tokens_from_cjk, inline)
-                shown = chosen_cjk + -(-(sum(map(len, body)) + len(body) - 1 - chosen_cjk) // CHARS_PER_TOKEN_LATIN)
+            elif body:  # the join of the chosen lines, counted without building it
+                shown = tokens_from_cjk(sum(map(len, body)) + len(body) - 1, chosen_cjk)
             else:
                 shown = 0
             omitted = total - shown if total > shown else 0
@@ -317,7 +287,7 @@ def _lines_record(plan: LinePlan, chosen: list[int], omitted: int, after: int) -
         n_recent = len(plan.recent.intersection(chosen))
         n_fail = sum(1 for n in chosen if n in plan.failure)
         detail = f"kept {n_fail} failure-evidence lines and the last {n_recent} turns"
-    return op_record(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
+    return OpRecord(plan.op, plan.before, after, detail, {"kept_lines": [n + 1 for n in chosen],
                                                            "omitted_tokens": omitted})
 
 
@@ -350,7 +320,7 @@ def summarize_lines(
     """Deterministic extractive summary of a line-per-turn history.
 
     Rank: see :func:`plan_summary`. Generative summaries may flip a negation or drop a unit
-    (seed 5.4.1), so this one only ever copies lines.
+   , so this one only ever copies lines.
     """
     before = estimate(text)
     if before <= budget:
@@ -376,8 +346,8 @@ def sliding_window(
 
     Pinned lines are always emitted (they are constraints; charge them in the caller's
     floor); the output may exceed ``budget`` only if the pinned lines alone do. The summary
-    line's own budget is reserved before the newest turns are taken (seed 001, 5.5.1: what
-    rolls out keeps its failure reasons and numbers), so newest turns that would fill the
+    line's own budget is reserved before the newest turns are taken (what rolls out keeps its
+    failure reasons and numbers), so newest turns that would fill the
     whole budget cannot reduce the failure evidence of older turns to a bare count.
     """
     pin_text = "\n".join(pinned)
@@ -385,13 +355,13 @@ def sliding_window(
     room = (budget if budget is not None else 10**12) - estimate(pin_text) - (1 if pinned else 0)
     scores = [scorer(t) for t in turns]
     failures = [is_failure_line(t) for t in turns]
-    # Evidence first: failure lines (seed hints), then the best-scored lines, older first on ties.
+    # Evidence first: failure lines (FAIL_HINTS), then the best-scored lines, older first on ties.
     ranked = sorted((n for n in range(len(turns)) if failures[n] or scores[n] >= 5),
                     key=lambda n: (not failures[n], -scores[n], n))
     rolled_count_line = _rolled_line(len(turns), before, [])
     # Reserve the summary line with the evidence of every turn but the newest (which is kept
     # whenever anything is): as many snippets as the room allows, failure evidence first.
-    reserve_line, reserve_snips = rolled_count_line, []
+    reserve_line, reserve_snips = rolled_count_line, list[str]()
     for n in [n for n in ranked if n < len(turns) - 1][:_MAX_SNIPPETS]:
         trial = _rolled_line(len(turns), before, [*reserve_snips, clip(turns[n], 24, estimate)])
         if estimate(trial) + 1 > room:

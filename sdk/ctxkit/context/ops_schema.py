@@ -1,4 +1,4 @@
-"""Tool schema compression (seed 001, 5.3.3): compact JSON, fewer docs, signatures, fewer tools.
+"""Tool schema compression: compact JSON, fewer docs, signatures, fewer tools.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API.
 """
@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_extract import extract_lines
-from ctxkit.context.ops_truncate import _json
+from ctxkit.context.ops_truncate import compact_json
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 
@@ -44,9 +41,9 @@ def _strip_param_docs(schema: Any) -> None:
                 _strip_param_docs(sub)
 
 
-# Seed 004 (P1): "description 可压缩，required/enums/风险和结果状态不能丢". A sentence that warns
-# of an irreversible, destructive, costly or privacy-affecting action survives every step.
-# The words by kind of risk (English, Chinese); RISK is their union, in this order.
+# Descriptions may be shortened; required parameters, enums, risks and result states may not. A
+# sentence that warns of an irreversible, destructive, costly or privacy-affecting action survives
+# every step. The words by kind of risk (English, Chinese); RISK is their union, in this order.
 _RISK_KIND_WORDS: tuple[tuple[str, str, str], ...] = (
     ("irreversible", r"irreversibl\w*|cannot be undone|can't be undone|not be undone|permanent\w*",
      "不可逆|无法撤销|不可撤销|不能撤销|永久"),
@@ -57,25 +54,19 @@ _RISK_KIND_WORDS: tuple[tuple[str, str, str], ...] = (
      "隐私|个人信息|敏感|密钥|凭证"),
     ("external", r"publish\w*|sends? (?:an )?e-?mails?|production|prod", "生产环境|对外发送"),
 )
-# No escapes but \b and \w in the English words: see _RISK_ASCII.
 _RISK_WORDS = r"\b(" + "|".join(en for _, en, _ in _RISK_KIND_WORDS) + r")\b"
 RISK = re.compile(_RISK_WORDS + "|" + "|".join(zh for _, _, zh in _RISK_KIND_WORDS), re.IGNORECASE)
 # One pattern per kind of risk, for the minimal form (which keeps one statement of each kind).
 RISK_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rf"\b(?:{en})\b|{zh}", re.IGNORECASE)) for kind, en, zh in _RISK_KIND_WORDS
 )
-# On ASCII text re.IGNORECASE is plain ASCII case folding and the Chinese words cannot occur, so the
-# English words, lowercased and case-sensitive, match the lowercased text exactly when RISK matches
-# the text, several times faster (re.IGNORECASE folds every character it compares). Other text
-# keeps RISK: there "ſ" matches "s", "ı" "i" and the Kelvin sign "k", which lower() does not reproduce.
-_RISK_ASCII = re.compile(_RISK_WORDS.lower())
 
 
 def is_risky(sentence: str) -> bool:
-    """``RISK.search(sentence) is not None``."""
-    if sentence.isascii():
-        return _RISK_ASCII.search(sentence.lower()) is not None
+    """Whether ``sentence`` states a risk (:data:`RISK`)."""
     return RISK.search(sentence) is not None
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")
 
 
@@ -84,30 +75,14 @@ def _sentences(text: str) -> list[str]:
 
 
 def risk_sentences(text: str) -> list[str]:
-    """The sentences of a tool description that state a risk (seed 004), in order."""
-    if not is_risky(text):  # most descriptions: no sentence of them can be risky either (_first_sentence)
+    """The sentences of a tool description that state a risk, in order."""
+    if not is_risky(text):  # then none of its sentences is: most descriptions need no split
         return []
     return [sentence for sentence in _sentences(text) if is_risky(sentence)]
 
 
-def _first_sentence(text: str) -> str:
-    """``_sentences(text)[0]`` for a text with no risk wording, else ``text`` when it has no sentence.
-
-    A sentence is the text between two split points, stripped: the characters beside it in the
-    text are spaces, split punctuation inside it, or nothing, so for RISK's ``\b`` (its only
-    look at neighbours) the sentence's edges are the same in the text. A risky sentence makes
-    the text risky, so a text that is not needs no split into sentences (a regex split is
-    most of a schema plan's cost). The first split point is the pattern's first match; the
-    piece before it ends with the punctuation that split it, so only a blank text has none.
-    """
-    m = _SENTENCE_END.search(text)
-    return (text if m is None else text[: m.start()]).strip() or text
-
-
 def _short_with_risks(text: str) -> str:
     """The first sentence, plus every later sentence that states a risk."""
-    if not is_risky(text):
-        return _first_sentence(text)
     sentences = _sentences(text)
     if not sentences:
         return text
@@ -185,48 +160,19 @@ class SchemaPlan:
     tools: tuple[dict[str, Any], ...] = ()
 
 
-def _parse_tools(text: str) -> tuple[list[dict[str, Any]] | None, bool]:
-    """The tools of a schema text (None when it is not a JSON list of objects), and whether the
-    parsed JSON held a float (NaN and infinities included): see :func:`_compact`."""
-    floats: list[str] = []
+def _parse_tools(text: str) -> list[dict[str, Any]] | None:
+    """The tools of a schema text, or None when it is not a JSON list of objects."""
     try:
-        tools = json.loads(text, parse_float=_float_seen(floats), parse_constant=_float_seen(floats))
+        tools = json.loads(text)
     except ValueError:
-        return None, False
+        return None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        return None, False
-    return tools, bool(floats)
+        return None
+    return tools
 
 
-def _float_seen(seen: list[str]) -> Callable[[str], float]:
-    def parse(token: str) -> float:
-        seen.append(token)
-        return float(token)
-
-    return parse
-
-
-_encode = msgspec.json.Encoder().encode
-
-
-def _compact(value: Any, floats: bool) -> str:
-    """``_json(value)`` (compact JSON, non-ASCII as it is) for a value parsed from JSON.
-
-    msgspec writes such a value byte for byte as ``json.dumps`` does, about ten times faster
-    (a schema plan renders its tools three times), except floats (``1e+16`` is ``1e16`` there,
-    ``NaN`` ``null``) and lone surrogates (which it refuses): with a float, or on refusal,
-    ``json.dumps`` itself. Dict keys from parsed JSON are strings, as msgspec needs them."""
-    if not floats:
-        try:
-            return _encode(value).decode()
-        except (UnicodeEncodeError, TypeError, OverflowError):
-            pass
-    return _json(value)
-
-
-def _steps(tools: list[dict[str, Any]], estimate: Estimator, floats: bool = True) -> Iterator[tuple[str, str, int]]:
-    """Apply the compression steps to ``tools`` in place, yielding (label, rendering, estimate) after each.
-    ``floats``: whether the tools may hold a float (:func:`_compact`)."""
+def _steps(tools: list[dict[str, Any]], estimate: Estimator) -> Iterator[tuple[str, str, int]]:
+    """Apply the compression steps to ``tools`` in place, yielding (label, rendering, estimate) after each."""
 
     def param_docs(t: dict[str, Any]) -> None:
         _strip_param_docs(_tool_parts(t)[1])
@@ -264,7 +210,7 @@ def _steps(tools: list[dict[str, Any]], estimate: Estimator, floats: bool = True
         if step is not None:
             for tool in tools:
                 step(tool)
-        out = _signatures(tools) if signatures else _compact(tools, floats)
+        out = _signatures(tools) if signatures else compact_json(tools)
         yield label, out, estimate(out)
 
 
@@ -300,7 +246,7 @@ def _drop_tools(
 def compress_schema(
     text: str, budget: int, *, estimate: Estimator = estimate_tokens, pinned: Collection[str] = ()
 ) -> tuple[str, OpRecord]:
-    """Compress a JSON list of tool schemas step by step until it fits (seed 5.3.3).
+    """Compress a JSON list of tool schemas step by step until it fits.
 
     Names, required parameters, types and enums survive longest: they are what a valid
     call needs. The last step before a tool is dropped is the minimal form (name, required
@@ -311,11 +257,11 @@ def compress_schema(
     before = estimate(text)
     if before <= budget:
         return text, OpRecord("schema", before, before, "fits")
-    tools, floats = _parse_tools(text)
+    tools = _parse_tools(text)
     if tools is None:
         return extract_lines(text, budget, estimate=estimate)
     done: list[str] = []
-    for label, out, tokens in _steps(tools, estimate, floats):  # lazily: stop at the first step that fits
+    for label, out, tokens in _steps(tools, estimate):  # lazily: stop at the first step that fits
         done.append(label)
         if tokens <= budget:
             return out, OpRecord("schema", before, tokens, "; ".join(done), {"steps": done})
@@ -325,10 +271,10 @@ def compress_schema(
 def pinned_tools_tokens(text: str, pinned: Collection[str], *, estimate: Estimator = estimate_tokens) -> int:
     """Tokens of the minimal form of the tools named in ``pinned`` (0 when none is in ``text``):
     the floor a schema segment with pinned tools needs."""
-    tools, floats = _parse_tools(text)
+    tools = _parse_tools(text)
     if tools is None or not pinned:
         return 0
-    for _ in _steps(tools, lambda rendered: 0, floats):  # every step, in place; no counting needed
+    for _ in _steps(tools, lambda rendered: 0):  # every step, in place; no counting needed
         pass
     kept = [t for t in tools if str(_tool_parts(t)[0].get("name", "?")) in pinned]
     return estimate(_signatures(kept)) if kept else 0
@@ -336,10 +282,10 @@ def pinned_tools_tokens(text: str, pinned: Collection[str], *, estimate: Estimat
 
 def plan_schema(text: str, *, estimate: Estimator = estimate_tokens) -> SchemaPlan:
     """Every step of :func:`compress_schema` on ``text``, rendered and counted once."""
-    tools, floats = _parse_tools(text)
+    tools = _parse_tools(text)
     if tools is None:
         return SchemaPlan(estimate(text), None)
-    steps = tuple(_steps(tools, estimate, floats))
+    steps = tuple(_steps(tools, estimate))
     return SchemaPlan(estimate(text), steps, tuple(tools))
 
 
@@ -357,59 +303,6 @@ def cut_schema(
         if tokens <= budget:
             return out, OpRecord("schema", plan.before, tokens, "; ".join(done), {"steps": done})
     return _drop_tools(list(plan.tools), budget, plan.before, done, estimate, pinned)
-
-
-class LazySchemaPlan:
-    """A :class:`SchemaPlan` whose steps are rendered only as far as a cut needs them.
-
-    The allocator keeps one per tool schema text across calls and threads. A tight budget
-    usually fits at a middle step, so the later steps (and, where the compact JSON fits, all
-    but the first) are never rendered. Steps are appended whole under a lock, one thread at a
-    time advancing the rendering; a thread reading steps already rendered takes no lock. Made
-    for the default estimator (the counts are ``estimate_tokens``'s: a memo of it is the same).
-    """
-
-    __slots__ = ("before", "_lock", "_rendered", "_steps", "_tools")
-
-    def __init__(self, text: str, before: int) -> None:
-        self.before = before
-        tools, floats = _parse_tools(text)
-        self._tools = tools
-        self._steps = _steps(tools, estimate_tokens, floats) if tools is not None else None
-        self._rendered: list[tuple[str, str, int]] = []
-        self._lock = threading.Lock()
-
-    def step(self, k: int) -> tuple[str, str, int] | None:
-        """The ``k``-th step (label, rendering, tokens), rendering it if needed; None past the last."""
-        rendered = self._rendered
-        if k < len(rendered):
-            return rendered[k]
-        with self._lock:
-            while len(rendered) <= k:
-                nxt = next(self._steps, None)  # type: ignore[arg-type]
-                if nxt is None:
-                    return None
-                rendered.append(nxt)
-            return rendered[k]
-
-    def cut(self, text: str, budget: int, estimate: Estimator, pinned: Collection[str] = ()) -> tuple[str, OpRecord]:
-        """``compress_schema(text, budget, estimate=estimate)`` (``cut_schema`` of the full plan)."""
-        before = self.before
-        if before <= budget:
-            return text, OpRecord("schema", before, before, "fits")
-        if self._steps is None:
-            return extract_lines(text, budget, estimate=estimate)
-        done: list[str] = []
-        k = 0
-        while (step := self.step(k)) is not None:
-            label, out, tokens = step
-            done.append(label)
-            if tokens <= budget:
-                return out, op_record("schema", before, tokens, "; ".join(done), {"steps": done})
-            k += 1
-        with self._lock:  # every step rendered: the tools no longer change
-            tools = list(self._tools)  # type: ignore[arg-type]
-        return _drop_tools(tools, budget, before, done, estimate, pinned)
 
 
 def _signatures(tools: list[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""Recoverable cuts: reference replacement and head/tail truncation with a ref marker (seed 001, 5.3-5.5).
+"""Recoverable cuts: reference replacement and head/tail truncation with a ref marker.
 
 Re-exported by ``ctxkit.context.operators``; see its docstring for the API. JSON input is truncated
 field-aware and stays valid JSON.
@@ -10,16 +10,9 @@ import json
 import re
 from typing import Any
 
-from ctxkit.context.ops_common import OpRecord, op_record
+from ctxkit.context.ops_common import OpRecord
 from ctxkit.context.ops_dedupe import content_key
-from ctxkit.context.tokens import (
-    CHARS_PER_TOKEN_LATIN,
-    Estimator,
-    clip,
-    estimate_tokens,
-    is_default_estimator,
-    remember,
-)
+from ctxkit.context.tokens import Estimator, clip, estimate_tokens
 
 # --------------------------------------------------------------------------- #
 # Reference replacement
@@ -46,7 +39,6 @@ def ref_replace(
 # --------------------------------------------------------------------------- #
 # Head/tail truncation
 
-_NON_SPACE = re.compile(r"\S")  # re's \s is str.isspace(), as str.strip() uses
 MARKER_RE = re.compile(r"\n?…\[omitted (\d+) tokens; ref=([^;\]]*)[^\]]*\]\n?")
 
 
@@ -66,16 +58,13 @@ def _tail(text: str, budget: int, estimate: Estimator) -> str:
     """Suffix within budget, starting after a line break unless that loses over half of it."""
     if budget <= 0 or not text:
         return ""
-    if text.isascii() and is_default_estimator(estimate):  # ceil(len / 4) per suffix: what the search finds
-        lo = max(0, len(text) - CHARS_PER_TOKEN_LATIN * budget)
-    else:
-        lo, hi = 0, len(text)  # smallest start whose suffix fits; text[hi:] == "" fits
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if estimate(text[mid:]) <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
+    lo, hi = 0, len(text)  # smallest start whose suffix fits; text[hi:] == "" fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if estimate(text[mid:]) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
     cut = text[lo:]
     if lo > 0 and (nl := cut.find("\n")) != -1 and nl < len(cut) // 2:
         cut = cut[nl + 1 :]
@@ -98,7 +87,7 @@ def truncate_head_tail(
     before = estimate(text)
     if before <= budget:
         return text, OpRecord("truncate", before, before, "fits")
-    if _may_be_json(text):
+    if text.lstrip()[:1] in ("{", "["):
         try:
             value = json.loads(text.strip())
         except ValueError:
@@ -107,109 +96,35 @@ def truncate_head_tail(
             return _truncate_json(value, before, budget, ref, estimate)
     prior, marked = 0, False
     head_src = tail_src = text
-    is_ascii = text.isascii()
-    # An ASCII text holds no marker (its "…" is not ASCII): no scan for one.
-    if not is_ascii and "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
+    # Cut before: one marker, with the summed omission (the substring test spares most texts the regex).
+    if "…[omitted " in text and (m := MARKER_RE.search(text)) is not None:
         prior, marked = int(m.group(1)), True
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
-    # ASCII text and ref with the default estimator: every piece below, the marker too (ASCII but
-    # for its "…", which is not CJK), costs ceil(len / 4), so nothing needs a scan.
-    ascii_only = is_ascii and (ref is None or ref.isascii()) and is_default_estimator(estimate)
-    if ascii_only and not marked:  # (an ASCII text holds no marker: its "…" is not ASCII)
-        out, omitted = _cut_ascii(text, budget, before, ref, head_ratio)
-        after = -(-len(out) // CHARS_PER_TOKEN_LATIN)
-        remember(estimate, out, after)  # the caller asks for it again
-        return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
-                              {"omitted_tokens": omitted, "ref": ref})
-    count = _ascii_tokens if ascii_only else estimate
-    body = budget - count(_marker(before + prior, ref))
+    body = budget - estimate(_marker(before + prior, ref))
     out, omitted = "", before + prior
     while body >= 0:
         hb = int(body * head_ratio)
         head = _head(head_src, hb, estimate).rstrip("\n")
         tail = _tail(tail_src, body - hb, estimate).lstrip("\n")
         if marked:
-            omitted = prior + max(0, count(head_src) - count(head)) + max(0, count(tail_src) - count(tail))
+            omitted = prior + max(0, estimate(head_src) - estimate(head)) + max(0, estimate(tail_src) - estimate(tail))
         else:
             if len(head) + len(tail) > len(text):  # cannot happen for subadditive estimators
                 tail = text[len(head) :]
-            omitted = max(0, before - count(head) - count(tail))
+            omitted = max(0, before - estimate(head) - estimate(tail))
         out = head + _marker(omitted, ref) + tail
-        over = count(out) - budget
+        over = estimate(out) - budget
         if over <= 0:
             break
         body -= over
         out, omitted = "", before + prior
-    after = count(out)
-    if ascii_only:
-        remember(estimate, out, after)  # the caller asks for it again
-    return out, op_record("truncate", before, after, _DETAIL.get(head_ratio) or _detail(head_ratio),
-                          {"omitted_tokens": omitted, "ref": ref})
-
-
-def _may_be_json(text: str) -> bool:
-    """``not (first := _first_char(text)) or first in "{["``: blank, or starts like a JSON object or
-    list after any space; ``_first_char`` (and its regex) only for text that starts with a space."""
-    start = text[:1]
-    return not start or start in "{[" or (start.isspace() and _first_char(text) in "{[")
-
-
-def _first_char(text: str) -> str:
-    """``text.lstrip()[:1]`` without copying the text, and without a regex call when it starts with
-    no space (most texts)."""
-    start = text[:1]
-    if start.isspace():
-        first = _NON_SPACE.search(text)
-        return "" if first is None else first.group()
-    return start
-
-
-def _cut_ascii(text: str, budget: int, before: int, ref: str | None, head_ratio: float) -> tuple[str, int]:
-    """The loop of :func:`truncate_head_tail` for an unmarked ASCII text and ref with the default
-    estimator, with ``_head``, ``_tail`` and every count inline: each piece costs ceil(len / 4)
-    and a prefix or suffix within a budget is its length times 4 (tool results are cut this way
-    at every call). Returns ``(out, omitted)``."""
-    per = CHARS_PER_TOKEN_LATIN
-    size = len(text)
-    shown_ref = ref or "ref:unknown"  # _marker(omitted, ref), inline below
-    body = budget - -(-len(f"\n…[omitted {before} tokens; ref={shown_ref}; fetch_ref to retrieve]\n") // per)
-    while body >= 0:
-        hb = int(body * head_ratio)
-        head = text[: per * hb] if hb > 0 else ""  # _head: clip, then back to a line break
-        if per * hb < size and (nl := head.rfind("\n")) >= len(head) // 2:
-            head = head[:nl]
-        head = head.rstrip("\n")
-        tb = body - hb
-        if tb > 0 and size:  # _tail: the suffix within tb, then on to a line break
-            lo = max(0, size - per * tb)
-            tail = text[lo:]
-            if lo > 0 and (nl := tail.find("\n")) != -1 and nl < len(tail) // 2:
-                tail = tail[nl + 1 :]
-            tail = tail.lstrip("\n")
-        else:
-            tail = ""
-        if len(head) + len(tail) > size:  # cannot happen for subadditive estimators
-            tail = text[len(head) :]
-        omitted = max(0, before + (-len(head) // per) + (-len(tail) // per))
-        out = f"{head}\n…[omitted {omitted} tokens; ref={shown_ref}; fetch_ref to retrieve]\n{tail}"
-        over = -(-len(out) // per) - budget
-        if over <= 0:
-            return out, omitted
-        body -= over
-    return "", before
-
-
-def _ascii_tokens(text: str) -> int:
-    """``estimate_tokens`` of text without CJK characters."""
-    return -(-len(text) // CHARS_PER_TOKEN_LATIN)
+    detail = _detail(head_ratio)
+    return out, OpRecord("truncate", before, estimate(out), detail, {"omitted_tokens": omitted, "ref": ref})
 
 
 def _detail(head_ratio: float) -> str:
     return f"head {int(head_ratio * 100)}% + tail {100 - int(head_ratio * 100)}% + ref marker"
-
-
-_DETAIL = {0.55: _detail(0.55)}  # the default ratio's, made once
 
 
 _KEEP_KEY = re.compile(
@@ -219,7 +134,8 @@ _KEEP_KEY = re.compile(
 )
 
 
-def _json(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """JSON without spaces, non-ASCII kept: what a compressed schema or a cut JSON value costs."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -230,7 +146,7 @@ def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
     head/tail; lists keep leading items and count the rest. Returns (value, fitted); a
     value that cannot shrink to the budget comes back with fitted=False.
     """
-    cost = estimate(_json(value))
+    cost = estimate(compact_json(value))
     if cost <= budget:
         return value, True
     if isinstance(value, str):
@@ -241,22 +157,22 @@ def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
         chosen: dict[Any, Any] = {}
         room = budget - 1
         for k in keys:
-            whole = estimate(_json({k: value[k]}))
+            whole = estimate(compact_json({k: value[k]}))
             if whole <= room:
                 chosen[k], room = value[k], room - whole
                 continue
-            key_cost = estimate(_json({k: None}))
+            key_cost = estimate(compact_json({k: None}))
             if room - key_cost <= 2:
                 continue
             sub, ok = _fit_json(value[k], room - key_cost, estimate)
             if ok:
                 chosen[k] = sub
-                room -= estimate(_json({k: sub}))
+                room -= estimate(compact_json({k: sub}))
         return {k: chosen[k] for k in value if k in chosen}, True
     if isinstance(value, list):
         items, room = [], budget - 12
         for item in value:
-            c = estimate(_json(item)) + 1
+            c = estimate(compact_json(item)) + 1
             if c > room:
                 break
             items.append(item)
@@ -272,7 +188,7 @@ _LIST_MARK = re.compile(r"^…\[omitted (\d+) items, (\d+) tokens; ref=([^\]]*)\
 
 def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estimate: Estimator) -> tuple[str, OpRecord]:
     """Field-aware truncation that always yields valid JSON (or nothing)."""
-    compact = _json(value)
+    compact = compact_json(value)
     if estimate(compact) <= budget:
         after = estimate(compact)
         return compact, OpRecord("truncate", before, after, "re-serialized compactly", {"json": True})
@@ -287,15 +203,15 @@ def _truncate_json(value: Any, before: int, budget: int, ref: str | None, estima
     body = budget
     while body > 0:
         shrunk, _ = _fit_json(value, body, estimate)
-        omitted = prior + max(0, before - estimate(_json(shrunk)))
+        omitted = prior + max(0, before - estimate(compact_json(shrunk)))
         note = {"omitted_tokens": omitted, "ref": ref or "ref:unknown"}
         if isinstance(shrunk, dict):
             dropped = [str(k) for k in value if k not in shrunk][:10]
-            out = _json({**shrunk, "_truncated": {**note, "omitted_keys": dropped}})
+            out = compact_json({**shrunk, "_truncated": {**note, "omitted_keys": dropped}})
         else:  # a list stays a list: the last element says what is missing
             items = [x for x in shrunk if not (isinstance(x, str) and x.startswith("…[omitted "))]
             mark = f"…[omitted {len(value) - len(items)} items, {omitted} tokens; ref={note['ref']}]"
-            out = _json([*items, mark])
+            out = compact_json([*items, mark])
         over = estimate(out) - budget
         if over <= 0:
             detail = "JSON-aware: kept ok/error/status/ref fields, valid JSON"

@@ -1,4 +1,4 @@
-"""Key-field read-back: did the required literals reach the model after compression? (seed 5.4.3, 5.8.2)
+"""Key-field read-back: did the required literals reach the model after compression?
 
 API notes
 ---------
@@ -14,14 +14,13 @@ API notes
 - ``to_evidence(results) -> list[ctxkit.record.manifest.Evidence]`` (key, label, literal,
   expected_item, present, found_in).
 - ``summarize(results) -> str`` ("6/10 kept; missing: a, b") and ``format_readback(results)``
-  (one ``[OK  ]`` / ``[MISS]`` line per field, as the seed prints them).
+  (one ``[OK  ]`` / ``[MISS]`` line per field).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,21 +50,11 @@ class ReadBack:
 @functools.lru_cache(maxsize=1024)  # the same key fields at every call: normalize and compile once
 def _pattern(literal: str) -> tuple[str, re.Pattern[str]]:
     """The literal's normal form, and the pattern that matches it where its edges touch no
-    ASCII letter or digit (matched only where ``str.find`` found the normal form: a regex
-    search starting with a lookbehind tries every position, several times slower)."""
+    ASCII letter or digit."""
     norm = normalize(literal)
     head = r"(?<![0-9a-z])" if norm[:1].isascii() and norm[:1].isalnum() else ""
     tail = r"(?![0-9a-z])" if norm[-1:].isascii() and norm[-1:].isalnum() else ""
     return norm, re.compile(head + re.escape(norm) + tail)
-
-
-def _search(norm: str, pattern: re.Pattern[str], text: str, start: int) -> int:
-    """Where ``pattern.search(text, start)`` matches, or -1: the normal form found by ``str.find``,
-    then the edges checked there (a lookbehind sees the text before ``start``, as it does in search)."""
-    at = text.find(norm, start)
-    while at != -1 and pattern.match(text, at) is None:
-        at = text.find(norm, at + 1)
-    return at
 
 
 # Normal forms of the texts read back, kept across calls (an agent reads back mostly the same
@@ -85,30 +74,15 @@ def _normal(text: str) -> str:
 
 def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[ReadBack]:
     """Which key fields survive in which outputs."""
-    items = [item for item, text in outputs.items() if text]
-    texts = [_normal(outputs[item]) for item in items]
-    # One search over all outputs joined by NUL (which no normal form holds and which is a
-    # boundary for the literal's edges) instead of one per output.
-    joined = "\x00".join(texts)
-    starts: list[int] = []
-    offset = 0
-    for text in texts:
-        starts.append(offset)
-        offset += len(text) + 1
+    texts = {item: _normal(text) for item, text in outputs.items() if text}
     results: list[ReadBack] = []
     for f in fields:
         if not f.literal.strip():
             raise ValueError(f"key field {f.label!r} has an empty literal")
-        carriers: dict[str, None] = {}
         norm, pattern = _pattern(f.literal)
-        at = _search(norm, pattern, joined, 0)
-        while at != -1:  # one hit per output is enough: go on from the next one
-            k = bisect_right(starts, at) - 1
-            carriers[items[k]] = None
-            if k + 1 >= len(starts):
-                break
-            at = _search(norm, pattern, joined, starts[k + 1])
-        found = f.source if f.source in carriers else next(iter(carriers), None)
+        # The substring test first: most outputs do not hold the literal at all.
+        carriers = [item for item, text in texts.items() if norm in text and pattern.search(text)]
+        found = f.source if f.source in carriers else (carriers[0] if carriers else None)
         results.append(ReadBack(field=f, present=found is not None, found_in=found))
     return results
 

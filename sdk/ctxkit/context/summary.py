@@ -1,4 +1,4 @@
-"""The extractive three-section summary used by compaction (seed 003), in the conversation's language.
+"""The extractive three-section summary used by compaction, in the conversation's language.
 
 Split from ``ctxkit.context.compaction`` (which re-exports every name here). Sections: settled
 facts / open items / hard constraints, headed 已定结论 / 待办事项 / 硬约束 for a Chinese
@@ -36,9 +36,9 @@ class Summary:
     language: str | None = None  # "zh" or "en"; None: from the text of the sections
 
     def render(self) -> str:
-        # Headings in the conversation's language (seed 003's 已定结论 / 待办事项 / 硬约束 for
+        # Headings in the conversation's language (已定结论 / 待办事项 / 硬约束 for
         # Chinese). An empty section is written out as "none" / "无" so a reader can tell
-        # "nothing" from "forgotten" (seed 003, handoff contract); check_handoff accepts both.
+        # "nothing" from "forgotten" (the handoff contract); check_handoff accepts both.
         language = self.language or conversation_language([*self.facts, *self.open_items, *self.constraints])
         headings, empty = _HEADINGS.get(language, _HEADINGS["en"])
         parts: list[str] = []

@@ -4,10 +4,10 @@ API notes
 ---------
 - ``Estimator = Callable[[str], int]``: every ctxkit function that counts tokens takes one.
   It must be a deterministic pure function, otherwise plans and projections are not
-  reproducible (seed 000, 3).
+  reproducible.
 - ``estimate_tokens(text) -> int``: the default. One token per CJK character (Han, kana,
   hangul, CJK/fullwidth punctuation) plus one per 4 other characters, rounded up. Chinese
-  prose mixed with code lands near the seed's ~1.87 chars/token, English near ~4.
+  prose mixed with code lands near 1.9 characters per token, English near 4.
   It is an approximation (about +-15 % against real tokenizers); bill with the provider's
   usage fields, never with this.
 - ``clip(text, max_tokens, estimate=estimate_tokens) -> str``: the longest prefix of ``text``
@@ -28,7 +28,7 @@ API notes
   name a manifest records (``ctxkit``, ``tiktoken:<encoding>``, ``custom:<qualname>``) and the
   estimator back from it where it can be loaded, so a replay counts as the agent did.
 - ``file_report(path, estimate=estimate_tokens) -> dict`` and ``format_report(report) -> str``
-  back the ``ctxkit count FILE`` command (seed 5.8.3). Report keys: ``file, bytes, chars,
+  back the ``ctxkit count FILE`` command. Report keys: ``file, bytes, chars,
   lines, cjk_chars, estimated_tokens, chars_per_token, share_8k, share_128k``; the shares
   are percentages of an 8,000 / 128,000 token window rounded to 2 decimals.
 """
@@ -256,14 +256,14 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
     fetch it over the network.
     """
     try:
-        import tiktoken_offline  # type: ignore[import-not-found]
+        import tiktoken_offline
 
         enc = tiktoken_offline.get_encoding(encoding)
         return _bpe_counter(enc, encoding)
     except Exception:  # noqa: BLE001 - any failure means "not available"
         pass
     try:
-        import tiktoken  # type: ignore[import-not-found]
+        import tiktoken
     except Exception:  # noqa: BLE001
         return None
     cached = _tiktoken_cache_file(encoding)
@@ -314,7 +314,7 @@ def estimator_by_name(name: str) -> Estimator | None:
 
 
 def file_report(path: str, estimate: Estimator = estimate_tokens) -> dict[str, Any]:
-    """Size and estimated token cost of a file (seed 5.8.3). Reads bytes, decodes UTF-8
+    """Size and estimated token cost of a file. Reads bytes, decodes UTF-8
     with replacement so a stray byte does not stop the count."""
     with open(path, "rb") as fh:
         data = fh.read()

@@ -395,16 +395,8 @@ def _items(
     positions = layout.positions() if layout is not None else None
     position = 0
     items: list[Item] = []
-    absent = figures.ABSENT_ACTIONS
     for item, text in pairs:
-        # figures.in_context(item), inline (this runs per item per call): kept by its action, and
-        # some token sent (used, else granted; neither recorded counts as sent)
-        if item.action in absent:
-            present = False
-        else:
-            used = item.used_tokens
-            sent = used if used is not None else item.granted_tokens
-            present = (sent is None or sent > 0) and bool(text or used)
+        present = figures.in_context(item) and bool(text or item.used_tokens)
         if positions is not None:
             placed = positions.get(item.id) if present else None
             item.zone, item.position = placed if placed is not None else (item.zone, item.position)
@@ -421,7 +413,7 @@ def _items(
             if redact is not None:
                 redacted = redact(text, item)
                 text = redacted if isinstance(redacted, str) else ""
-            item.text = (text if len(text) <= MAX_TEXT else clip(text, MAX_TEXT)) if text else None  # clip, inline
+            item.text = clip(text, MAX_TEXT) if text else None
         else:
             item.text = None
         items.append(item)
@@ -494,10 +486,10 @@ def _validate(manifest: Manifest) -> None:
 
 def blocks_from_plan(plan: Plan) -> list[Block]:
     """A layout block for every allocation that reaches the model (id = segment name)."""
-    from ctxkit.context.layout import plain_block
+    from ctxkit.context.layout import Block
 
     return [
-        plain_block(a.name, a.kind, a.text, a.zone)  # type: ignore[arg-type]
+        Block(a.name, a.kind, a.text, zone=a.zone)  # type: ignore[arg-type]
         for a in plan.allocations
         if a.text and figures.kept_by(a.action)
     ]
@@ -557,7 +549,7 @@ class BuiltContext:
         return manifest
 
 
-# Seed 001, 5.5.5: the output reserve R is the largest single-step output plus 10 %. A tool call's
+# The output reserve R is the largest single-step output plus 10 %. A tool call's
 # JSON is 200-800 tokens, so 800 + 10 % is the floor ContextBuilder uses when no reserve is given.
 DEFAULT_RESERVE = 880
 # Rounds of re-allocation before ContextBuilder falls back to dropping every non-pinned segment.
@@ -569,11 +561,11 @@ class ContextBuilder:
     """Allocate, lay out and read back each call's context with one set of settings.
 
     ``reserve`` is the output reserve R (the request's ``max_tokens``): input never uses it.
-    Default :data:`DEFAULT_RESERVE` (seed 001, 5.5.5), never more than a fifth of the budget.
+    Default :data:`DEFAULT_RESERVE`, never more than a fifth of the budget.
     ``aging`` holds, per segment name, how many calls in a row it was starved; it is updated
     after every :meth:`build`, so a low-priority segment rises until it gets in once.
 
-    The guarantee (seed 001, 5.1): |x| + R <= W, where |x| is measured on the final text,
+    The guarantee: |x| + R <= W, where |x| is measured on the final text,
     restated constraints, the caller's blocks and separators included. When the allocation
     alone fits but the final text does not, the builder re-allocates with the difference held
     back (a few rounds), then with nothing but the pinned segments. The TAIL restatement of a
@@ -602,7 +594,7 @@ class ContextBuilder:
     @property
     def cap(self) -> int:
         """The input cap W - R - margin: |x| never exceeds it unless flagged over budget."""
-        return max(0, self.budget - (self.reserve or 0) - self.safety_margin)
+        return figures.input_cap(self.budget, self.reserve or 0, self.safety_margin)
 
     def build(self, segments: Sequence[Segment], *, blocks: Sequence[Block] = (),
               key_fields: Sequence[KeyField] | None = None) -> BuiltContext:
@@ -693,7 +685,7 @@ class ContextBuilder:
             plan.held_back = held_back  # and in the manifest's replay settings
             reduced = plan.cap
             plan.safety_margin, plan.cap = self.safety_margin, self.cap
-            plan.headroom = plan.cap - plan.used
+            plan.headroom = figures.headroom(plan.cap, plan.used)
             plan.warnings = [w for w in plan.warnings if "input cap is 0" not in w and "but the input cap" not in w]
             if plan.over_budget:  # over the reduced cap only; whether the whole text fits is decided in build()
                 plan.over_budget = False

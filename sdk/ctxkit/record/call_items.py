@@ -39,6 +39,7 @@ from ctxkit.record.manifest import (
     Outcome,
     Prefix,
     Usage,
+    Zone,
 )
 from ctxkit.record.prefix_lines import prefix_segment
 
@@ -179,9 +180,11 @@ def call_manifest(
     for position, p in enumerate(parts):
         tokens = clamp_tokens(estimate_tokens(p.text))
         item_id = _item_id(p, position)
-        zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
+        zone: Zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
         items.append(Item(
-            id=item_id, kind=p.kind, action="keep", requested_tokens=tokens, granted_tokens=tokens,
+            # infer_kinds gave every part one of the item kinds
+            id=item_id, kind=p.kind, action="keep",  # type: ignore[arg-type]
+            requested_tokens=tokens, granted_tokens=tokens,
             used_tokens=tokens, position=position, zone=zone,
             trust="untrusted" if p.kind in UNTRUSTED_KINDS else "trusted",
             group=short_id(p.group) if p.group else None,

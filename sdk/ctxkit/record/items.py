@@ -17,7 +17,7 @@ import msgspec
 
 from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, ItemAllocation
+from ctxkit.record.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, Trust
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Plan
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ctxkit.context.grouping import Projection
     from ctxkit.context.layout import Block, Layout
 
-# Kinds whose content is data, never instructions, whatever their segment says (seed 001, 5.9).
+# Kinds whose content is data, never instructions, whatever their segment says.
 UNTRUSTED_KINDS: frozenset[str] = frozenset({"tool_result", "retrieval"})
 MAX_SOURCE_REF = 1000
 
@@ -51,6 +51,9 @@ def clip(text: str, limit: int) -> str:
 
 
 def clamp_tokens(value: int) -> int:
+    """``value`` as an int within 0..MAX_TOKENS."""
+    if type(value) is int and 0 <= value <= MAX_TOKENS:
+        return value
     return min(max(int(value), 0), MAX_TOKENS)
 
 
@@ -58,7 +61,7 @@ def clamp_tokens(value: int) -> int:
 # Items from the parts of a build
 
 
-def trust_for(kind: str, trust: str, untrusted_kinds: Collection[str]) -> str:
+def trust_for(kind: str, trust: str, untrusted_kinds: Collection[str]) -> Trust:
     return "untrusted" if trust == "untrusted" or kind in untrusted_kinds else "trusted"
 
 
@@ -87,46 +90,31 @@ def sanitize_item(item: Item) -> Item:
 def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]) -> list[tuple[Item, str]]:
     """One item per allocation (in the plan's input order) and the text that reached the model."""
     out: list[tuple[Item, str]] = []
-    absent = figures.ABSENT_ACTIONS
-    append = out.append
     for a in plan.allocations:
-        # The allocator's counts are ints in range: clamp only the odd one (this runs per item per call,
-        # so the check is inline).
-        used, granted, requested = a.used, a.granted, a.requested
-        if not (type(used) is int and type(granted) is int and type(requested) is int  # noqa: E721
-                and 0 <= used <= MAX_TOKENS and 0 <= granted <= MAX_TOKENS and 0 <= requested <= MAX_TOKENS):
-            used, granted, requested = clamp_tokens(used), clamp_tokens(granted), clamp_tokens(requested)
+        used, granted, requested = clamp_tokens(a.used), clamp_tokens(a.granted), clamp_tokens(a.requested)
         if used > granted:  # never expected from the allocator; the server would refuse it
             warnings.append(f"item {a.name!r}: used {used} tokens > granted {granted}; recorded as granted")
             used = granted
         reason = a.reason
         if a.merged_sources:
             reason += f"; provenance merged from {', '.join(a.merged_sources)}"
-        name, source_ref, priority, effective, action = a.name, a.source_ref, a.priority, a.effective_priority, a.action
         item = Item(
-            id=name if 0 < len(name) <= MAX_ID else short_id(name),
+            id=short_id(a.name),
             kind=a.kind,  # type: ignore[arg-type]
-            action=action,  # type: ignore[arg-type]
+            action=a.action,  # type: ignore[arg-type]
             requested_tokens=requested,
             granted_tokens=granted,
             used_tokens=used,
-            priority=priority if 0 <= priority <= 1000 else min(max(priority, 0), 1000),
+            priority=min(max(a.priority, 0), 1000),
             pinned=a.pinned,
-            trust="untrusted" if a.trust == "untrusted" or a.kind in untrusted_kinds else "trusted",  # trust_for
+            trust=trust_for(a.kind, a.trust, untrusted_kinds),
             zone=a.zone,  # type: ignore[arg-type]
-            reason=reason if len(reason) <= MAX_REASON else clip(reason, MAX_REASON),
-            # clip, inline: most refs are short
-            source_ref=(source_ref if len(source_ref) <= MAX_SOURCE_REF else clip(source_ref, MAX_SOURCE_REF))
-            if source_ref else None,
+            reason=clip(reason, MAX_REASON),
+            source_ref=clip(a.source_ref, MAX_SOURCE_REF) if a.source_ref else None,
             content_hash=a.content_hash or None,
-            allocation=ItemAllocation(  # a.replay_settings(), inline
-                policy=a.policy,  # type: ignore[arg-type]
-                min_tokens=a.floor,
-                effective_priority=effective if effective != priority else None,
-                lossless=a.lossless,
-            ),
+            allocation=a.replay_settings(),
         )
-        append((item, "" if action in absent else a.text))  # figures.kept_by
+        out.append((item, a.text if figures.kept_by(a.action) else ""))
     return out
 
 
@@ -154,7 +142,7 @@ def layout_items(
         tokens = clamp_tokens(p.tokens)
         item = Item(
             id=short_id(p.id), kind=kind, action="keep", requested_tokens=tokens,  # type: ignore[arg-type]
-            used_tokens=tokens, pinned=pinned, trust=trust, reason=reason, content_hash=content_hash,  # type: ignore[arg-type]
+            used_tokens=tokens, pinned=pinned, trust=trust, reason=reason, content_hash=content_hash,
         )
         out.append((item, p.block.text))
     return out
@@ -205,7 +193,7 @@ def record_items(
                 granted_tokens=0,
                 used_tokens=0,
                 pinned=r.pinned,
-                trust=trust_for(kind, "trusted", untrusted_kinds),  # type: ignore[arg-type]
+                trust=trust_for(kind, "trusted", untrusted_kinds),
                 reason=clip(reason, MAX_REASON),
                 source_ref=clip(r.ref, MAX_SOURCE_REF) if r.ref else None,
                 content_hash=content_hash,
@@ -266,7 +254,7 @@ def block_items(blocks: Iterable[Block], *, untrusted_kinds: Collection[str] = U
         tokens = clamp_tokens(b.tokens(estimate))
         items.append(Item(
             id=short_id(b.id), kind=kind, action="keep", requested_tokens=tokens, used_tokens=tokens,  # type: ignore[arg-type]
-            trust=trust_for(kind, "trusted", untrusted_kinds),  # type: ignore[arg-type]
+            trust=trust_for(kind, "trusted", untrusted_kinds),
             reason="not a candidate of the allocator; appended after the segments", text=b.text or None,
         ))
     return items

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import typing
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
-SCHEMA_V1 = "ctxview.manifest/v1"
+SCHEMA_V1: Final = "ctxview.manifest/v1"
 
 # Limits, shared by the SDK (which never builds a manifest the server refuses) and
 # the server (which answers a breach with the JSON path of the field).
@@ -75,7 +75,7 @@ ItemKind = Literal[
     "user",
     "other",
 ]
-ITEM_KINDS: tuple[str, ...] = ItemKind.__args__  # type: ignore[attr-defined]
+ITEM_KINDS: tuple[str, ...] = get_args(ItemKind)
 
 Action = Literal[
     "keep",
@@ -112,23 +112,19 @@ class Builder(_Struct, kw_only=True):
 
 
 class Budget(_Struct, kw_only=True):
-    """The token budget of the call (seed 001, 5.1): input_cap = window - reserve - margin."""
+    """The token budget of the call. Without ``input_cap`` the cap is
+    ctxkit.figures.budget_input_cap's: window - reserve - margin."""
 
     window: Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
     output_reserve: Tokens = 0
     safety_margin: Tokens = 0
     input_cap: Tokens | None = None
-    # The builder's own check of |x| + R <= W (issue 12): what it measured of the final text
+    # The builder's own check of |x| + R <= W (the budget guarantee, docs/sdk.md): what it measured of the final text
     # (everything included: restated constraints, the caller's blocks, separators), and, when
     # even the pinned items do not fit, an explicit over-budget flag with the reason.
     measured_tokens: Tokens | None = None
     over_budget: bool = False
     over_budget_reason: Reason | None = None
-
-    def effective_input_cap(self) -> int:
-        if self.input_cap is not None:
-            return self.input_cap
-        return max(0, self.window - self.output_reserve - self.safety_margin)
 
 
 class PrefixSegment(_Struct, kw_only=True):
@@ -208,7 +204,7 @@ class Item(_Struct, kw_only=True):
     content_hash: Hash | None = None
     group: Id | None = None
     text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
-    # Memory write-back (seed 001, 5.6.3): the id of the older fact this one replaces.
+    # Memory write-back: the id of the older fact this one replaces.
     supersedes: Id | None = None
     allocation: ItemAllocation | None = None  # replay settings (above)
 
@@ -233,7 +229,7 @@ class Invariant(_Struct, kw_only=True):
 
 
 class Compaction(_Struct, kw_only=True):
-    """A compaction event (seed 003/004) and the invariants checked after it."""
+    """A compaction event and the invariants checked after it."""
 
     id: Id
     strategy: Name
@@ -294,7 +290,7 @@ class Manifest(_Struct, kw_only=True):
     context_edits: Annotated[list[ContextEdit], msgspec.Meta(max_length=MAX_EDITS)] = []
     outcome: Outcome | None = None
     warnings: Annotated[list[Reason], msgspec.Meta(max_length=100)] = []
-    # The prompt-cache TTL in force for this call (seed 001, 5.7.4): after a longer pause the
+    # The prompt-cache TTL in force for this call: after a longer pause the
     # next call's miss is expected (the server's "ttl" cause), not a regression.
     cache_ttl_seconds: Annotated[int, msgspec.Meta(gt=0, le=30 * 86400)] | None = None
     allocator: AllocatorSettings | None = None  # replay settings (above)

@@ -118,7 +118,9 @@ def rejected_in(body: bytes, count: int) -> tuple[int, dict[str, Any]]:
         doc = None
     if not isinstance(doc, dict):
         return 0, {}
-    results = doc.get("results") if isinstance(doc.get("results"), list) else []
+    results = doc.get("results")
+    if not isinstance(results, list):
+        results = []
     refused = [r for r in results if isinstance(r, dict) and r.get("status") == "rejected"]
     rejected = doc["rejected"] if isinstance(doc.get("rejected"), int) else len(refused)
     return max(0, min(count, rejected)), (refused[0] if refused else {})

@@ -1,0 +1,273 @@
+"""What ``ctxkit proxy`` adds to a streamed model call, and whether its memory stays flat.
+
+    .venv/bin/python bench/proxy.py [--calls 400] [--rounds 3] [--memory-calls 10000]
+                                    [--first-byte-ms 50] [--event-gap-ms 2]
+
+Four processes on this machine: a paced stand-in provider (the Anthropic events of
+tests/provider_standin.py, chunked, the first after ``--first-byte-ms``, then one every
+``--event-gap-ms``) with an accept-all ctxview sink beside it; ``python -m ctxkit.proxy`` in
+front of it, recording (every call mapped to a manifest and sent in batches to the sink); a
+second proxy recording nothing (no ctxview key), to tell forwarding from recording; and this
+load generator (aiohttp, 1 and 32 concurrent streams). Each call is a streamed Anthropic
+Messages request of about 6 KB (a 3 KB system prompt, tools, a ten-message conversation).
+Measured in the same run, in alternating rounds, direct and through each proxy:
+
+1. time to first byte (request sent -> first body bytes) and total time (-> end of stream),
+   p50 and p99, and the difference proxy - direct of each;
+2. the recording proxy's resident memory (RSS) every 1,000 calls over ``--memory-calls`` calls.
+
+``--first-byte-ms 0 --event-gap-ms 0`` makes it a saturation test instead (every stream
+answered at once, so 32 streams keep the proxy's one event loop busy all the time). Not a
+test: figures vary with the machine; compare the differences within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.support import wait_port  # noqa: E402
+
+SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))
+TOOLS = [{"name": f"tool_{n}", "description": "Look something up", "input_schema": {"type": "object"}}
+         for n in range(4)]
+MESSAGES: list[dict] = [{"role": "user", "content": "Where is parcel 55-1207?"}]
+for k in range(4):
+    MESSAGES += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{k}", "name": f"tool_{k}",
+                                                    "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{k}",
+                                                          "content": f"status {k}: in transit " * 20}]}]
+MESSAGES.append({"role": "user", "content": "Please hurry."})
+BODY = json.dumps({"model": "claude-sonnet-5-5", "max_tokens": 1024, "system": SYSTEM, "tools": TOOLS,
+                   "messages": MESSAGES, "stream": True}).encode()
+HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "sk-ant-bench",
+           "x-ctxview-run": "bench"}
+
+
+
+def serve_upstreams(provider_port: int, sink_port: int, first_byte_ms: float, event_gap_ms: float) -> None:
+    """The paced stand-in provider and an accept-all ctxview sink, in this (separate) process."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.provider_standin import anthropic_events
+
+    class Provider(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            time.sleep(first_byte_ms / 1000)  # the model thinking before its first token
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for n, (name, data) in enumerate(anthropic_events(body)):
+                if n and event_gap_ms:
+                    time.sleep(event_gap_ms / 1000)
+                chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
+    class Sink(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    for handler, port in ((Provider, provider_port), (Sink, sink_port)):
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler, bind_and_activate=False)
+        server.request_queue_size = 512  # 32 streams connecting at once must not overflow the backlog
+        server.daemon_threads = True
+        server.server_bind()
+        server.server_activate()
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    while True:
+        time.sleep(3600)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as found:
+            return [int(child) for child in found.read().split()]
+    except OSError:
+        return []
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and its children (the recording proxy's recorder process)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def settle(pid: int) -> None:
+    """Wait until ``pid`` and its children are idle (the recorder has caught up)."""
+    for _ in range(100):
+        before = cpu_seconds(pid)
+        time.sleep(0.2)
+        if cpu_seconds(pid) - before < 0.02:
+            return
+
+
+async def one_call(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    start = time.perf_counter()
+    async with session.post(url, data=BODY, headers=HEADERS) as response:
+        first = await response.content.readany()
+        ttfb = time.perf_counter() - start
+        assert response.status == 200 and first, response.status
+        while await response.content.readany():
+            pass
+    return ttfb, time.perf_counter() - start
+
+
+async def load(url: str, calls: int, concurrency: int) -> tuple[list[float], list[float]]:
+    ttfbs: list[float] = []
+    totals: list[float] = []
+    remaining = [calls]
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        async def worker() -> None:
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                ttfb, total = await one_call(session, url)
+                ttfbs.append(ttfb)
+                totals.append(total)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return ttfbs, totals
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
+
+
+def start_proxy(upstream: str, port: int, sink: str | None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'sdk'}{os.pathsep}{ROOT}"}
+    env.pop("CTXVIEW_API_KEY", None)
+    if sink:  # every call is mapped to a manifest and sent, in batches, to the accept-all sink
+        env.update(CTXVIEW_API_KEY="ctx_bench", CTXVIEW_HOST=sink)
+    process = subprocess.Popen([sys.executable, "-m", "ctxkit.proxy", "--port", str(port), "--anthropic-upstream",
+                                upstream], env=env, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=400, help="calls per round and concurrency")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-calls", type=int, default=10_000)
+    parser.add_argument("--first-byte-ms", type=float, default=50.0,
+                        help="the stand-in's wait before the first event (the model's time to first token)")
+    parser.add_argument("--event-gap-ms", type=float, default=2.0, help="the stand-in's gap between events")
+    parser.add_argument("--serve-upstreams", nargs=2, type=int, metavar=("PROVIDER_PORT", "SINK_PORT"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_upstreams:
+        serve_upstreams(*args.serve_upstreams, args.first_byte_ms, args.event_gap_ms)
+        return
+
+    standin_port, sink_port, proxy_port, bare_port = free_port(), free_port(), free_port(), free_port()
+    standin = subprocess.Popen([sys.executable, __file__, "--serve-upstreams", str(standin_port), str(sink_port),
+                                "--first-byte-ms", str(args.first_byte_ms), "--event-gap-ms", str(args.event_gap_ms)])
+    wait_port(standin_port)
+    upstream = f"http://127.0.0.1:{standin_port}"
+    proxy = start_proxy(upstream, proxy_port, f"http://127.0.0.1:{sink_port}")
+    bare = start_proxy(upstream, bare_port, None)
+    targets = {"direct": f"{upstream}/v1/messages", "proxy": f"http://127.0.0.1:{proxy_port}/v1/messages",
+               "proxy, not recording": f"http://127.0.0.1:{bare_port}/v1/messages"}
+    try:
+        asyncio.run(load(targets["proxy"], 50, 4))  # warm up: connections, imports, the first manifests
+        asyncio.run(load(targets["proxy, not recording"], 50, 4))
+        print(f"request body {len(BODY)} bytes; stand-in: first event after {args.first_byte_ms} ms, then "
+              f"{args.event_gap_ms} ms between events; {args.calls} calls x {args.rounds} rounds per cell; ms")
+        for concurrency in (1, 32):
+            got: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in targets}
+            cpu = dict.fromkeys(targets, 0.0)
+            pids = {"direct": standin.pid, "proxy": proxy.pid, "proxy, not recording": bare.pid}
+            for _ in range(args.rounds):
+                for name, url in targets.items():
+                    before = cpu_seconds(pids[name])
+                    ttfbs, totals = asyncio.run(load(url, args.calls, concurrency))
+                    settle(pids[name])
+                    cpu[name] += cpu_seconds(pids[name]) - before
+                    got[name][0].extend(ttfbs)
+                    got[name][1].extend(totals)
+            base_ttfb, base_total = got["direct"]
+            print(f"\n{concurrency} concurrent stream(s)")
+            print(f"  {'':22} {'TTFB p50':>9} {'p99':>7} {'total p50':>10} {'p99':>7}   "
+                  f"{'+TTFB p50':>9} {'+p99':>6} {'+total p50':>10} {'+p99':>6}   CPU ms/call")
+            for name, (ttfbs, totals) in got.items():
+                row = [pct(ttfbs, 50), pct(ttfbs, 99), pct(totals, 50), pct(totals, 99)]
+                added = [row[0] - pct(base_ttfb, 50), row[1] - pct(base_ttfb, 99),
+                         row[2] - pct(base_total, 50), row[3] - pct(base_total, 99)]
+                extra = "" if name == "direct" else "   " + " ".join(
+                    f"{v:+{w}.2f}" for v, w in zip(added, (9, 6, 10, 6), strict=True))
+                per_call = cpu[name] * 1000 / (args.calls * args.rounds)
+                extra = extra or " " * 37
+                print(f"  {name:22} {row[0]:9.2f} {row[1]:7.2f} {row[2]:10.2f} {row[3]:7.2f}{extra}   {per_call:.2f}")
+            ratio = statistics.mean(got["proxy"][0]) / statistics.mean(base_ttfb)
+            print(f"  mean TTFB ratio proxy/direct: {ratio:.3f}")
+
+        print("  (CPU ms/call: of the process answering, the recording proxy's recorder process included; "
+              "for direct, the stand-in provider)")
+        print(f"\nproxy RSS over {args.memory_calls} calls (32 concurrent), MiB, each reading once the recorder "
+              f"has caught up: the proxy's process, its recorder's")
+        settle(proxy.pid)
+        recorder = next(c for c in children(proxy.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
+        print(f"  after warm-up: {rss_mib(proxy.pid):.1f} {rss_mib(recorder):.1f}")
+        done = 0
+        while done < args.memory_calls:
+            batch = min(1000, args.memory_calls - done)
+            asyncio.run(load(targets["proxy"], batch, 32))
+            done += batch
+            settle(proxy.pid)
+            print(f"  {done:>6} calls: {rss_mib(proxy.pid):.1f} {rss_mib(recorder):.1f}")
+    finally:
+        for process in (proxy, bare, standin):
+            process.terminate()
+            process.wait(10)
+
+
+if __name__ == "__main__":
+    main()

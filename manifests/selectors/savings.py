@@ -1,0 +1,172 @@
+"""What fixing each cause is worth (docs/analysis.md, "The saving of a fix").
+
+Over the last seven days (whatever the page's range), per day: the cost units a cache fix
+regains (ctxkit.figures.cache_saving of each miss, at its model's prices from the price
+book), the calls and runs a fix concerns, and for missing evidence what the affected calls
+paid. Every read is bounded by the calls' time, so on PostgreSQL it reads the seven days'
+partitions only, however large the table grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Case, Count, Expression, F, FloatField, QuerySet, Subquery, Sum, Value, When
+from django.utils import timezone
+
+from manifests import figures
+from manifests.analysis.prices import PriceBook
+from manifests.figures import MISSING_CAUSES
+from manifests.models import Attribution, CacheEvent, Call, Project, Regression
+from manifests.selectors.filters import Filters
+
+SAVING_DAYS = 7
+# A miss below the provider's minimum cacheable prefix could not have hit: nothing to fix.
+NOT_FIXABLE = (CacheEvent.HIT, CacheEvent.BELOW_MINIMUM)
+
+
+@dataclass(frozen=True)
+class Saving:
+    """One fix and what it is worth per day over the last :data:`SAVING_DAYS` days.
+
+    ``regained`` is the cost units a cache fix regains per day (None for missing evidence,
+    which regains no tokens); ``affected_cost`` what the affected calls paid per day (missing
+    evidence only); ``first_call_id`` the earliest call of the cause in the seven days."""
+
+    kind: str  # "cache" or "evidence"
+    cause: str
+    label: str
+    regained: float | None
+    affected_cost: float | None
+    calls: float
+    runs: float
+    first_call_id: str
+    first_at: datetime
+
+    @property
+    def order(self) -> tuple[float, float]:
+        """The top-fixes order: cost regained first (what a fix returns for certain), then calls."""
+        return (-(self.regained or 0.0), -self.calls)
+
+
+def saving_range(filters: Filters) -> tuple[datetime, datetime]:
+    """The seven days that end when the page was read."""
+    until = filters.as_of or timezone.now()
+    return until - timedelta(days=SAVING_DAYS), until
+
+
+def at_model_prices(expression: Callable[[str, Mapping[str, float]], Expression], models: Iterable[str],
+                    book: PriceBook, prefix: str) -> Case:
+    """``expression(prefix, weights)`` at each call's model's prices: one When per model."""
+    whens = [When(**{f"{prefix}model": m}, then=expression(prefix, book.for_model(m).weights))
+             for m in sorted(set(models))]
+    return Case(*whens, default=Value(0.0), output_field=FloatField())
+
+
+def _misses(project: Project, filters: Filters, since: datetime, until: datetime) -> QuerySet[CacheEvent]:
+    """The fixable misses of the seven days, joined to their calls within the same days."""
+    qs = CacheEvent.objects.filter(project=project, started_at__gte=since, started_at__lt=until).exclude(
+        cause__in=NOT_FIXABLE)
+    qs = qs.filter(call__started_at=F("started_at"), call__started_at__gte=since, call__started_at__lt=until)
+    if filters.agent:
+        qs = qs.filter(call__agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(call__model=filters.model)
+    return qs
+
+
+def _per_day(total: float | int | None) -> float:
+    return (total or 0) / SAVING_DAYS
+
+
+def cache_causes(project: Project, filters: Filters) -> list[Saving]:
+    """Per cache-miss cause: cost units regained per day, calls and runs per day."""
+    since, until = saving_range(filters)
+    misses = _misses(project, filters, since, until)
+    models = list(misses.values_list("call__model", flat=True).distinct())
+    if not models:
+        return []
+    saving = at_model_prices(figures.cache_saving, models, PriceBook.load(), "call__")
+    labels = dict(CacheEvent.CAUSES)
+    out = []
+    for row in (misses.values("cause").annotate(saving=Sum(saving), calls=Count("pk"),
+                                                runs=Count("call__run_id", distinct=True)).order_by("cause")):
+        first = misses.filter(cause=row["cause"]).order_by("started_at", "pk").values(
+            "call__call_id", "started_at").first()
+        if first is None:  # its misses were deleted since the aggregate (retention)
+            continue
+        out.append(Saving("cache", row["cause"], labels.get(row["cause"], row["cause"]), _per_day(row["saving"]),
+                          None, _per_day(row["calls"]), _per_day(row["runs"]), first["call__call_id"],
+                          first["started_at"]))
+    out.sort(key=lambda s: s.order)
+    return out
+
+
+def regression_savings(project: Project, filters: Filters, regressions: Iterable[Regression]) -> dict[int, Saving]:
+    """Per regression (by pk): the saving of the misses of its agent and model, of its cause
+    (all fixable misses when its cause is not one), from its first bad call on."""
+    since, until = saving_range(filters)
+    book = PriceBook.load()
+    out = {}
+    for r in regressions:
+        first = r.first_call or r.call
+        start = max(since, first.started_at)
+        misses = _misses(project, Filters(), start, until).filter(call__agent=r.agent, call__model=r.model)
+        if r.cause in dict(CacheEvent.CAUSES) and r.cause not in NOT_FIXABLE:
+            misses = misses.filter(cause=r.cause)
+        totals = misses.aggregate(saving=Sum(at_model_prices(figures.cache_saving, [r.model], book, "call__")),
+                                  calls=Count("pk"), runs=Count("call__run_id", distinct=True))
+        out[r.pk] = Saving("regression", r.cause, f"{r.agent} · {r.model}", _per_day(totals["saving"]), None,
+                           _per_day(totals["calls"]), _per_day(totals["runs"]), first.call_id, first.started_at)
+    return out
+
+
+def with_savings(project: Project, filters: Filters, regressions: list[Regression]) -> list[dict[str, object]]:
+    """The regressions as rows of ``regression`` and its ``saving``, for the overview's list."""
+    worth = regression_savings(project, filters, regressions)
+    return [{"regression": r, "saving": worth[r.pk]} for r in regressions]
+
+
+def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
+    """Per cause of missing evidence: the calls and runs it affected per day, and what
+    those calls paid per day (each call once, however many of its evidence it lost)."""
+    since, until = saving_range(filters)
+    lost = Attribution.objects.filter(project=project, is_risk=False, cause__in=MISSING_CAUSES,
+                                      started_at__gte=since, started_at__lt=until)
+    calls = Call.objects.filter(project=project, started_at__gte=since, started_at__lt=until)
+    if filters.agent:
+        calls = calls.filter(agent=filters.agent)
+    if filters.model:
+        calls = calls.filter(model=filters.model)
+    causes = list(lost.values_list("cause", flat=True).distinct())
+    if not causes:
+        return []
+    book = PriceBook.load()
+    labels = dict(Attribution.CAUSES)
+    out = []
+    for cause in causes:
+        affected = calls.filter(pk__in=Subquery(lost.filter(cause=cause).values("call_id")))
+        models = list(affected.values_list("model", flat=True).distinct())
+        if not models:
+            continue
+        totals = affected.aggregate(cost=Sum(at_model_prices(figures.cost_units, models, book, "")), calls=Count("pk"),
+                                    runs=Count("run_id", distinct=True))
+        first = affected.order_by("started_at", "pk").values("call_id", "started_at").first()
+        if first is None:  # its calls were deleted since their models were read (retention)
+            continue
+        out.append(Saving("evidence", cause, labels.get(cause, cause), None, _per_day(totals["cost"]),
+                          _per_day(totals["calls"]), _per_day(totals["runs"]), first["call_id"],
+                          first["started_at"]))
+    out.sort(key=lambda s: s.order)
+    return out
+
+
+def top_fixes(project: Project, filters: Filters, limit: int = 5) -> list[Saving]:
+    """The overview's top fixes: cache-miss causes and causes of missing evidence, by cost
+    units regained per day, then by calls affected per day."""
+    fixes = cache_causes(project, filters) + evidence_causes(project, filters)
+    fixes.sort(key=lambda s: s.order)
+    return fixes[:limit]
+

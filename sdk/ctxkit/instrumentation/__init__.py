@@ -1,0 +1,192 @@
+"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
+
+This package implements it; ``ctxkit`` exports the entry point as ``ctxkit.instrument``.
+
+    import anthropic, ctxkit
+    client = ctxkit.instrument(anthropic.Anthropic())      # CTXVIEW_API_KEY / CTXVIEW_HOST from the env
+    with ctxkit.instrument.run(run_id="ticket-4711", agent="refund-analyst", evidence={"rate": "0.0321"}):
+        client.messages.create(...)                          # recorded; returns what the SDK returns
+
+Records, on that client instance only, every model call of Anthropic ``messages`` and
+``beta.messages`` and of OpenAI ``chat.completions`` and ``responses``, however the agent makes
+it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (Anthropic's
+``MessageStreamManager``, OpenAI's chat and responses stream managers) and
+``with_raw_response`` / ``with_streaming_response``; sync and async clients; OpenAI's
+``responses.stream(response_id=...)`` resuming a response; and the clients made from it with
+``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
+through (``ctxkit.instrumentation.wrap``); every style gives the manifest the plain ``create`` would. Per
+call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
+the keyword arguments before the SDK sees them.
+
+Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
+raises into the agent and never imports the provider SDKs itself (it inspects the client it is
+given). See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+from typing import Any, TypeVar
+
+from ctxkit.instrumentation.recorder import Recorder, Scope, run
+from ctxkit.instrumentation.wrap import Adapter
+
+logger = logging.getLogger("ctxkit")
+__all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
+
+DEFAULT_HOST = "http://127.0.0.1:8000"
+_recorders: dict[tuple[str, str], Recorder] = {}
+_last: list[Recorder] = []
+_exit_hook = False
+
+
+def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
+              include_text: bool, window: int | None) -> Recorder:
+    if ctxkit_client is not None:
+        recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
+    else:
+        cached = _recorders.get((api_key, host))
+        if cached is not None and (cached.agent, cached.include_text, cached.window) == (agent, include_text, window) \
+                and (run_id is None or cached.default_run == run_id):
+            return cached
+        from ctxkit.record.client import Client
+
+        shared = cached.client if cached is not None else Client(api_key, host)
+        recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
+        _recorders.setdefault((api_key, host), recorder)
+    _last.append(recorder)
+    global _exit_hook
+    if not _exit_hook:
+        # Registered after ctxkit.record.client's own hook, so it runs first (atexit is LIFO):
+        # what is still being built reaches the Client before the Client shuts down.
+        atexit.register(flush, 2.0)
+        _exit_hook = True
+    return recorder
+
+
+Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
+
+
+def _resources(client: Any) -> list[Resource]:
+    """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
+    client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
+    module = type(client).__module__.split(".")[0]
+    if module == "anthropic":
+        from ctxkit.instrumentation import anthropic
+
+        out: list[Resource] = [("messages", client.messages, ("/v1/messages",), anthropic.manifest, None)]
+        beta = getattr(getattr(client, "beta", None), "messages", None)
+        if beta is not None:
+            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), anthropic.manifest, None))
+        return out
+    if module == "openai":
+        from ctxkit.instrumentation import openai
+
+        return [("chat.completions", client.chat.completions, ("/chat/completions",), openai.chat_manifest, None),
+                ("responses", client.responses, ("/responses",), openai.responses_manifest,
+                 ("/responses/", openai.resumed_manifest))]
+    raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
+
+
+def _hook(client: Any, recorder: Recorder) -> None:
+    """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
+    from ctxkit.instrumentation.wrap import warn_once, wrap
+
+    for name, resource, paths, adapter, resumed in _resources(client):
+        if not wrap(resource, paths, recorder, adapter, resumed):
+            warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
+                      "unrecorded", type(client).__name__, name)
+    for name in _DERIVES:
+        _derive(client, name, recorder)
+    try:
+        client.__ctxkit_instrumented__ = True
+    except Exception:
+        pass
+
+
+# copy() and its alias with_options() make a new client (new resources, never hooked): the new
+# client is hooked with the same recorder, so it records like its parent, once.
+_DERIVES = ("copy", "with_options")
+
+
+def _derive(client: Any, name: str, recorder: Recorder) -> None:
+    original = getattr(client, name, None)
+    if not callable(original):
+        return
+
+    @functools.wraps(original)
+    def derive(*args: Any, **kwargs: Any) -> Any:
+        derived = original(*args, **kwargs)
+        try:
+            if derived is not client and not getattr(derived, "__ctxkit_instrumented__", False):
+                _hook(derived, recorder)
+        except Exception:
+            logger.warning("ctxkit.instrument: could not instrument the client from %s(); it runs unrecorded",
+                           name, exc_info=True)
+        return derived
+
+    try:
+        setattr(client, name, derive)
+    except Exception:
+        logger.warning("ctxkit.instrument: clients from %s() are not recorded", name)
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until the calls recorded so far are built and sent (e.g. before a script exits)."""
+    ok = True
+    for recorder in {id(r): r for r in _last}.values():
+        ok = recorder.flush(timeout) and ok
+    return ok
+
+
+ClientT = TypeVar("ClientT")
+
+
+class Instrument:
+    """``ctxkit.instrument``: ``instrument(client)`` records every call of ``client``;
+    ``instrument.run(...)`` scopes the calls made inside to a run; ``instrument.flush()`` waits
+    until what was recorded is sent."""
+
+    def __call__(
+        self,
+        client: ClientT,
+        *,
+        api_key: str | None = None,
+        host: str | None = None,
+        agent: str = "default",
+        run_id: str | None = None,
+        include_text: bool = True,
+        window: int | None = None,
+        ctxkit_client: Any = None,
+    ) -> ClientT:
+        """Record every call of ``client``; returns the same client object.
+
+        ``agent`` / ``run_id``: defaults for calls outside ``instrument.run(...)`` (the default
+        run is one per process). ``include_text=False`` records tokens and hashes, never text.
+        ``window``: the model's context window when ctxkit's table does not know it.
+        ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
+        the one made from ``api_key`` / ``host``.
+        """
+        try:
+            if getattr(client, "__ctxkit_instrumented__", False):
+                return client
+            key = api_key or os.environ.get("CTXVIEW_API_KEY", "")
+            if not key and ctxkit_client is None:
+                logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
+                return client
+            _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
+            recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
+                                 agent, run_id, include_text, window)
+            _hook(client, recorder)
+        except Exception:
+            logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)
+        return client
+
+    run = staticmethod(run)
+    flush = staticmethod(flush)
+
+
+instrument = Instrument()

@@ -1,0 +1,156 @@
+"""Anthropic Messages: a recorded call's request, response or stream as a manifest.
+
+Prefix segments follow Anthropic's cache order: tools, then system, then messages up to the
+last ``cache_control`` breakpoint (all messages with a top-level ``cache_control``). Usage:
+Anthropic's ``input_tokens`` is the uncached part; normalisation adds the cache reads and
+writes (ctxkit.record.usage). Context edits come from ``context_management.applied_edits``;
+server-side compaction from ``usage.iterations`` entries of type ``compaction``; a
+``compaction`` block sent back in the messages is a ``summary`` item.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ctxkit.context.layout import canonical_json
+from ctxkit.instrumentation.recorder import CallRecord
+from ctxkit.instrumentation.wrap import field, plain
+from ctxkit.record.call_items import Part, call_manifest, text_of
+from ctxkit.record.manifest import Builder, Compaction, Manifest, Outcome
+from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
+
+
+def _without_cache_control(block: Any) -> Any:
+    if isinstance(block, dict) and "cache_control" in block:
+        return {k: v for k, v in block.items() if k != "cache_control"}
+    return block
+
+
+def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
+    parts: list[Part] = []
+    tools = plain(kwargs.get("tools")) or []
+    tool_lines = []
+    for index, tool in enumerate(tools):
+        line = canonical_json(_without_cache_control(tool))
+        tool_lines.append(line)
+        parts.append(Part(role="tools", text=line, segment="tools", source=f"tools[{index}]"))
+    system = plain(kwargs.get("system"))
+    system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else (system or [])
+    system_lines = []
+    for index, block in enumerate(system_blocks):
+        text = block.get("text", "") if isinstance(block, dict) else text_of(block)
+        system_lines.append(text)
+        parts.append(Part(role="system", text=text, segment="system", source=f"system[{index}]"))
+
+    messages = plain(kwargs.get("messages")) or []
+    message_lines: list[tuple[int, str]] = []
+    cached_upto = len(messages) if kwargs.get("cache_control") else 0  # top-level: automatic caching
+    for m_index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role") or "user")
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
+        for b_index, block in enumerate(blocks):
+            if not isinstance(block, dict):
+                continue
+            if block.get("cache_control"):
+                cached_upto = max(cached_upto, m_index + 1)
+            source = f"messages[{m_index}].content[{b_index}]"
+            kind = block.get("type")
+            if kind == "tool_use":
+                text = canonical_json({"name": block.get("name"), "input": block.get("input")})
+                parts.append(Part(role="assistant", text=text, group=block.get("id"), source=source))
+            elif kind == "tool_result":
+                text = text_of(block.get("content"))
+                parts.append(Part(role="tool", text=text, group=block.get("tool_use_id"), source=source))
+            elif kind == "compaction":
+                text = text_of(block.get("content"))
+                parts.append(Part(role=role, kind="summary", text=text, source=source))
+            elif kind in ("text", None):
+                text = str(block.get("text", ""))
+                parts.append(Part(role=role, text=text, source=source))
+            elif kind in ("thinking", "redacted_thinking"):
+                text = str(block.get("thinking", ""))
+                parts.append(Part(role=role, kind="history", text=text, source=source))
+            else:  # images, documents, server tool blocks: their JSON without base64 payloads
+                text = canonical_json({k: v for k, v in block.items() if k not in ("source", "cache_control")})
+                parts.append(Part(role=role, text=text, source=source))
+            message_lines.append((m_index, f"{role}: {text}"))
+    segments = []
+    if tool_lines:
+        segments.append(("tools", "\n".join(tool_lines)))
+    if system_lines:
+        segments.append(("system", "\n".join(system_lines)))
+    cached = [line for index, line in message_lines if index < cached_upto]
+    if cached_upto and cached:
+        segments.append(("messages", "\n".join(cached)))
+    return parts, segments
+
+
+def _from_stream(events: list[Any]) -> dict[str, Any]:
+    """Usage, model, stop reason and context management of a streamed message (the usage in
+    message_delta events is cumulative: the last value of each field wins)."""
+    usage: dict[str, Any] = {}
+    out: dict[str, Any] = {"usage": usage, "content": []}
+    for event in events:
+        kind = field(event, "type")
+        if kind == "message_start":
+            message = plain(field(event, "message")) or {}
+            usage.update({k: v for k, v in (message.get("usage") or {}).items() if v is not None})
+            out["model"] = message.get("model")
+        elif kind == "message_delta":
+            usage.update({k: v for k, v in (plain(field(event, "usage")) or {}).items() if v is not None})
+            delta = plain(field(event, "delta")) or {}
+            out["stop_reason"] = delta.get("stop_reason") or out.get("stop_reason")
+            cm = plain(field(event, "context_management"))
+            if cm:
+                out["context_management"] = cm
+        elif kind == "content_block_start":
+            out["content"].append(plain(field(event, "content_block")) or {})
+    return out
+
+
+def _compactions(usage: dict[str, Any]) -> list[Compaction]:
+    out = []
+    for index, it in enumerate(usage.get("iterations") or []):
+        if isinstance(it, dict) and it.get("type") == "compaction":
+            out.append(Compaction(id=f"compaction-{index}", strategy="anthropic_compaction", trigger="provider",
+                                  tokens_before=int(it.get("input_tokens") or 0),
+                                  tokens_after=int(it.get("output_tokens") or 0)))
+    return out
+
+
+def manifest(record: CallRecord) -> Manifest:
+    kw = record.kwargs
+    parts, segments = request_parts(kw)
+    if record.stream_events is not None:
+        got = _from_stream(record.stream_events)
+    else:
+        response = plain(record.response) if record.response is not None else {}
+        got = response if isinstance(response, dict) else {}
+    usage_raw = got.get("usage") or {}
+    warnings = []
+    if record.error is not None:
+        status = getattr(record.error, "status_code", None)
+        warnings.append(f"error: {type(record.error).__name__}" + (f" (HTTP {status})" if status else ""))
+    sdk = sys.modules.get("anthropic")
+    edits = applied_edits_to_manifest(got.get("context_management")) if got.get("context_management") else []
+    compactions = _compactions(usage_raw)
+    if any(isinstance(b, dict) and b.get("type") == "compaction" for b in got.get("content") or []) \
+            and not compactions:
+        warnings.append("the response holds a compaction block")
+    m = call_manifest(
+        call_id=record.call_id, run_id=record.run_id, step=record.step,
+        model=str(got.get("model") or kw.get("model") or "unknown"), provider="anthropic", agent=record.agent,
+        started_at=record.started_at, ended_at=record.ended_at, parts=parts, segments=segments,
+        usage=normalize_usage(usage_raw, "anthropic") if usage_raw else None,
+        window=record.window, output_reserve=int(kw.get("max_tokens") or 0),
+        outcome=Outcome(status="error" if record.error is not None else "ok", finish_reason=got.get("stop_reason")),
+        context_edits=edits, evidence_keys=record.evidence or (), include_text=record.include_text,
+        warnings=warnings,
+        builder=Builder(name="ctxkit.instrument", version=f"anthropic {getattr(sdk, '__version__', '')}".strip()),
+    )
+    m.compactions = compactions
+    return m

@@ -1,0 +1,28 @@
+"""The proxy's settings (one object, made from the command line by ctxkit.proxy.options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ProxyConfig", "DEFAULT_PORT", "ANTHROPIC_UPSTREAM", "OPENAI_UPSTREAM", "DEFAULT_CTXVIEW_HOST"]
+
+DEFAULT_PORT = 8788
+ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
+OPENAI_UPSTREAM = "https://api.openai.com"
+DEFAULT_CTXVIEW_HOST = "http://127.0.0.1:8000"
+
+
+@dataclass
+class ProxyConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    anthropic_upstream: str = ANTHROPIC_UPSTREAM
+    openai_upstream: str = OPENAI_UPSTREAM
+    ctxview_host: str = DEFAULT_CTXVIEW_HOST
+    ctxview_api_key: str = ""
+    include_text: bool = True
+    agent: str = ""
+    spool_dir: str | None = None
+    max_record_bytes: int = 32 * 1024 * 1024
+    connect_timeout: float = 30.0
+    read_timeout: float = 600.0

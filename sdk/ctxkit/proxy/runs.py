@@ -1,0 +1,175 @@
+"""Which run a proxied call belongs to, and its step in that run.
+
+The proxy sees single HTTP requests; the run is the agent's conversation. In order:
+
+1. an explicit header: ``X-Ctxview-Run`` (and ``X-Ctxview-Agent`` for the agent), which the
+   proxy strips before forwarding;
+2. the client's own session identity: Claude Code's ``X-Claude-Code-Session-Id`` header, or the
+   ``session_id`` inside ``metadata.user_id`` (a JSON string) of an Anthropic request;
+3. conversation continuity: a call whose messages (Anthropic / Chat Completions ``messages``,
+   Responses ``input``) extend the messages of a recent call continues that call's run, and a
+   Responses call with ``previous_response_id`` continues the run of that response; otherwise
+   the call starts a new run. A call with the same messages as a recent call that failed (an
+   SDK's retry after a 429 or 529) continues that call's run too.
+
+Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
+moves its cache breakpoint to the newest message every turn) and with a string content taken as
+the one text block it means (Claude Code sends its mid-conversation ``system`` message as a list
+of one text block, and the next turn as a string). The memory of recent
+conversations is bounded (``max_conversations``, least recently used out first). Steps count
+from 0 per run, in the order the calls end; a restarted proxy counts again from 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["RunResolver", "Placement", "session_of", "agent_of"]
+
+RUN_HEADER = "x-ctxview-run"
+AGENT_HEADER = "x-ctxview-agent"
+SESSION_HEADER = "x-claude-code-session-id"
+
+
+@dataclass(frozen=True)
+class Placement:
+    run_id: str
+    step: int
+    agent: str
+    how: str  # header, session, continued, new
+
+
+def session_of(request: dict[str, Any], headers: dict[str, str]) -> str:
+    """The client's session id: Claude Code's header, else ``metadata.user_id``'s ``session_id``."""
+    session = headers.get(SESSION_HEADER, "").strip()
+    if session:
+        return session
+    metadata = request.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(user_id, str) and user_id.startswith("{"):
+        try:
+            parsed = json.loads(user_id)
+        except ValueError:
+            return ""
+        inner = parsed.get("session_id") if isinstance(parsed, dict) else None
+        if isinstance(inner, str):
+            return inner.strip()
+    return ""
+
+
+def agent_of(headers: dict[str, str], default: str) -> str:
+    """``X-Ctxview-Agent``, else the proxy's ``--agent``, else the client's product from its
+    User-Agent (``claude-cli/2.1.3 (external, cli)`` -> ``claude-cli``), else ``proxy``."""
+    explicit = headers.get(AGENT_HEADER, "").strip()
+    if explicit:
+        return explicit
+    if default:
+        return default
+    product = headers.get("user-agent", "").split(" ")[0].split("/")[0].strip()
+    return product or "proxy"
+
+
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def _normal(message: Any) -> Any:
+    message = _without_cache_control(message)
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message = {**message, "content": [{"type": "text", "text": message["content"]}]}
+    return message
+
+
+def _chain(messages: list[Any]) -> list[str]:
+    """Running hashes: entry i identifies messages[:i + 1]."""
+    out = []
+    running = hashlib.sha256()
+    for message in messages:
+        text = json.dumps(_normal(message), sort_keys=True, ensure_ascii=False,
+                          separators=(",", ":"), default=str)
+        running.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+        out.append(running.copy().hexdigest()[:32])
+    return out
+
+
+def _conversation(api: str, request: dict[str, Any]) -> list[Any]:
+    key = "input" if api.startswith("openai.responses") else "messages"
+    value = request.get(key)
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return value if isinstance(value, list) else []
+
+
+class RunResolver:
+    """Places each call in a run; used from the proxy's one builder thread (and locked anyway)."""
+
+    def __init__(self, *, max_conversations: int = 10_000) -> None:
+        self.max_conversations = max_conversations
+        self._conversations: OrderedDict[str, str] = OrderedDict()  # chain hash -> run id
+        self._failed: OrderedDict[str, str] = OrderedDict()  # chain hash of a failed call -> run id
+        self._responses: OrderedDict[str, str] = OrderedDict()  # Responses id -> run id
+        self._steps: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def place(self, api: str, request: dict[str, Any], headers: dict[str, str], *, default_agent: str = "",
+              response_id: str = "", failed: bool = False) -> Placement:
+        """The run, step and agent of one call (``response_id``: the id a Responses call answered
+        with; ``failed``: the call ended in an error, so the same messages again are its retry)."""
+        agent = agent_of(headers, default_agent)
+        chain = _chain(_conversation(api, request))
+        with self._lock:
+            run_id, how = headers.get(RUN_HEADER, "").strip(), "header"
+            if not run_id:
+                session, how = session_of(request, headers), "session"
+                run_id = f"session-{session}" if session else ""
+            if not run_id:
+                run_id, how = self._continued(request, chain), "continued"
+            if not run_id:
+                run_id, how = self._new_run(agent), "new"
+            if chain:
+                self._remember(self._conversations, chain[-1], run_id)
+                if failed:
+                    self._remember(self._failed, chain[-1], run_id)
+                else:
+                    self._failed.pop(chain[-1], None)
+            if response_id:
+                self._remember(self._responses, response_id, run_id)
+            step = self._steps.pop(run_id, 0)
+            self._steps[run_id] = step + 1
+            while len(self._steps) > self.max_conversations:
+                self._steps.popitem(last=False)
+        return Placement(run_id=run_id, step=step, agent=agent, how=how)
+
+    def _continued(self, request: dict[str, Any], chain: list[str]) -> str:
+        previous = request.get("previous_response_id")
+        if isinstance(previous, str) and previous in self._responses:
+            self._responses.move_to_end(previous)
+            return self._responses[previous]
+        if chain and chain[-1] in self._failed:  # a retry of a failed call
+            return self._failed[chain[-1]]
+        for prefix in reversed(chain[:-1]):  # the longest earlier conversation this one extends
+            run_id = self._conversations.get(prefix)
+            if run_id is not None:
+                self._conversations.move_to_end(prefix)
+                return run_id
+        return ""
+
+    def _new_run(self, agent: str) -> str:
+        return f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+    def _remember(self, table: OrderedDict[str, str], key: str, run_id: str) -> None:
+        table[key] = run_id
+        table.move_to_end(key)
+        while len(table) > self.max_conversations:
+            table.popitem(last=False)

@@ -1,0 +1,158 @@
+"""A stand-in Messages API for the real Claude Code CLI (``claude -p``), streamed as Claude Code
+asks for it (``POST /v1/messages?beta=true``, ``stream: true``).
+
+A request whose last user turn holds no tool result and whose prompt names a file
+(``read <path>``) is answered with a ``tool_use`` of Claude Code's ``Read`` tool for that file;
+a request carrying the tool's result is answered with a final text quoting the file's first line;
+anything else (a title or summary request of the CLI's own) with a short text. Every other path
+answers 404 in Anthropic's error shape. Each request's path, headers and JSON body are kept
+(``received``) so a test can see what the CLI sends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+USAGE = {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 700, "output_tokens": 20}
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            out.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            out.extend(_texts(block.get("content")))
+    return out
+
+
+def _tool_result(messages: list[Any]) -> str | None:
+    last = messages[-1] if messages else {}
+    for block in last.get("content") or [] if isinstance(last.get("content"), list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            return "\n".join(_texts(block.get("content")))
+    return None
+
+
+def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The content blocks of the answer, and its stop reason."""
+    messages = body.get("messages") or []
+    result = _tool_result(messages)
+    if result is not None:
+        first = next((line for line in result.splitlines() if line.strip()), "")
+        first = re.sub(r"^\s*\d+[→\t]", "", first)  # Read numbers its lines
+        return [{"type": "text", "text": f"The note says: {first.strip()}"}], "end_turn"
+    prompt = "\n".join(t for m in messages if isinstance(m, dict) and m.get("role") == "user"
+                       for t in _texts(m.get("content")))
+    wanted = re.search(r"read (/\S+)", prompt)
+    tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    if wanted and "Read" in tools:
+        return [{"type": "tool_use", "id": "toolu_standin_1", "name": "Read",
+                 "input": {"file_path": wanted.group(1)}}], "tool_use"
+    return [{"type": "text", "text": "Reading a note"}], "end_turn"
+
+
+def events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    blocks, stop = answer(body)
+    message = {"id": "msg_cc_standin", "type": "message", "role": "assistant", "model": body.get("model"),
+               "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**USAGE, "output_tokens": 1}}
+    out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": message})]
+    for index, block in enumerate(blocks):
+        if block["type"] == "tool_use":
+            out.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                "content_block": {**block, "input": {}}}))
+            out.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+        else:
+            out.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                "content_block": {"type": "text", "text": ""}}))
+            out.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": {"type": "text_delta", "text": block["text"]}}))
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                  "usage": USAGE}))
+    out.append(("message_stop", {"type": "message_stop"}))
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ClaudeCodeStandIn
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _keep(self, body: Any) -> None:
+        with self.server.lock:
+            self.server.received.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                                         body))
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._keep(None)
+        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._keep(None)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        self._keep(body)
+        path = self.path.split("?")[0]
+        if path == "/v1/messages/count_tokens":
+            return self._json(200, {"input_tokens": 9740})
+        if path != "/v1/messages" or not isinstance(body, dict):
+            return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
+        if not body.get("stream"):
+            blocks, stop = answer(body)
+            return self._json(200, {"id": "msg_cc_standin", "type": "message", "role": "assistant",
+                                    "model": body.get("model"), "content": blocks, "stop_reason": stop,
+                                    "stop_sequence": None, "usage": USAGE})
+        data = b"".join(f"event: {name}\ndata: {json.dumps(event)}\n\n".encode() for name, event in events(body))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ClaudeCodeStandIn(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.received: list[tuple[str, str, dict[str, str], Any]] = []
+        self.lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> ClaudeCodeStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+        self.server_close()
