@@ -12,7 +12,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ctxview.celery import MAX_COUNTDOWN_SECONDS, ROLLUP_INTERVAL_SECONDS, VISIBILITY_TIMEOUT_SECONDS, app
+from ctxview.celery import (
+    ALERT_INTERVAL_SECONDS,
+    MAX_COUNTDOWN_SECONDS,
+    ROLLUP_INTERVAL_SECONDS,
+    VISIBILITY_TIMEOUT_SECONDS,
+    app,
+)
 from manifests import analysis, tasks
 from manifests.models import Call
 from tests.analysis_support import store
@@ -76,7 +82,8 @@ def test_it_keeps_the_visibility_timeout_above_every_countdown():
 def test_it_schedules_the_sweeps_with_beat():
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
     expected = {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
-                "manifests.tasks.enforce_retention", "manifests.tasks.ensure_partitions"}
+                "manifests.tasks.enforce_retention", "manifests.tasks.ensure_partitions",
+                "manifests.tasks.evaluate_alert_rules"}
     # The rollup refresh is scheduled where a beat runs, i.e. with Redis (PostgreSQL pass); without it
     # the interval is 0 and the analysis refreshes itself (both cases: tests/test_settings.py).
     if ROLLUP_INTERVAL_SECONDS > 0:
@@ -84,6 +91,7 @@ def test_it_schedules_the_sweeps_with_beat():
         assert app.conf.beat_schedule["refresh-rollups"]["schedule"] == ROLLUP_INTERVAL_SECONDS
     assert scheduled == expected
     assert scheduled <= set(app.tasks)
+    assert app.conf.beat_schedule["evaluate-alert-rules"]["schedule"] == ALERT_INTERVAL_SECONDS
     # A sweep run is bounded, and its bound comes from the environment (CTXVIEW_SWEEP_MAX_CALLS).
     sweep = app.conf.beat_schedule["sweep-unanalysed-calls"]["kwargs"]
     assert sweep["max_calls"] == 5000 and sweep["older_than_seconds"] == 60
