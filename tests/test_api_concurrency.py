@@ -3,7 +3,7 @@
 Overlapping batches that share new runs in different orders, the same batch sent twice
 at once, the same manifest sent by many clients at once, a lock held by another writer
 longer than the lock timeout, and a client hanging up in the middle of its body.
-On PostgreSQL (CI's first pass) and on SQLite (its second).
+On PostgreSQL (CI runs the suite there first) and on SQLite (then there).
 """
 
 from __future__ import annotations
