@@ -29,7 +29,7 @@ from ctxview.celery import app
 
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = ROOT / ".venv" / "bin" / "celery"
-# The CI's PostgreSQL pass sets REDIS_URL; the SQLite pass does not, but Redis runs there
+# CI's PostgreSQL run sets REDIS_URL; the SQLite run does not, but Redis runs there
 # too and these tests use it explicitly.
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
 

@@ -110,7 +110,7 @@ def test_it_quarantines_a_poison_call_and_analyses_its_siblings(api, project, ow
 def test_it_keeps_a_call_quarantined_when_it_still_fails(api, project):
     ModelPrice.objects.create(model_pattern="broken-*", effective_limit_ratio=float("inf"))
     api.post({"manifests": [make_manifest("poison", model="broken-model"), make_manifest("fine", step=1)]})
-    analysis.sweep_unanalysed(older_than_seconds=0)  # without a worker (CI's PostgreSQL pass): the sweep
+    analysis.sweep_unanalysed(older_than_seconds=0)  # without a worker (CI's PostgreSQL run): the sweep
     assert Call.objects.get(call_id="fine").analyzed_at is not None
     assert Call.objects.get(call_id="poison").quarantined_at is not None
     out = StringIO()

@@ -84,7 +84,7 @@ def test_it_schedules_the_sweeps_with_beat():
     expected = {"manifests.tasks.sweep_unanalysed", "manifests.tasks.sweep_notifications",
                 "manifests.tasks.enforce_retention", "manifests.tasks.ensure_partitions",
                 "manifests.tasks.evaluate_alert_rules"}
-    # The rollup refresh is scheduled where a beat runs, i.e. with Redis (PostgreSQL pass); without it
+    # The rollup refresh is scheduled where a beat runs, i.e. with Redis (CI's PostgreSQL run); without it
     # the interval is 0 and the analysis refreshes itself (both cases: tests/test_settings.py).
     if ROLLUP_INTERVAL_SECONDS > 0:
         expected.add("manifests.tasks.refresh_rollups")
