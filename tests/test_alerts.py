@@ -114,8 +114,8 @@ def alert_bodies(receiver: Receiver) -> list[dict]:
 def test_it_fires_and_resolves_a_hit_rate_rule_once_each(project, receiver):
     r = rule(project, kind="hit_rate_below", threshold=0.5, agent="researcher", window_hours=1)
     ingest(project, [quiet(f"low-{n}") for n in range(3)])  # 700 of 2000 input tokens cached
-    assert tasks.evaluate_alert_rules() == 1
-    assert tasks.evaluate_alert_rules() == 0  # the rerun changes nothing and sends nothing
+    assert len(evaluate_and_deliver()) == 1
+    assert evaluate_and_deliver() == []  # the rerun changes nothing and sends nothing
     ((headers, raw),) = receiver.requests
     assert notify.verify(SECRET, raw, headers["x-ctxview-signature"]) and headers["x-ctxview-event"] == "alert"
     fired = json.loads(raw)["alert"]
@@ -124,8 +124,8 @@ def test_it_fires_and_resolves_a_hit_rate_rule_once_each(project, receiver):
 
     high = {"input_tokens": 2000, "cache_read_tokens": 1990, "cache_write_tokens": 0, "output_tokens": 10}
     ingest(project, [quiet(f"high-{n}", usage=high) for n in range(12)])
-    assert tasks.evaluate_alert_rules() == 1
-    assert tasks.evaluate_alert_rules() == 0
+    assert len(evaluate_and_deliver()) == 1
+    assert evaluate_and_deliver() == []
     resolved = alert_bodies(receiver)[1]
     assert (resolved["state"], resolved["episode"]) == ("resolved", 1)
     assert resolved["value"] == pytest.approx((3 * 700 + 12 * 1990) / (15 * 2000))

@@ -4,6 +4,10 @@ stops to hold, and each change writes one AlertEvent (its delivery is deliver.py
 Safe to rerun and to run on several workers at once: a rule is evaluated under its row
 lock, a change is decided against the stored state, and an event is unique per (rule,
 episode, transition), so a second run over the same data changes nothing and sends nothing.
+
+The rules read the rollups, so a run first refreshes the buckets that analysis marked dirty
+since the rollups' own refresh (a no-op with the embedded default, which refreshes at once):
+a rule sees every call analysed before it runs, not one rollup interval later.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from manifests.alerts.measure import Measurement, measure
+from manifests.analysis import rollups
 from manifests.models import AlertEvent, AlertRule
 
 MAX_RULES_PER_RUN = 5000
@@ -91,5 +96,7 @@ def evaluate_rule(rule_id: int, *, now: datetime | None = None) -> int | None:
 def evaluate_all(*, now: datetime | None = None) -> list[int]:
     """Evaluate every rule, each in its own transaction; returns the new events' ids."""
     now = now or timezone.now()
+    if AlertRule.objects.exists():
+        rollups.refresh()
     ids = AlertRule.objects.order_by("pk").values_list("pk", flat=True)[:MAX_RULES_PER_RUN]
     return [pk for pk in (evaluate_rule(rule_id, now=now) for rule_id in ids) if pk is not None]
