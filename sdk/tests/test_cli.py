@@ -10,8 +10,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, IngestServer, make_manifest
 
+from conftest import API_KEY, IngestServer, make_manifest
 from ctxkit.cli import main
 from ctxkit.record.spool import Spool
 

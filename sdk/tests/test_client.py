@@ -15,8 +15,8 @@ from email.utils import format_datetime
 
 import msgspec
 import pytest
-from conftest import API_KEY, IngestServer, make_manifest, wait_until
 
+from conftest import API_KEY, IngestServer, make_manifest, wait_until
 from ctxkit.record.client import Client, backoff_delay, parse_retry_after
 from ctxkit.record.spool import Spool
 

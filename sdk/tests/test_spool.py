@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import msgspec
-from conftest import make_manifest
 
+from conftest import make_manifest
 from ctxkit.record.manifest import decode_manifest
 from ctxkit.record.spool import Spool
 
