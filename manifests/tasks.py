@@ -9,9 +9,10 @@ never exceed MAX_COUNTDOWN_SECONDS, which the broker's visibility timeout exceed
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import IntegrityError, InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
@@ -95,27 +96,35 @@ def refresh_rollups(self) -> int:
         return 0  # finished groups are committed; the rest stay marked for the next run
 
 
-@shared_task(
-    bind=True,
-    autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
-    retry_backoff=5,
-    retry_backoff_max=MAX_COUNTDOWN_SECONDS,
-    retry_jitter=True,
-    max_retries=notify.MAX_ATTEMPTS - 1,
-    acks_late=True,
-    time_limit=60,
-    soft_time_limit=45,
-)
-def notify_regression(self, regression_id: int) -> str:
-    """POST one regression to its project's webhook, signed; retried with backoff."""
-    if self.request.is_eager:
-        # Without a broker (the embedded default) this runs inside the ingest request:
-        # one attempt only, never a blocking retry loop; the sweep tries again later.
+# A webhook delivery: signed, retried with backoff up to notify.MAX_ATTEMPTS attempts.
+WEBHOOK_DELIVERY: dict[str, Any] = {
+    "bind": True,
+    "autoretry_for": (notify.TransientNotifyError, *TRANSIENT),
+    "retry_backoff": 5,
+    "retry_backoff_max": MAX_COUNTDOWN_SECONDS,
+    "retry_jitter": True,
+    "max_retries": notify.MAX_ATTEMPTS - 1,
+    "acks_late": True,
+    "time_limit": 60,
+    "soft_time_limit": 45,
+}
+
+
+def _deliver(task: Task, send: Callable[[int], str], pk: int) -> str:
+    if task.request.is_eager:
+        # Without a broker (the embedded default) this runs inside the caller's request: one
+        # attempt only, never a blocking retry loop; the sweep or the next beat run tries again.
         try:
-            return notify.send(regression_id)
+            return send(pk)
         except notify.TransientNotifyError as exc:
             return f"failed: {exc}"
-    return notify.send(regression_id)
+    return send(pk)
+
+
+@shared_task(**WEBHOOK_DELIVERY)
+def notify_regression(self: Task, regression_id: int) -> str:
+    """POST one regression to its project's webhook."""
+    return _deliver(self, notify.send, regression_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=60)
@@ -134,7 +143,7 @@ def evaluate_alert_rules(self) -> int:
     delivery of each new event, and of events whose retries were lost. Rerunning it sends
     nothing twice: an event is written once per episode start or end. Returns new events."""
     new = alerts.evaluate_all()
-    for pk in [*new, *(pk for pk in alerts.pending() if pk not in new)]:
+    for pk in alerts.to_deliver(new):
         try:
             notify_alert.delay(pk)
         except Exception:  # noqa: BLE001 - broker down: the next run enqueues it again
@@ -142,26 +151,10 @@ def evaluate_alert_rules(self) -> int:
     return len(new)
 
 
-@shared_task(
-    bind=True,
-    autoretry_for=(notify.TransientNotifyError, *TRANSIENT),
-    retry_backoff=5,
-    retry_backoff_max=MAX_COUNTDOWN_SECONDS,
-    retry_jitter=True,
-    max_retries=notify.MAX_ATTEMPTS - 1,
-    acks_late=True,
-    time_limit=60,
-    soft_time_limit=45,
-)
-def notify_alert(self, event_id: int) -> str:
-    """POST one alert event (firing or resolved) to its project's webhook; retried with backoff."""
-    if self.request.is_eager:
-        # As notify_regression: one attempt inline, the next beat run tries again.
-        try:
-            return alerts.send(event_id)
-        except notify.TransientNotifyError as exc:
-            return f"failed: {exc}"
-    return alerts.send(event_id)
+@shared_task(**WEBHOOK_DELIVERY)
+def notify_alert(self: Task, event_id: int) -> str:
+    """POST one alert event (firing or resolved) to its project's webhook."""
+    return _deliver(self, alerts.send, event_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=10, retry_jitter=True, max_retries=5, time_limit=600)

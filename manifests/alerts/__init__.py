@@ -8,7 +8,7 @@ an event to the project's webhook as JSON, Slack or Discord. The beat task in
 manifests/tasks.py runs :func:`evaluate_all` and enqueues the deliveries.
 """
 
-from manifests.alerts.deliver import body_for, format_for, pending, send
+from manifests.alerts.deliver import body_for, format_for, pending, send, to_deliver
 from manifests.alerts.evaluate import describe, evaluate_all, evaluate_rule, figure
 from manifests.alerts.measure import Measurement, measure, window_start
 from manifests.alerts.rules import (
@@ -25,5 +25,5 @@ from manifests.alerts.rules import (
 __all__ = [
     "FieldError", "Measurement", "RuleInputError", "RuleSpec", "as_dict", "body_for", "create_rule", "delete_rule",
     "describe", "evaluate_all", "evaluate_rule", "figure", "format_for", "measure", "parse_rule", "pending", "rules_of",
-    "send", "window_start",
+    "send", "to_deliver", "window_start",
 ]

@@ -168,3 +168,8 @@ def pending(*, now: Any = None, stale_after: timedelta = timedelta(minutes=15)) 
         .order_by("pk")
         .values_list("pk", flat=True)[:500]
     )
+
+
+def to_deliver(new: list[int]) -> list[int]:
+    """The events to deliver after an evaluation: its new ones, then those :func:`pending` finds."""
+    return [*new, *(pk for pk in pending() if pk not in new)]

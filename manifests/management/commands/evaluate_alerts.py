@@ -10,6 +10,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         new = alerts.evaluate_all()
         # Delivered here, not through the broker: the command must work where no worker runs.
-        for pk in [*new, *(pk for pk in alerts.pending() if pk not in new)]:
+        for pk in alerts.to_deliver(new):
             tasks.notify_alert.apply(args=[pk])
         self.stdout.write(f"{len(new)} alert events (rules that started or stopped holding)")
