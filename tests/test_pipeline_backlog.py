@@ -45,6 +45,9 @@ def test_it_drains_thousands_of_stranded_calls_in_one_chain_of_bounded_sweeps(ap
     worker = workers(beat=True, CTXVIEW_SWEEP_INTERVAL="2", CTXVIEW_SWEEP_MIN_AGE="0", CTXVIEW_SWEEP_MAX_CALLS="1000")
     wait_for(lambda: not Call.objects.filter(analyzed_at__isnull=True).exists(), "the sweep to drain the backlog",
              workers=(worker,), timeout=600)
+    # A sweep run logs its count after its last chunk commits, so the log can trail the table.
+    wait_for(lambda: sum(sweep_runs(worker.text())) >= 3000, "the last sweep run to log its count",
+             workers=(worker,))
 
     runs = sweep_runs(worker.text())
     # Bounded per run, every call analysed once, and a run that reached its bound went on at
