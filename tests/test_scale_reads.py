@@ -51,6 +51,31 @@ def test_the_calls_list_pages_through_the_same_calls_in_the_same_order(demo_worl
         assert last.pk == unanalysed.call_id or last.figures is None or last.figures.cache_hit_ratio is None
 
 
+@pytest.mark.parametrize("column", ["hit", "cost"])
+def test_the_calls_list_sorted_by_a_figure_keeps_the_other_filters(demo_world, monkeypatch, column):
+    project = demo_world.project
+    agent = call_list.calls(project, Filters(range="all"), call_list.CallQuery()).values_list(
+        "agent", flat=True).first()
+    # Calls without the figure (no input: no hit rate) go last, after the pages of those with it.
+    first = CallFigures.objects.filter(project=project, call__agent=agent).order_by("pk").first()
+    CallFigures.objects.filter(pk=first.pk).update(cache_hit_ratio=None)
+    monkeypatch.setattr(call_list, "CALLS_PER_PAGE", 5)
+    for filters, cq in [(Filters(range="all", agent=agent), call_list.CallQuery()),
+                        (Filters(range="all"), call_list.CallQuery(cache="prefix_changed"))]:
+        for descending in (True, False):
+            sort = Sort(column, descending)
+            expected = _before(project, filters, cq, sort)
+            assert expected
+            seen, page = [], 1
+            while True:
+                result = call_list.calls_page(project, filters, cq, sort, page)
+                seen += [c.pk for c in result.object_list]
+                if not result.has_next():
+                    break
+                page += 1
+            assert seen == expected, (filters, cq, descending)
+
+
 def test_the_calls_list_reads_a_bounded_range_and_its_figures(demo_world, django_assert_max_num_queries):
     project = demo_world.project
     calls = list(call_list.calls(project, Filters(range="all"), call_list.CallQuery()).order_by("started_at"))

@@ -11,10 +11,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Exists, FilteredRelation, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.http import QueryDict
 
-from manifests.models import Attribution, CacheEvent, Call, Project
+from manifests.models import Attribution, CacheEvent, Call, CallFigures, Project
 from manifests.selectors.filters import MAX_VALUE, FilterError, Filters
 from manifests.selectors.sorting import Sort
 
@@ -33,9 +33,6 @@ SORTS = {
     "cost": "figures__cost",
 }
 DEFAULT_SORT = "-time"
-# The sort columns that can be NULL (a call not analysed yet has no figures row); the others
-# are ordered without NULLS LAST so that an index can serve them (sorting.Sort.order_by).
-NULLABLE_SORTS = {"hit", "cost"}
 CACHE_CAUSES = [c for c, _ in CacheEvent.CAUSES]
 MISSING_CAUSES = [c for c, _ in Attribution.CAUSES]
 
@@ -92,35 +89,65 @@ def calls(project: Project, filters: Filters, cq: CallQuery) -> QuerySet[Call]:
     return qs
 
 
-def _figures_in(project: Project, filters: Filters) -> Q:
-    cond = Q(figures__project=project)
-    if filters.since is not None:
-        cond &= Q(figures__started_at__gte=filters.since)
-    if filters.until is not None:
-        cond &= Q(figures__started_at__lt=filters.until)
-    return cond
+class _FigureOrder:
+    """The calls of a range ordered by one of their stored figures, as (pk, started_at) pairs,
+    for the Paginator: a count and slices.
+
+    Calls whose figure is stored come first, read from the figures table in the order of its
+    (project, figure, call) index, so a page costs what it shows, not what the range holds;
+    the range and the other filters are checked on the way. Calls without the figure (not
+    analysed yet, or no input for the hit rate) follow in pk order, as NULLS LAST would put
+    them. The result is the order of ``sort.order_by`` on the calls with their figures joined.
+    """
+
+    def __init__(self, project: Project, filters: Filters, cq: CallQuery, sort: Sort) -> None:
+        field = SORTS[sort.column].removeprefix("figures__")
+        selected = calls(project, filters, cq)
+        figures = CallFigures.objects.filter(project=project, **{f"{field}__isnull": False})
+        if filters.since is not None:
+            figures = figures.filter(started_at__gte=filters.since)
+        if filters.until is not None:
+            figures = figures.filter(started_at__lt=filters.until)
+        if filters.agent or filters.model or cq.active:
+            figures = figures.filter(Exists(selected.filter(pk=OuterRef("call_id"), started_at=OuterRef("started_at"))))
+        order = (F(field).desc(), "-call_id") if sort.descending else (F(field).asc(), "call_id")
+        self.figured = figures.order_by(*order).values_list("call_id", "started_at")
+        unfigured = ~Exists(CallFigures.objects.filter(call_id=OuterRef("pk"), **{f"{field}__isnull": False}))
+        self.rest = selected.filter(unfigured).order_by("-pk" if sort.descending else "pk").values_list(
+            "pk", "started_at")
+        self.selected = selected
+
+    def count(self) -> int:
+        return self.selected.count()
+
+    def __getitem__(self, window: slice) -> list[tuple[int, Any]]:
+        start, stop = window.start or 0, window.stop
+        head = list(self.figured[start:stop])
+        if stop is not None and len(head) == stop - start:
+            return head
+        figured = start + len(head) if head else self.figured.count()
+        skip = max(0, start - figured)
+        rest = self.rest[skip:] if stop is None else self.rest[skip:skip + stop - start - len(head)]
+        return head + list(rest)
 
 
 def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, page: str | int | None) -> Page:
     """One page of the calls list, in two reads so that neither grows with the table:
 
-    1. the page's (pk, started_at) pairs, in the sort's order: narrow rows (no call columns
-       but the sort's), so sorting the range by a figure (hit rate, cost) sorts small tuples,
-       and sorting by time reads the first 50 from the (project, started_at) index;
+    1. the page's (pk, started_at) pairs, in the sort's order: by time from the calls'
+       (project, started_at) index, by a figure (hit rate, cost) from the figures' index on
+       that figure (:class:`_FigureOrder`);
     2. those 50 calls with their run, figures and cache event, each from its own day's
        partition (PostgreSQL prunes on the ``started_at`` list).
     """
-    keys = calls(project, filters, cq)
-    columns = SORTS
+    keys: Any
     if SORTS[sort.column].startswith("figures__"):
-        # Join only the range's figures rows (the figures table is not partitioned; its
-        # (project, started_at) index bounds them): a plain join reads every figures row of
-        # every project and time to hash them. Still a LEFT join: a call not analysed yet
-        # has no figures row and sorts last. A call's figures carry its time.
-        keys = keys.annotate(fig=FilteredRelation("figures", condition=_figures_in(project, filters)))
-        columns = {**SORTS, sort.column: SORTS[sort.column].replace("figures__", "fig__", 1)}
-    keys = keys.order_by(*sort.order_by(columns, nullable=NULLABLE_SORTS))
-    result: Page[Any] = Paginator(keys.values_list("pk", "started_at"), CALLS_PER_PAGE).get_page(page)
+        keys = _FigureOrder(project, filters, cq, sort)
+    else:
+        # No call column sorted here is NULL: ordered without NULLS LAST, an index serves it.
+        keys = calls(project, filters, cq).order_by(*sort.order_by(SORTS, nullable=())).values_list(
+            "pk", "started_at")
+    result: Page[Any] = Paginator(keys, CALLS_PER_PAGE).get_page(page)
     pairs = list(result.object_list)
     rows: list[Call] = []
     if pairs:
