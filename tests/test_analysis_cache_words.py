@@ -15,7 +15,7 @@ from django.test import Client
 
 from ctxkit.instrumentation.bodies import manifest_from_bodies
 from ctxkit.record.manifest import Manifest
-from manifests.models import CacheEvent, Call
+from manifests.models import CacheEvent
 from tests.analysis_support import MODEL, T0, store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -109,6 +109,14 @@ def test_it_names_a_tool_removed_between_calls(project):
     assert event.detail == "tool get_logs removed; the cache is lost from there on"
 
 
+def test_it_names_an_mcp_server_that_disconnected_with_its_tools(project):
+    listing = {**MCP_TOOL, "name": "mcp__github__list_issues"}
+    event = second_event(project, captured("c0", 0, request(tools=[*TOOLS, MCP_TOOL, listing]), seconds=0),
+                         captured("c1", 1, request(), seconds=30))
+    assert event.detail.startswith("tools mcp__github__create_issue, mcp__github__list_issues removed: "
+                                   "an MCP server (github) disconnected mid-session;")
+
+
 def test_it_names_the_tools_when_the_first_call_had_none(project):
     event = second_event(project, captured("c0", 0, request(tools=[]), seconds=0),
                          captured("c1", 1, request(tools=[MCP_TOOL]), seconds=30))
@@ -116,15 +124,16 @@ def test_it_names_the_tools_when_the_first_call_had_none(project):
     assert event.detail.startswith("tool mcp__github__create_issue added: an MCP server (github) connected")
 
 
-def test_it_names_a_changed_tool_and_tools_by_line_without_text(project):
+def test_it_names_a_tool_whose_definition_changed(project):
     changed = [TOOLS[0], {**TOOLS[1], "description": "The payment logs of an order, newest first."}]
     event = second_event(project, captured("c0", 0, request(), seconds=0),
                          captured("c1", 1, request(tools=changed), seconds=30))
     assert event.detail == "tool get_logs changed; the cache is lost from there on"
-    Call.objects.all().delete()
-    CacheEvent.objects.all().delete()
-    event = second_event(project, captured("d0", 0, request(), seconds=0, include_text=False),
-                         captured("d1", 1, request(tools=[*TOOLS, MCP_TOOL]), seconds=30, include_text=False))
+
+
+def test_it_names_tools_by_line_when_the_agent_withholds_text(project):
+    event = second_event(project, captured("c0", 0, request(), seconds=0, include_text=False),
+                         captured("c1", 1, request(tools=[*TOOLS, MCP_TOOL]), seconds=30, include_text=False))
     assert event.detail == "tool at line 3 added; the cache is lost from there on"
 
 

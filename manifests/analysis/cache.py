@@ -240,10 +240,13 @@ def _neighbour(direction: str) -> Subquery:
 def _add_removals(rows: dict[int, dict[str, Any]]) -> None:
     """Give each call row what its request lost by design, for the words of a messages change:
     ``context_edits`` (the types of its context edits) and ``compactions`` (the strategies of
-    its compactions), read from those calls' days' partitions only."""
-    days = partitions.span(r["started_at"] for r in rows.values())
+    its compactions). Read only when some call caches messages, from the calls' days' partitions."""
     found: dict[str, dict[int, list[str]]] = {"context_edits": defaultdict(list), "compactions": defaultdict(list)}
-    for key, model, field in (("context_edits", ContextEdit, "type"), ("compactions", Compaction, "strategy")):
+    cached = any(isinstance(s, dict) and s.get("name") == "messages"
+                 for r in rows.values() for s in r["prefix_segments"] or [])
+    days = partitions.span(r["started_at"] for r in rows.values())
+    tables = (("context_edits", ContextEdit, "type"), ("compactions", Compaction, "strategy")) if cached else ()
+    for key, model, field in tables:
         for call_pk, value in (model.objects.filter(call_id__in=list(rows), **days)
                                .order_by("call_id", "pk").values_list("call_id", field)):
             if value not in found[key][call_pk]:
