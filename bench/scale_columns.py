@@ -344,7 +344,8 @@ def event_cause() -> str:
     sample and compares. Left out, because no generated call can reach them: "below the
     minimum" (every prefix is 1,800+ tokens, above the default 1,024), a model change
     within a run (a run has one model), "first call warm from another run" (a first step
-    never reads the cache), and the price book's TTL (every call records its TTL)."""
+    never reads the cache), the price book's TTL (every call records its TTL), and a context
+    edit on a request that only grew (no generated call caches messages or records an edit)."""
     from manifests.models import CacheEvent as E
 
     return (

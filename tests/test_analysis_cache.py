@@ -72,7 +72,7 @@ def test_it_calls_a_miss_after_a_long_gap_a_ttl_expiry(project):
     expired = events(calls)[1]
     assert expired.cause == CacheEvent.TTL_EXPIRED
     assert expired.gap_seconds == pytest.approx(40 * 60)
-    assert "longer than the cache TTL (300s)" in expired.detail
+    assert "longer than the cache TTL (5 min, the model's TTL in the price table)" in expired.detail
 
 
 def test_it_measures_the_gap_from_the_end_of_the_previous_call(project):
@@ -153,7 +153,7 @@ def test_it_uses_the_ttl_the_agent_recorded_for_an_expected_miss(project):
     first.cache_ttl_seconds = second.cache_ttl_seconds = 60
     expired = events(store_and_analyse(project, [first, second]))[1]
     assert expired.cause == CacheEvent.TTL_EXPIRED
-    assert "longer than the cache TTL (60s)" in expired.detail and "expected miss" in expired.detail
+    assert expired.detail.endswith("longer than the cache TTL (1 min, the TTL the agent recorded): an expected miss")
 
 
 def test_it_keeps_a_longer_recorded_ttl_from_calling_a_pause_an_expiry(project):

@@ -262,13 +262,14 @@ def test_it_shows_the_context_edits(demo_world):
 def test_it_shows_the_prefix_segment_and_the_lines_that_changed(demo_world):
     body = get(demo_world, "research-019/step-1")
     diff = section(body, '<table class="grid compact" id="diff">', "</table>")
-    before, after = re.search(r'prefix</span></td><td>segment system</td><td></td><td><code>(\w{13})…</code> → '
-                              r'<code>(\w{13})…</code>', diff).groups()
-    event = CacheEvent.objects.get(call__project=demo_world.project, call__call_id="research-019/step-1")
-    assert f"hash {before[:12]} -> {after[:12]}" in event.detail
+    assert re.search(r'prefix</span></td><td>segment system</td><td></td><td><code>(\w{13})…</code> → '
+                     r'<code>(\w{13})…</code>', diff)
     lines = section(body, 'data-testid="prefix-line-diff">', "</div>")
-    assert re.search(r"<li>line \d+ of <b>system</b> changed: <code>Current time: [^<]+</code> → "
-                     r"<code>Current time: [^<]+</code></li>", lines)
+    line, old, new = re.search(r"<li>line (\d+) of <b>system</b> changed: <code>(Current time: [^<]+)</code> → "
+                               r"<code>(Current time: [^<]+)</code></li>", lines).groups()
+    # The cause names the line the diff shows, with its old and new text.
+    event = CacheEvent.objects.get(call__project=demo_world.project, call__call_id="research-019/step-1")
+    assert event.detail.startswith(f"system prompt line {line} changed: '{old}' → '{new}'")
     # A call whose prefix stayed the same shows no line diff.
     assert 'data-testid="prefix-line-diff"' not in get(demo_world, "research-001/step-1")
 

@@ -6,11 +6,15 @@ of the cache is lost. So each call is compared with the previous call of its run
 (by step, then time): a changed prefix hash is pinned to the first segment whose
 hash changed; an unchanged prefix that still missed waited longer than the TTL;
 the first call of a run is a cold start; a prefix shorter than the provider's
-minimum is never cached at all. Regressions across runs live in regressions.py.
+minimum is never cached at all. The details say it in the words of what changed
+(cache_words.py): the system line, the tools by name, the earlier messages and
+the context edit or compaction that removed them, the TTL and where it came from.
+Regressions across runs live in regressions.py.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -19,9 +23,11 @@ from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 
 from ctxkit.figures import hit_rate
+from manifests.analysis import cache_words
 from manifests.analysis.data import clean
 from manifests.analysis.prices import PriceBook
-from manifests.models import CacheEvent, Call, PrefixEntry
+from manifests.models import CacheEvent, Call, Compaction, ContextEdit, PrefixEntry
+from manifests.storage import partitions
 
 NEIGHBOUR_FIELDS = (
     "pk",
@@ -36,6 +42,7 @@ NEIGHBOUR_FIELDS = (
     "prefix_tokens",
     "prefix_segments",
     "cache_ttl_seconds",
+    "builder_name",
     "input_tokens",
     "cache_read_tokens",
     "analyzed_at",
@@ -70,6 +77,10 @@ def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, An
         if new is None:
             return str(old["name"]), f"segment {old['name']!r} was removed"
         if old.get("name") != new.get("name"):
+            if new.get("name") not in {s.get("name") for s in before}:
+                return str(new["name"]), f"segment {new['name']!r} was added"
+            if old.get("name") not in {s.get("name") for s in after}:
+                return str(old["name"]), f"segment {old['name']!r} was removed"
             return str(new["name"]), f"segments reordered: {new['name']!r} now where {old['name']!r} was"
         if old.get("hash") != new.get("hash"):
             return str(new["name"]), f"segment {new['name']!r} changed (hash {_short(old.get('hash'))} -> " \
@@ -123,6 +134,30 @@ def _ttl(call: dict[str, Any], prev: dict[str, Any], prices_entry: Any) -> int:
     return int(prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds") or prices_entry.cache_ttl_seconds)
 
 
+def _ttl_words(call: dict[str, Any], prev: dict[str, Any], ttl: int) -> str:
+    """The TTL of :func:`_ttl` and where it came from: the request's cache_control (a call
+    recorded by ctxkit.instrument or ctxkit proxy), the agent, or the price table."""
+    recorder = prev if prev.get("cache_ttl_seconds") else call if call.get("cache_ttl_seconds") else None
+    if recorder is None:
+        return cache_words.ttl(ttl, recorded=False, builder="")
+    return cache_words.ttl(ttl, recorded=True, builder=str(recorder.get("builder_name") or ""))
+
+
+def _changed_words(call: dict[str, Any], prev: dict[str, Any], segment: str) -> str:
+    """The change in ``segment`` told by what changed in it (cache_words), or "" when its lines
+    do not show it. Messages words only when the previous call cached messages: a messages
+    segment that appeared where another was is told by the segments."""
+    before, after = prev["prefix_segments"] or [], call["prefix_segments"] or []
+    if segment not in ("tools", "messages") and not all(
+            any(isinstance(s, dict) and s.get("name") == segment for s in side) for side in (before, after)):
+        return ""
+    if segment == "messages" and not any(isinstance(s, dict) and s.get("name") == segment for s in before):
+        return ""
+    return cache_words.prefix_change(before, after, segment, edits=call.get("context_edits") or (),
+                                     compactions=call.get("compactions") or (),
+                                     previous_compactions=prev.get("compactions") or ())
+
+
 def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook) -> CacheEvent:
     """The cause of one call's cache outcome, given the previous call of its run."""
     price = prices.for_model(call["model"])
@@ -143,22 +178,27 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
         detail = "first call of the run" + (", cache warm from another run" if read else ": nothing cached yet")
     elif prev["model"] != call["model"]:
         cause, segment = CacheEvent.PREFIX_CHANGED, "model"
-        detail = f"the model changed ({prev['model']} -> {call['model']}): caches are per model"
+        detail = (f"the model changed ({prev['model']} → {call['model']}): each model has its own cache, so "
+                  "nothing the previous call wrote can be read")
     elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"] and not (
         grew := prefix_extension(prev["prefix_segments"] or [], call["prefix_segments"] or [])
     ):
         cause = CacheEvent.PREFIX_CHANGED
         segment, how = first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])
-        detail = f"{how}; the cache is lost from there on"
+        detail = f"{(_changed_words(call, prev, segment) if segment else '') or how}; the cache is lost from there on"
     elif read:
         cause = CacheEvent.HIT
         detail = (f"the prefix grew ({grew}): it starts with the previous call's, read from the cache" if grew
                   else "same prefix as the previous call, read from the cache")
     elif gap is not None and gap > (ttl := _ttl(call, prev, price)):
         cause = CacheEvent.TTL_EXPIRED
-        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({ttl}s)"
+        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({_ttl_words(call, prev, ttl)})"
         if prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds"):
-            detail += ", the TTL the agent recorded: an expected miss"
+            detail += ": an expected miss"
+    elif call.get("context_edits") and any(s.get("name") == "messages" for s in call["prefix_segments"] or []
+                                           if isinstance(s, dict)):
+        cause, segment = CacheEvent.PREFIX_CHANGED, "messages"
+        detail = f"{cache_words.cleared_by_provider(call['context_edits'])}; the cache is lost from there on"
     else:
         cause = CacheEvent.COLD_START
         same = f"a prefix that starts with the previous call's ({grew})" if grew else "same prefix"
@@ -197,6 +237,25 @@ def _neighbour(direction: str) -> Subquery:
     return Subquery(Call.objects.filter(bound, before, run_id=OuterRef("run_id")).order_by(*order).values("pk")[:1])
 
 
+def _add_removals(rows: dict[int, dict[str, Any]]) -> None:
+    """Give each call row what its request lost by design, for the words of a messages change:
+    ``context_edits`` (the types of its context edits) and ``compactions`` (the strategies of
+    its compactions). Read only when some call caches messages, from the calls' days' partitions."""
+    found: dict[str, dict[int, list[str]]] = {"context_edits": defaultdict(list), "compactions": defaultdict(list)}
+    cached = any(isinstance(s, dict) and s.get("name") == "messages"
+                 for r in rows.values() for s in r["prefix_segments"] or [])
+    days = partitions.span(r["started_at"] for r in rows.values())
+    tables = (("context_edits", ContextEdit, "type"), ("compactions", Compaction, "strategy")) if cached else ()
+    for key, model, field in tables:
+        for call_pk, value in (model.objects.filter(call_id__in=list(rows), **days)
+                               .order_by("call_id", "pk").values_list("call_id", field)):
+            if value not in found[key][call_pk]:
+                found[key][call_pk].append(value)
+    for pk, row in rows.items():
+        row["context_edits"] = found["context_edits"].get(pk, [])
+        row["compactions"] = found["compactions"].get(pk, [])
+
+
 def update_cache_events(call_pks: list[int], prices: PriceBook) -> list[dict[str, Any]]:
     """Write the cache event of every given call, and re-derive the event of each one's
     successor in its run when that one was already analysed (a late call changes what
@@ -210,6 +269,7 @@ def update_cache_events(call_pks: list[int], prices: PriceBook) -> list[dict[str
     for _, prev_pk, next_pk in links:
         wanted.update(pk for pk in (prev_pk, next_pk) if pk is not None)
     rows = {r["pk"]: r for r in Call.objects.filter(pk__in=wanted).values(*NEIGHBOUR_FIELDS)}
+    _add_removals(rows)
     chunk = set(call_pks)
     events: dict[int, CacheEvent] = {}
     successors: list[dict[str, Any]] = []

@@ -2,7 +2,9 @@
 
 Reads the optional ``lines`` (line hashes) and ``text`` of ``prefix.segments[]`` (see
 docs/manifest.md). Used by one template partial, templates/manifests/_prefix_line_diff.html,
-on the cache view's regression cards, the overview's regressions and the call view.
+on the cache view's regression cards, the overview's regressions and the call view; and by
+the cache analysis, whose cause details name the line, tool or message that changed
+(manifests/analysis/cache_words.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class LineChange:
     change: str  # "changed", "added", "removed"
     before: str | None = None  # the line's text when both calls recorded text, else None
     after: str | None = None
+    before_line: int | None = None  # 1-based, in the older prefix, for a changed or removed line
 
 
 @dataclass
@@ -36,7 +39,9 @@ class LineDiff:
         return not self.rows and not self.unlined
 
 
-def _lines_of(segment: dict[str, Any]) -> tuple[list[str] | None, list[str] | None]:
+def segment_lines(segment: dict[str, Any]) -> tuple[list[str] | None, list[str] | None]:
+    """A stored segment's line hashes (None without them) and its lines of text (None when
+    the text was withheld, or numbers other lines than the hashes)."""
     hashes = segment.get("lines")
     text = segment.get("text")
     if not isinstance(hashes, list):
@@ -68,8 +73,8 @@ def line_diff(before: list[dict[str, Any]] | None, after: list[dict[str, Any]] |
         prev = old.get(name)
         if prev is None or prev.get("hash") == seg.get("hash"):
             continue
-        old_hashes, old_text = _lines_of(prev)
-        new_hashes, new_text = _lines_of(seg)
+        old_hashes, old_text = segment_lines(prev)
+        new_hashes, new_text = segment_lines(seg)
         if old_hashes is None or new_hashes is None:
             out.unlined.append(name)
             continue
@@ -83,10 +88,11 @@ def line_diff(before: list[dict[str, Any]] | None, after: list[dict[str, Any]] |
             for k in range(paired):
                 changes.append(LineChange(name, j1 + k + 1, "changed",
                                           _clip(old_text[i1 + k]) if old_text else None,
-                                          _clip(new_text[j1 + k]) if new_text else None))
+                                          _clip(new_text[j1 + k]) if new_text else None, i1 + k + 1))
             for j in range(j1 + paired, j2):
                 changes.append(LineChange(name, j + 1, "added", None, _clip(new_text[j]) if new_text else None))
             for i in range(i1 + paired, i2):
-                changes.append(LineChange(name, i + 1, "removed", _clip(old_text[i]) if old_text else None, None))
+                changes.append(LineChange(name, i + 1, "removed", _clip(old_text[i]) if old_text else None, None,
+                                          i + 1))
     out.rows, out.more = changes[:MAX_ROWS], max(0, len(changes) - MAX_ROWS)
     return out

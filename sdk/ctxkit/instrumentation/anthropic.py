@@ -5,7 +5,9 @@ last ``cache_control`` breakpoint (all messages with a top-level ``cache_control
 Anthropic's ``input_tokens`` is the uncached part; normalisation adds the cache reads and
 writes (ctxkit.record.usage). Context edits come from ``context_management.applied_edits``;
 server-side compaction from ``usage.iterations`` entries of type ``compaction``; a
-``compaction`` block sent back in the messages is a ``summary`` item.
+``compaction`` block sent back in the messages is a ``summary`` item. The manifest's
+``cache_ttl_seconds`` is the TTL the request's ``cache_control`` breakpoints asked for
+(:func:`cache_ttl_seconds`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,41 @@ def _without_cache_control(block: Any) -> Any:
     if isinstance(block, dict) and "cache_control" in block:
         return {k: v for k, v in block.items() if k != "cache_control"}
     return block
+
+
+# Anthropic's cache_control TTLs; a breakpoint without one is cached for 5 minutes.
+TTL_SECONDS = {"5m": 300, "1h": 3600}
+DEFAULT_TTL = "5m"
+
+
+def _ttl_of(cache_control: Any) -> int | None:
+    if not isinstance(cache_control, dict) or not cache_control:
+        return None
+    ttl = cache_control.get("ttl", DEFAULT_TTL)
+    return TTL_SECONDS.get(ttl) if isinstance(ttl, str) else None
+
+
+def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
+    """The prompt-cache TTL the request asked for, in seconds: the longest among its
+    ``cache_control`` breakpoints (on tools, system blocks, message content blocks, and the
+    top-level one of automatic caching); None without a breakpoint (or with only TTLs this
+    mapping does not know, which the provider refuses anyway).
+
+    The longest counts because it is the one still readable: Anthropic requires longer TTLs
+    before shorter ones, so after a pause between the two the prefix up to the last 1-hour
+    breakpoint is still read, and only a pause longer than the longest TTL leaves nothing to
+    read: the server's *TTL expired* cause (docs/analysis.md)."""
+    blocks: list[Any] = [{"cache_control": plain(kwargs.get("cache_control"))}]
+    for name in ("tools", "system"):
+        value = plain(kwargs.get(name))
+        blocks += value if isinstance(value, list) else []
+    messages = plain(kwargs.get("messages"))
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks += content if isinstance(content, list) else []
+    found = [_ttl_of(b.get("cache_control")) for b in blocks if isinstance(b, dict)]
+    known = [ttl for ttl in found if ttl is not None]
+    return max(known) if known else None
 
 
 def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
@@ -153,4 +190,5 @@ def manifest(record: CallRecord) -> Manifest:
         builder=Builder(name="ctxkit.instrument", version=f"anthropic {getattr(sdk, '__version__', '')}".strip()),
     )
     m.compactions = compactions
+    m.cache_ttl_seconds = cache_ttl_seconds(kw)
     return m
