@@ -7,6 +7,9 @@ stream from its events, masks secrets (ctxkit.proxy.secrets), places the call in
 (ctxkit.proxy.runs), maps it with ``ctxkit.instrument``'s mapping
 (:func:`ctxkit.instrumentation.bodies.manifest_from_bodies`) and hands the manifest to ctxkit's
 non-blocking :class:`~ctxkit.record.client.Client` (bounded queue, retries, optional spool).
+A call whose shorter history opens with a summary gets the compaction the agent did itself
+(ctxkit.proxy.compactions). ``X-Ctxview-Evidence`` (a JSON object ``{"key": "literal"}``)
+declares required evidence: each call of the request reports whether the literal was sent.
 Nothing here can fail a proxied call: an exchange that cannot be read (malformed JSON, a body
 that is not an object) is counted and skipped; a full buffer drops the exchange (counted).
 """
@@ -24,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
+from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
-from ctxkit.record.manifest import Builder, Manifest
+from ctxkit.record.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")
@@ -35,7 +39,9 @@ __all__ = ["Exchange", "Capture", "Recorder", "STAT_KEYS"]
 
 STAT_KEYS = ("recorded", "unreadable", "dropped", "failed")
 # The request headers a manifest may depend on (run, agent, session); never a credential.
-IDENTITY_HEADERS = ("x-ctxview-run", "x-ctxview-agent", "x-claude-code-session-id", "user-agent")
+IDENTITY_HEADERS = ("x-ctxview-run", "x-ctxview-agent", "x-ctxview-evidence", "x-claude-code-session-id",
+                    "user-agent")
+EVIDENCE_HEADER = "x-ctxview-evidence"
 
 
 @dataclass(slots=True)
@@ -118,6 +124,21 @@ def _stream_error(events: list[dict[str, Any]]) -> str:
     return ""
 
 
+def declared_evidence(headers: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The ``X-Ctxview-Evidence`` header's ``{key: literal}``, and a warning when it is not one."""
+    raw = headers.get(EVIDENCE_HEADER, "").strip()
+    if not raw:
+        return {}, ""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                              for k, v in value.items()):
+        return {}, "X-Ctxview-Evidence is not a JSON object of non-empty strings: ignored"
+    return dict(list(value.items())[:MAX_EVIDENCE]), ""
+
+
 @dataclass
 class Outcome:
     """What the response said, ready for the mapping."""
@@ -196,6 +217,7 @@ class Capture:
         self.agent = agent
         self.max_queue = max_queue
         self.resolver = resolver or RunResolver()
+        self.compactions = CompactionWatch()
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self._buffer: collections.deque[Exchange] = collections.deque()
         self._wake = threading.Event()
@@ -277,12 +299,19 @@ class Capture:
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome),
                                         failed=outcome.error is not None)
+        evidence, evidence_warning = declared_evidence(exchange.headers)
+        if evidence_warning:
+            outcome.warnings.append(evidence_warning)
         manifest = manifest_from_bodies(
             exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
+            evidence=evidence or None,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
+        compaction = self.compactions.observe(exchange.api, sent, manifest)
+        if compaction is not None:
+            manifest.compactions = [*manifest.compactions, compaction]
         if outcome.warnings:
             manifest.warnings = [*manifest.warnings, *outcome.warnings][:100]
         return manifest

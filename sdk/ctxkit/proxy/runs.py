@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["RunResolver", "Placement", "session_of", "agent_of"]
+__all__ = ["RunResolver", "Placement", "session_of", "agent_of", "conversation_of"]
 
 RUN_HEADER = "x-ctxview-run"
 AGENT_HEADER = "x-ctxview-agent"
@@ -103,7 +103,8 @@ def _chain(messages: list[Any]) -> list[str]:
     return out
 
 
-def _conversation(api: str, request: dict[str, Any]) -> list[Any]:
+def conversation_of(api: str, request: dict[str, Any]) -> list[Any]:
+    """The call's history: Anthropic / Chat Completions ``messages``, Responses ``input``."""
     key = "input" if api.startswith("openai.responses") else "messages"
     value = request.get(key)
     if isinstance(value, str):
@@ -127,7 +128,7 @@ class RunResolver:
         """The run, step and agent of one call (``response_id``: the id a Responses call answered
         with; ``failed``: the call ended in an error, so the same messages again are its retry)."""
         agent = agent_of(headers, default_agent)
-        chain = _chain(_conversation(api, request))
+        chain = _chain(conversation_of(api, request))
         with self._lock:
             run_id, how = headers.get(RUN_HEADER, "").strip(), "header"
             if not run_id:
