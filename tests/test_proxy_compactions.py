@@ -1,0 +1,107 @@
+"""Compactions an agent does itself, as the proxy's recorder sees them (ctxkit.proxy.compactions):
+exchanges built by hand go through Capture.build, the mapping the proxy runs on every call."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ctxkit.proxy.capture import Capture, Exchange
+from ctxkit.record.manifest import Manifest
+
+RUN = {"x-ctxview-run": "ticket-9"}
+SYSTEM = "You answer questions about refunds."
+EARLY = [
+    {"role": "user", "content": "What is the refund rate? The sheet says 0.0321."},
+    {"role": "assistant", "content": "The refund rate is 0.0321."},
+    {"role": "user", "content": "And who approves refunds?"},
+    {"role": "assistant", "content": "The finance desk."},
+    {"role": "user", "content": "Draft a reply."},
+]
+
+
+def _exchange(messages: list[Any], *, headers: dict[str, str] | None = None, usage: dict[str, Any] | None = None,
+              content: list[Any] | None = None) -> Exchange:
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": SYSTEM, "messages": messages}
+    response = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": content or [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                "usage": usage or {"input_tokens": 40 * len(messages), "output_tokens": 5}}
+    return Exchange(api="anthropic.messages", request_body=json.dumps(body).encode(),
+                    headers={**RUN, **(headers or {})}, started=time.time(), status=200,
+                    content_type="application/json", chunks=[json.dumps(response).encode()])
+
+
+def _session(*calls: Exchange) -> list[Manifest]:
+    capture = Capture(sink=None)
+    out = []
+    for exchange in calls:
+        manifest = capture.build(exchange)
+        assert manifest is not None
+        out.append(manifest)
+    return out
+
+
+def test_a_shorter_history_opening_with_a_summary_is_a_compaction():
+    evidence = {"x-ctxview-evidence": json.dumps({"refund_rate": "0.0321", "approver": "finance desk"})}
+    summary = "Summary: the user asked about refunds; the finance desk approves them."
+    before, after = _session(_exchange(EARLY, headers=evidence),
+                             _exchange([{"role": "user", "content": summary},
+                                        {"role": "assistant", "content": "Understood."},
+                                        {"role": "user", "content": "Draft a reply."}], headers=evidence))
+    assert before.compactions == []
+    [compaction] = after.compactions
+    item = next(i for i in after.items if i.kind == "summary")
+    assert item.text == summary and compaction.summary_item == item.id
+    assert (compaction.strategy, compaction.trigger) == ("client_summary", "")
+    assert (compaction.tokens_before, compaction.tokens_after) == (200, 120)
+    assert compaction.kept_turns == 0  # the last user message is the prompt just added
+    [invariant] = compaction.invariants
+    assert (invariant.name, invariant.ok, invariant.lost) == ("required_evidence", False, ["refund_rate"])
+    assert invariant.detail == "1 of 2 missing after compaction"
+    assert (after.run_id, after.step) == (before.run_id, before.step + 1)
+
+
+def test_a_shorter_history_without_a_summary_is_not_a_compaction():
+    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": "A new question."}]))
+    assert after.compactions == [] and not any(i.kind == "summary" for i in after.items)
+
+
+def test_the_calls_that_extend_a_compacted_history_are_not_compactions_again():
+    compacted = [{"role": "user", "content": "Summary: refunds were discussed."},
+                 {"role": "user", "content": "Draft a reply."}]
+    _, first, second = _session(_exchange(EARLY), _exchange(compacted),
+                                _exchange([*compacted, {"role": "assistant", "content": "Dear customer"},
+                                           {"role": "user", "content": "Shorter."}]))
+    assert len(first.compactions) == 1 and second.compactions == []
+
+
+def test_a_summary_later_in_the_history_is_not_taken_for_one():
+    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": "Hello"},
+                                                     {"role": "assistant", "content": "Hi"},
+                                                     {"role": "user", "content": "Summary: be brief."}]))
+    assert after.compactions == [] and not any(i.kind == "summary" for i in after.items)
+
+
+def test_a_provider_compaction_is_not_counted_twice():
+    block = {"type": "compaction", "content": "The user asked about refunds."}
+    usage = {"input_tokens": 300, "output_tokens": 40,
+             "iterations": [{"type": "compaction", "input_tokens": 5000, "output_tokens": 300}]}
+    provider, next_call = _session(_exchange(EARLY, usage=usage, content=[block]),
+                                   _exchange([{"role": "user", "content": [block]},
+                                              {"role": "user", "content": "Draft a reply."}]))
+    assert [c.strategy for c in provider.compactions] == ["anthropic_compaction"]
+    assert next_call.compactions == [] and any(i.kind == "summary" for i in next_call.items)
+
+
+def test_an_anthropic_compaction_block_sent_back_is_a_compaction_when_none_was_recorded():
+    block = {"type": "compaction", "content": "The user asked about refunds."}
+    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": [block]},
+                                                     {"role": "user", "content": "Draft a reply."}]))
+    assert [(c.strategy, c.trigger) for c in after.compactions] == [("anthropic_compaction", "provider")]
+
+
+def test_a_malformed_evidence_header_is_ignored_with_a_warning():
+    [manifest] = _session(_exchange(EARLY, headers={"x-ctxview-evidence": "refund_rate=0.0321"}))
+    assert manifest.evidence == []
+    assert "X-Ctxview-Evidence is not a JSON object of non-empty strings: ignored" in manifest.warnings
