@@ -10,7 +10,10 @@ proxy): five ``claude -p`` runs sharing one HOME, so ``--continue`` resumes the 
 5. one more turn, on the compacted history.
 
 Six model calls in all; the sixth is the one after the compaction. ``EVIDENCE`` is declared on
-every call (``ANTHROPIC_CUSTOM_HEADERS``) so the proxy checks whether the rate survived.
+every call (``ANTHROPIC_CUSTOM_HEADERS``) so the proxy checks whether the rate survived. The note
+is deleted before ``/compact``: Claude Code attaches the files it read again after its summary,
+and a note still on disk would bring the rate back. ``--tools Read`` keeps the tool definitions
+(and the recorded manifests) small.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ def run_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
     for args in prompts(note):
         if args[-1] == "/compact":
             note.unlink()  # else Claude Code attaches the note again after its summary
-        out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", "Read", *args], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", "Read", *args],
+                             cwd=work, env=env, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
         if out.returncode != 0:
             raise RuntimeError(f"claude {args[-1]!r} exited {out.returncode}: {out.stderr[-2000:]}")
         answers.append(out.stdout.strip())

@@ -4,11 +4,11 @@ An agent that compacts itself sends the summary of its earlier conversation at t
 next call, as a user text: Claude Code's begins "This session is being continued from a previous
 conversation that ran out of context" (its ``/compact`` command leaves a
 ``<command-name>/compact</command-name>`` block in a later user message of the same call;
-without one the compaction was the CLI's own, on a full window); other agents open with ``Summary:`` / ``Conversation summary:`` or
-a ``<summary>`` tag. The adapters look only at the first message, so a user who writes
-"Summary:" later in a conversation is not taken for a compaction. Provider-side compactions
-(Anthropic's ``compaction`` block, OpenAI's ``compaction`` input item) are recognised by their
-type in the adapters, not here.
+without one the compaction was the CLI's own, on a full window); other agents open with
+``Summary:`` / ``Conversation summary:`` or a ``<summary>`` tag. The adapters look only at the
+first user message, so a user who writes "Summary:" later in a conversation is not taken for a
+compaction. Provider-side compactions (Anthropic's ``compaction`` block, OpenAI's ``compaction``
+input item) are recognised by their type in the adapters, not here.
 """
 
 from __future__ import annotations
