@@ -39,6 +39,23 @@ def prompts(note: Path) -> list[list[str]]:
     ]
 
 
+def environment(base_url: str, home: Path) -> dict[str, str]:
+    """The CLI's environment: offline but for ``base_url``, the dummy key, evidence declared."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_API_KEY": KEY, "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "ANTHROPIC_CUSTOM_HEADERS": f"X-Ctxview-Evidence: {json.dumps(EVIDENCE)}"}
+
+
+def claude(args: list[str], *, work: Path, env: dict[str, str]) -> str:
+    """One ``claude`` run with the Read tool only; what it printed."""
+    out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", "Read", *args],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise RuntimeError(f"claude {args[-1]!r} exited {out.returncode}: {out.stderr[-2000:]}")
+    return out.stdout.strip()
+
+
 def run_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
     """Run the five turns with ``folder``/work as the working directory and ``folder``/home as
     HOME; the note's path and each turn's printed answer."""
@@ -47,18 +64,10 @@ def run_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
     home.mkdir(parents=True, exist_ok=True)
     note = work / "note.txt"
     note.write_text(NOTE)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": base_url,
-           "ANTHROPIC_API_KEY": KEY, "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-           "ANTHROPIC_CUSTOM_HEADERS": f"X-Ctxview-Evidence: {json.dumps(EVIDENCE)}"}
+    env = environment(base_url, home)
     answers = []
     for args in prompts(note):
         if args[-1] == "/compact":
             note.unlink()  # else Claude Code attaches the note again after its summary
-        out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", "Read", *args],
-                             cwd=work, env=env, capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL)
-        if out.returncode != 0:
-            raise RuntimeError(f"claude {args[-1]!r} exited {out.returncode}: {out.stderr[-2000:]}")
-        answers.append(out.stdout.strip())
+        answers.append(claude(args, work=work, env=env))
     return note, answers

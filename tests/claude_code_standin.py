@@ -7,7 +7,9 @@ user message) names a file (``read <path>``) is answered with a ``tool_use`` of 
 quoting the file's first line; Claude Code's compaction request (``/compact``) with a summary
 that leaves out what the note said (:data:`SUMMARY`); any other prompt with ``Noted: <prompt>``,
 and a request without one with a short text. ``sized_usage=True`` reports an uncached input that
-grows with the messages, so the calls after a compaction report fewer tokens. Every other path
+grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
+makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
+at the start of its next run). Every other path
 answers 404 in Anthropic's error shape. Each request's path, headers and JSON body are kept
 (``received``) so a test can see what the CLI sends.
 """
@@ -21,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 USAGE = {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 700, "output_tokens": 20}
+# Input tokens that leave Claude Code's model (a 1M-token window) too little room: it compacts.
+FULL_WINDOW = 985_000
 # Claude Code's compaction request (``/compact``, or its own on a full window) ends with this ask.
 SUMMARY_REQUEST = "Your task is to create a detailed summary of the conversation so far"
 # The stand-in's summary keeps that a note was read and leaves out what it said (the refund rate).
@@ -80,12 +84,15 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     return [{"type": "text", "text": "Reading a note"}], "end_turn"
 
 
-def usage_of(body: dict[str, Any], sized: bool) -> dict[str, int]:
+def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "") -> dict[str, int]:
     """The answer's usage: fixed, or (``sized``) with the uncached input growing with the messages
-    (a character count over four), so a compacted history reports fewer input tokens."""
-    if not sized:
-        return USAGE
-    return {**USAGE, "input_tokens": len(json.dumps(body.get("messages") or [])) // 4}
+    (a character count over four), so a compacted history reports fewer input tokens. A prompt
+    holding ``full_window_on`` reports a window all but full (FULL_WINDOW), so the CLI compacts
+    on its own before its next call."""
+    usage = {**USAGE, "input_tokens": len(json.dumps(body.get("messages") or [])) // 4} if sized else USAGE
+    if full_window_on and full_window_on in _prompt(body.get("messages") or []):
+        usage = {**usage, "input_tokens": FULL_WINDOW}
+    return usage
 
 
 def events(body: dict[str, Any], usage: dict[str, int] = USAGE) -> list[tuple[str, dict[str, Any]]]:
@@ -153,7 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"input_tokens": 9740})
         if path != "/v1/messages" or not isinstance(body, dict):
             return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
-        usage = usage_of(body, self.server.sized_usage)
+        usage = usage_of(body, self.server.sized_usage, self.server.full_window_on)
         if not body.get("stream"):
             blocks, stop = answer(body)
             return self._json(200, {"id": "msg_cc_standin", "type": "message", "role": "assistant",
@@ -171,9 +178,10 @@ class _Handler(BaseHTTPRequestHandler):
 class ClaudeCodeStandIn(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, *, sized_usage: bool = False) -> None:
+    def __init__(self, *, sized_usage: bool = False, full_window_on: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.sized_usage = sized_usage
+        self.full_window_on = full_window_on
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

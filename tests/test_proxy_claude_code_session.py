@@ -4,7 +4,7 @@ carrying one session, a Read tool call on a note, ``/compact`` with a summary th
 the note's refund rate, one turn on the compacted history. Checked through the live ctxview
 server: one run with steps 0..5 in order, the tool call and its result, the compaction on the
 call after it (tokens before and after, summary item, the lost evidence) and on the
-compaction review page."""
+compaction review page. And the CLI's own compaction on a full window (trigger ``auto``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import urllib.request
 
 import pytest
 
-from tests.claude_code_session import CLI_DIR, KEY, run_session
+from tests.claude_code_session import CLI_DIR, KEY, claude, environment, run_session
 from tests.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
-from tests.proxy_support import npm_ci, running_proxy
+from tests.proxy_support import KeptManifests, npm_ci, running_proxy
 
 
 def _get(live_server, key: str, path: str) -> dict:
@@ -81,3 +81,30 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
     page = client.get(f"/p/{project.slug}/compactions/")
     assert page.status_code == 200
     assert f'data-compaction="{compaction["id"]}"' in page.content.decode()
+
+
+def test_claude_code_compacting_on_a_full_window_is_an_auto_compaction(tmp_path):
+    npm_ci(CLI_DIR)
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    sink = KeptManifests()
+    with ClaudeCodeStandIn(sized_usage=True, full_window_on="draft") as provider, \
+            running_proxy(provider.url, sink) as proxy:
+        env = environment(proxy.url, home)
+        answers = [claude(args, work=work, env=env)
+                   for args in (["-p", "hello"], ["-p", "--continue", "draft a reply"],
+                                ["-p", "--continue", "next please"])]
+        assert answers == ["Noted: hello", "Noted: draft a reply", "Noted: next please"]
+        assert proxy.capture.flush(10)
+    # The full window reported after "draft" makes the CLI summarise before its third turn.
+    manifests = sorted(sink.manifests, key=lambda m: m.step)
+    assert [m.step for m in manifests] == [0, 1, 2, 3] and len({m.run_id for m in manifests}) == 1
+    summarising, after = manifests[2], manifests[3]
+    assert any(SUMMARY_REQUEST in (i.text or "") for i in summarising.items) and summarising.compactions == []
+    [compaction] = after.compactions
+    assert (compaction.strategy, compaction.trigger, compaction.kept_turns) == ("client_summary", "auto", 0)
+    assert compaction.tokens_before == summarising.usage.input_tokens
+    assert compaction.tokens_after == after.usage.input_tokens
+    assert compaction.summary_item == next(i.id for i in after.items if i.kind == "summary")
+    assert compaction.invariants == []  # the declared rate was never sent: nothing to lose

@@ -16,9 +16,9 @@ The :class:`~ctxkit.record.manifest.Compaction` goes on that call: ``tokens_befo
 previous call's input tokens (normalised usage, else the sum of its items' tokens),
 ``tokens_after`` this call's, ``kept_turns`` the user turns kept after the summary message
 (the prompt just added is not one), ``trigger`` ``manual`` / ``auto`` when readable, and the
-``required_evidence`` invariant (ctxkit.context.compaction's survival checks) when the run
-declared evidence (``X-Ctxview-Evidence``): a declared literal the previous call sent and this
-one does not is lost, named by its evidence key. A previous call that already recorded a
+``required_evidence`` invariant (ctxkit.context.compaction's survival checks) over the evidence
+the run declared (``X-Ctxview-Evidence``) and the previous call sent: a literal this call does
+not send is lost, named by its evidence key (none held before: no invariant). A previous call that already recorded a
 compaction of its own (a provider's, from its usage) is not counted twice.
 """
 
@@ -130,9 +130,11 @@ class CompactionWatch:
         if summary is None or at < 0:
             return None
         invariants = []
-        if declared:
+        # Only what the previous call sent can be lost by the compaction.
+        held = [literal for literal in declared if literal in previous.present]
+        if held:
             check = next(c for c in survival_checks(before="\n".join(previous.present), after="\n".join(present),
-                                                    required_evidence=list(declared))
+                                                    required_evidence=held)
                          if c.name == "required_evidence")
             lost = [declared[literal][:MAX_NAME] for literal in check.lost][:MAX_EVIDENCE]
             invariants.append(Invariant(name="required_evidence", ok=check.ok, detail=check.detail[:MAX_REASON],
