@@ -7,7 +7,9 @@ import json
 import time
 from typing import Any
 
-from ctxkit.proxy.capture import Capture, Exchange
+import pytest
+
+from ctxkit.proxy.capture import Capture, Exchange, Outcome, answer_text
 from ctxkit.record.manifest import Manifest
 
 RUN = {"x-ctxview-run": "ticket-9"}
@@ -22,13 +24,13 @@ EARLY = [
 
 
 def _exchange(messages: list[Any], *, headers: dict[str, str] | None = None, usage: dict[str, Any] | None = None,
-              content: list[Any] | None = None) -> Exchange:
+              content: list[Any] | None = None, run: dict[str, str] = RUN) -> Exchange:
     body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": SYSTEM, "messages": messages}
     response = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
                 "content": content or [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
                 "usage": usage or {"input_tokens": 40 * len(messages), "output_tokens": 5}}
     return Exchange(api="anthropic.messages", request_body=json.dumps(body).encode(),
-                    headers={**RUN, **(headers or {})}, started=time.time(), status=200,
+                    headers={**run, **(headers or {})}, started=time.time(), status=200,
                     content_type="application/json", chunks=[json.dumps(response).encode()])
 
 
@@ -105,3 +107,43 @@ def test_a_malformed_evidence_header_is_ignored_with_a_warning():
     [manifest] = _session(_exchange(EARLY, headers={"x-ctxview-evidence": "refund_rate=0.0321"}))
     assert manifest.evidence == []
     assert "X-Ctxview-Evidence is not a JSON object of non-empty strings: ignored" in manifest.warnings
+
+
+def test_a_compacted_history_continues_the_run_that_wrote_its_summary():
+    written = ("Summary:\nThe customer asked about the refund rate and who approves refunds.\n"
+               "A reply to the customer is still to be drafted.")
+    ask = {"role": "user", "content": "Summarise the conversation so far."}
+    first, summarising, after = _session(
+        _exchange(EARLY, run={}),
+        _exchange([*EARLY, {"role": "assistant", "content": "Drafting."}, ask], run={},
+                  content=[{"type": "text", "text": written}]),
+        _exchange([{"role": "user", "content": written}, {"role": "user", "content": "Draft a reply."}], run={}),
+    )
+    assert summarising.run_id == first.run_id == after.run_id
+    assert [first.step, summarising.step, after.step] == [0, 1, 2]
+    [compaction] = after.compactions
+    assert compaction.tokens_before == summarising.usage.input_tokens
+
+
+def test_a_summary_nobody_answered_starts_a_run_of_its_own():
+    _, after = _session(_exchange(EARLY, run={}),
+                        _exchange([{"role": "user", "content": "Summary: a conversation this proxy never saw."},
+                                   {"role": "user", "content": "Go on."}], run={}))
+    assert after.step == 0 and after.compactions == []
+
+
+@pytest.mark.parametrize("outcome", [
+    Outcome(response={"content": [{"type": "text", "text": "Summary: "}, {"type": "text", "text": "refunds"}]}),
+    Outcome(response={"choices": [{"message": {"role": "assistant", "content": "Summary: refunds"}}]}),
+    Outcome(response={"output": [{"type": "message", "content": [{"type": "output_text",
+                                                                   "text": "Summary: refunds"}]}]}),
+    Outcome(events=[{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Summary: "}},
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "refunds"}}]),
+    Outcome(events=[{"choices": [{"delta": {"content": "Summary: "}}]},
+                    {"choices": [{"delta": {"content": "refunds"}}]}]),
+    Outcome(events=[{"type": "response.output_text.delta", "delta": "Summary: "},
+                    {"type": "response.output_text.delta", "delta": "refunds"}]),
+], ids=["anthropic", "chat", "responses", "anthropic-stream", "chat-stream", "responses-stream"])
+def test_the_answer_text_is_read_from_every_api_and_stream(outcome):
+    assert answer_text(outcome) == "Summary: refunds"

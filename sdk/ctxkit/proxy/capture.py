@@ -35,7 +35,7 @@ from ctxkit.record.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")
-__all__ = ["Exchange", "Capture", "Recorder", "STAT_KEYS"]
+__all__ = ["Exchange", "Capture", "Outcome", "Recorder", "STAT_KEYS", "answer_text", "declared_evidence"]
 
 STAT_KEYS = ("recorded", "unreadable", "dropped", "failed")
 # The request headers a manifest may depend on (run, agent, session); never a credential.
@@ -189,6 +189,48 @@ def read_response(exchange: Exchange, streamed: bool) -> Outcome:
     return out
 
 
+def _block_text(block: Any) -> str:
+    if not isinstance(block, dict):
+        return ""
+    if block.get("type") == "compaction":
+        content = block.get("content")
+        return content if isinstance(content, str) else ""
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def answer_text(outcome: Outcome) -> str:
+    """The text the model answered (Anthropic text and compaction blocks, Chat Completions'
+    message, Responses' output text), from the response or the streamed events."""
+    parts: list[str] = []
+    response = outcome.response or {}
+    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
+        parts.append(_block_text(block))
+    for choice in response.get("choices") or [] if isinstance(response.get("choices"), list) else []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            parts.append(message["content"])
+    for entry in response.get("output") or [] if isinstance(response.get("output"), list) else []:
+        for block in entry.get("content") or [] if isinstance(entry, dict) and isinstance(entry.get("content"),
+                                                                                            list) else []:
+            parts.append(_block_text(block))
+    for event in outcome.events or ():
+        kind = event.get("type")
+        delta = event.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
+            parts.append(str(delta.get("text") or ""))
+        elif kind == "content_block_start":
+            parts.append(_block_text(event.get("content_block")))
+        elif kind == "response.output_text.delta" and isinstance(delta, str):
+            parts.append(delta)
+        elif kind is None and isinstance(event.get("choices"), list):
+            for choice in event["choices"]:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                    parts.append(delta["content"])
+    return "".join(parts)
+
+
 def _response_id(api: str, outcome: Outcome) -> str:
     if not api.startswith("openai.responses"):
         return ""
@@ -298,7 +340,7 @@ class Capture:
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome),
-                                        failed=outcome.error is not None)
+                                        failed=outcome.error is not None, answer=answer_text(outcome))
         evidence, evidence_warning = declared_evidence(exchange.headers)
         if evidence_warning:
             outcome.warnings.append(evidence_warning)
