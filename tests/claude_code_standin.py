@@ -1,10 +1,15 @@
 """A stand-in Messages API for the real Claude Code CLI (``claude -p``), streamed as Claude Code
 asks for it (``POST /v1/messages?beta=true``, ``stream: true``).
 
-A request whose last user turn holds no tool result and whose prompt names a file
-(``read <path>``) is answered with a ``tool_use`` of Claude Code's ``Read`` tool for that file;
-a request carrying the tool's result is answered with a final text quoting the file's first line;
-anything else (a title or summary request of the CLI's own) with a short text. Every other path
+A request whose last user turn holds no tool result and whose prompt (the last text of the last
+user message) names a file (``read <path>``) is answered with a ``tool_use`` of Claude Code's
+``Read`` tool for that file; a request carrying the tool's result is answered with a final text
+quoting the file's first line; Claude Code's compaction request (``/compact``) with a summary
+that leaves out what the note said (:data:`SUMMARY`); any other prompt with ``Noted: <prompt>``,
+and a request without one with a short text. ``sized_usage=True`` reports an uncached input that
+grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
+makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
+at the start of its next run). Every other path
 answers 404 in Anthropic's error shape. Each request's path, headers and JSON body are kept
 (``received``) so a test can see what the CLI sends.
 """
@@ -18,6 +23,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 USAGE = {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 700, "output_tokens": 20}
+# Input tokens that leave Claude Code's model (a 1M-token window) too little room: it compacts.
+FULL_WINDOW = 985_000
+# Claude Code's compaction request (``/compact``, or its own on a full window) ends with this ask.
+SUMMARY_REQUEST = "Your task is to create a detailed summary of the conversation so far"
+# The stand-in's summary keeps that a note was read and leaves out what it said (the refund rate).
+SUMMARY = ("<analysis>The user had a note read and asked about it.</analysis>\n<summary>\n"
+           "1. Primary Request and Intent: the user asked to read note.txt and say what it says.\n"
+           "2. Files and Code Sections: note.txt was read.\n"
+           "3. Pending Tasks: none.\n</summary>")
 
 
 def _texts(content: Any) -> list[str]:
@@ -40,6 +54,14 @@ def _tool_result(messages: list[Any]) -> str | None:
     return None
 
 
+def _prompt(messages: list[Any]) -> str:
+    """The last text block of the last user message: what the user just asked (Claude Code puts
+    its reminders in earlier blocks of the same message)."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    texts = _texts(users[-1].get("content")) if users else []
+    return texts[-1] if texts else ""
+
+
 def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The content blocks of the answer, and its stop reason."""
     messages = body.get("messages") or []
@@ -48,20 +70,35 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         first = next((line for line in result.splitlines() if line.strip()), "")
         first = re.sub(r"^\s*\d+[→\t]", "", first)  # Read numbers its lines
         return [{"type": "text", "text": f"The note says: {first.strip()}"}], "end_turn"
-    prompt = "\n".join(t for m in messages if isinstance(m, dict) and m.get("role") == "user"
-                       for t in _texts(m.get("content")))
+    prompt = _prompt(messages)
+    if SUMMARY_REQUEST in prompt:
+        return [{"type": "text", "text": SUMMARY}], "end_turn"
     wanted = re.search(r"read (/\S+)", prompt)
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     if wanted and "Read" in tools:
-        return [{"type": "tool_use", "id": "toolu_standin_1", "name": "Read",
+        calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        return [{"type": "tool_use", "id": f"toolu_standin_{calls + 1}", "name": "Read",
                  "input": {"file_path": wanted.group(1)}}], "tool_use"
+    if prompt.strip():
+        return [{"type": "text", "text": f"Noted: {prompt.strip().splitlines()[-1][:80]}"}], "end_turn"
     return [{"type": "text", "text": "Reading a note"}], "end_turn"
 
 
-def events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "") -> dict[str, int]:
+    """The answer's usage: fixed, or (``sized``) with the uncached input growing with the messages
+    (a character count over four), so a compacted history reports fewer input tokens. A prompt
+    holding ``full_window_on`` reports a window all but full (FULL_WINDOW), so the CLI compacts
+    on its own before its next call."""
+    usage = {**USAGE, "input_tokens": len(json.dumps(body.get("messages") or [])) // 4} if sized else USAGE
+    if full_window_on and full_window_on in _prompt(body.get("messages") or []):
+        usage = {**usage, "input_tokens": FULL_WINDOW}
+    return usage
+
+
+def events(body: dict[str, Any], usage: dict[str, int] = USAGE) -> list[tuple[str, dict[str, Any]]]:
     blocks, stop = answer(body)
     message = {"id": "msg_cc_standin", "type": "message", "role": "assistant", "model": body.get("model"),
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**USAGE, "output_tokens": 1}}
+               "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}
     out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": message})]
     for index, block in enumerate(blocks):
         if block["type"] == "tool_use":
@@ -76,7 +113,7 @@ def events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                                                 "delta": {"type": "text_delta", "text": block["text"]}}))
         out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                  "usage": USAGE}))
+                                  "usage": usage}))
     out.append(("message_stop", {"type": "message_stop"}))
     return out
 
@@ -123,12 +160,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"input_tokens": 9740})
         if path != "/v1/messages" or not isinstance(body, dict):
             return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
+        usage = usage_of(body, self.server.sized_usage, self.server.full_window_on)
         if not body.get("stream"):
             blocks, stop = answer(body)
             return self._json(200, {"id": "msg_cc_standin", "type": "message", "role": "assistant",
                                     "model": body.get("model"), "content": blocks, "stop_reason": stop,
-                                    "stop_sequence": None, "usage": USAGE})
-        data = b"".join(f"event: {name}\ndata: {json.dumps(event)}\n\n".encode() for name, event in events(body))
+                                    "stop_sequence": None, "usage": usage})
+        data = b"".join(f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
+                        for name, event in events(body, usage))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(data)))
@@ -139,8 +178,10 @@ class _Handler(BaseHTTPRequestHandler):
 class ClaudeCodeStandIn(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, sized_usage: bool = False, full_window_on: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.sized_usage = sized_usage
+        self.full_window_on = full_window_on
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

@@ -13,6 +13,7 @@ Two tools, to be used in this order:
    constraints, required evidence); a failure is reported with the literal items lost. A
    pending obligation that a sectioned summary files anywhere but under open items counts as
    lost (misfiled): a promise filed as a hard constraint no longer reads as work to do.
+   :func:`survival_checks` runs the same checks on a compaction an agent did itself.
 
 Compaction is triggered by window occupancy (:func:`should_compact`), never by turn count:
 one tool result can weigh as much as twenty turns of chat.
@@ -343,6 +344,23 @@ def _invariants(
         _check("user_constraints", constraints, before, after),
         _check("required_evidence", required_evidence, before, after),
     ]
+
+
+def survival_checks(
+    *,
+    before: str,
+    after: str,
+    constraints: Sequence[str] = (),
+    obligations: Sequence[str] = (),
+    active_operations: Sequence[str] = (),
+    required_evidence: Sequence[str] = (),
+) -> list[InvariantCheck]:
+    """The four invariants of :func:`compact` for a compaction done elsewhere (an agent that
+    compacts itself): each literal is looked up, whitespace-normalised, in the context the model
+    saw before the compaction (``before``) and after it (``after``)."""
+    # An empty context after the compaction is still a context (" "), not "no compaction".
+    return _invariants(constraints, obligations, active_operations, required_evidence, _norm(before),
+                       _norm(after) or " ")
 
 
 def _name(func: object) -> str:

@@ -5,7 +5,8 @@ last ``cache_control`` breakpoint (all messages with a top-level ``cache_control
 Anthropic's ``input_tokens`` is the uncached part; normalisation adds the cache reads and
 writes (ctxkit.record.usage). Context edits come from ``context_management.applied_edits``;
 server-side compaction from ``usage.iterations`` entries of type ``compaction``; a
-``compaction`` block sent back in the messages is a ``summary`` item. The manifest's
+``compaction`` block sent back in the messages is a ``summary`` item, and so is an agent's own
+compaction summary in the first user message (ctxkit.record.summaries). The manifest's
 ``cache_ttl_seconds`` is the TTL the request's ``cache_control`` breakpoints asked for
 (:func:`cache_ttl_seconds`).
 """
@@ -20,6 +21,7 @@ from ctxkit.instrumentation.recorder import CallRecord
 from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Compaction, Manifest, Outcome
+from ctxkit.record.summaries import summary_strategy
 from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
 
 
@@ -83,6 +85,7 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
     messages = plain(kwargs.get("messages")) or []
     message_lines: list[tuple[int, str]] = []
     cached_upto = len(messages) if kwargs.get("cache_control") else 0  # top-level: automatic caching
+    first_user = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), -1)
     for m_index, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
@@ -107,7 +110,8 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
                 parts.append(Part(role=role, kind="summary", text=text, source=source))
             elif kind in ("text", None):
                 text = str(block.get("text", ""))
-                parts.append(Part(role=role, text=text, source=source))
+                summary = m_index == first_user and summary_strategy(text)
+                parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
             elif kind in ("thinking", "redacted_thinking"):
                 text = str(block.get("thinking", ""))
                 parts.append(Part(role=role, kind="history", text=text, source=source))

@@ -19,6 +19,7 @@ from ctxkit.instrumentation.recorder import CallRecord
 from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.manifest import Builder, Manifest, Outcome
+from ctxkit.record.summaries import summary_strategy
 from ctxkit.record.usage import normalize_usage
 
 _SYSTEM_ROLES = ("system", "developer")
@@ -57,6 +58,7 @@ def chat_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]
     tools = _tools(kwargs, parts)
     messages = [m for m in (plain(kwargs.get("messages")) or []) if isinstance(m, dict)]
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=len(messages))
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
     history: list[str] = []
     for index, m in enumerate(messages):
         role, source = str(m.get("role") or "user"), f"messages[{index}]"
@@ -68,7 +70,8 @@ def chat_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]
         if role == "tool":
             parts.append(Part(role="tool", text=text, group=m.get("tool_call_id"), source=source))
         elif text:
-            parts.append(Part(role=role, text=text, source=source))
+            summary = index == first_user and summary_strategy(text)
+            parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
         for c_index, call in enumerate(m.get("tool_calls") or []):
             fn = call.get("function") or {}
             parts.append(Part(role="assistant", text=canonical_json({"name": fn.get("name"),
@@ -90,6 +93,7 @@ def responses_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str,
     entries = [{"role": "user", "content": given}] if isinstance(given, str) else (given or [])
     entries = [e for e in entries if isinstance(e, dict)]
     last_user = max((i for i, e in enumerate(entries) if e.get("role") == "user"), default=len(entries))
+    first_user = next((i for i, e in enumerate(entries) if e.get("role") == "user"), -1)
     history: list[str] = []
     for index, e in enumerate(entries):
         source, kind = f"input[{index}]", e.get("type")
@@ -109,7 +113,8 @@ def responses_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str,
                 system.append(text)
                 parts.append(Part(role="system", text=text, segment="system", source=source))
                 continue
-            parts.append(Part(role=role, text=text, source=source))
+            summary = index == first_user and summary_strategy(text)
+            parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
         if index < last_user:
             history.append(f"{e.get('role') or kind}: {text}")
     return parts, _segments(system, tools, history)

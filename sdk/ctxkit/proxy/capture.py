@@ -7,6 +7,9 @@ stream from its events, masks secrets (ctxkit.proxy.secrets), places the call in
 (ctxkit.proxy.runs), maps it with ``ctxkit.instrument``'s mapping
 (:func:`ctxkit.instrumentation.bodies.manifest_from_bodies`) and hands the manifest to ctxkit's
 non-blocking :class:`~ctxkit.record.client.Client` (bounded queue, retries, optional spool).
+A call whose shorter history opens with a summary gets the compaction the agent did itself
+(ctxkit.proxy.compactions). ``X-Ctxview-Evidence`` (a JSON object ``{"key": "literal"}``)
+declares required evidence: each call of the request reports whether the literal was sent.
 Nothing here can fail a proxied call: an exchange that cannot be read (malformed JSON, a body
 that is not an object) is counted and skipped; a full buffer drops the exchange (counted).
 """
@@ -24,18 +27,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
+from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
-from ctxkit.record.manifest import Builder, Manifest
+from ctxkit.record.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")
-__all__ = ["Exchange", "Capture", "Recorder", "STAT_KEYS"]
+__all__ = ["Exchange", "Capture", "Outcome", "Recorder", "STAT_KEYS", "answer_text", "declared_evidence"]
 
 STAT_KEYS = ("recorded", "unreadable", "dropped", "failed")
 # The request headers a manifest may depend on (run, agent, session); never a credential.
-IDENTITY_HEADERS = ("x-ctxview-run", "x-ctxview-agent", "x-claude-code-session-id", "user-agent")
+IDENTITY_HEADERS = ("x-ctxview-run", "x-ctxview-agent", "x-ctxview-evidence", "x-claude-code-session-id",
+                    "user-agent")
+EVIDENCE_HEADER = "x-ctxview-evidence"
 
 
 @dataclass(slots=True)
@@ -118,6 +124,21 @@ def _stream_error(events: list[dict[str, Any]]) -> str:
     return ""
 
 
+def declared_evidence(headers: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The ``X-Ctxview-Evidence`` header's ``{key: literal}``, and a warning when it is not one."""
+    raw = headers.get(EVIDENCE_HEADER, "").strip()
+    if not raw:
+        return {}, ""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                              for k, v in value.items()):
+        return {}, "X-Ctxview-Evidence is not a JSON object of non-empty strings: ignored"
+    return dict(list(value.items())[:MAX_EVIDENCE]), ""
+
+
 @dataclass
 class Outcome:
     """What the response said, ready for the mapping."""
@@ -168,6 +189,48 @@ def read_response(exchange: Exchange, streamed: bool) -> Outcome:
     return out
 
 
+def _block_text(block: Any) -> str:
+    if not isinstance(block, dict):
+        return ""
+    if block.get("type") == "compaction":
+        content = block.get("content")
+        return content if isinstance(content, str) else ""
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def answer_text(outcome: Outcome) -> str:
+    """The text the model answered (Anthropic text and compaction blocks, Chat Completions'
+    message, Responses' output text), from the response or the streamed events."""
+    parts: list[str] = []
+    response = outcome.response or {}
+    for block in response.get("content") or [] if isinstance(response.get("content"), list) else []:
+        parts.append(_block_text(block))
+    for choice in response.get("choices") or [] if isinstance(response.get("choices"), list) else []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and isinstance(message.get("content"), str):
+            parts.append(message["content"])
+    for entry in response.get("output") or [] if isinstance(response.get("output"), list) else []:
+        for block in entry.get("content") or [] if isinstance(entry, dict) and isinstance(entry.get("content"),
+                                                                                            list) else []:
+            parts.append(_block_text(block))
+    for event in outcome.events or ():
+        kind = event.get("type")
+        delta = event.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
+            parts.append(str(delta.get("text") or ""))
+        elif kind == "content_block_start":
+            parts.append(_block_text(event.get("content_block")))
+        elif kind == "response.output_text.delta" and isinstance(delta, str):
+            parts.append(delta)
+        elif kind is None and isinstance(event.get("choices"), list):
+            for choice in event["choices"]:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                    parts.append(delta["content"])
+    return "".join(parts)
+
+
 def _response_id(api: str, outcome: Outcome) -> str:
     if not api.startswith("openai.responses"):
         return ""
@@ -196,6 +259,7 @@ class Capture:
         self.agent = agent
         self.max_queue = max_queue
         self.resolver = resolver or RunResolver()
+        self.compactions = CompactionWatch()
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self._buffer: collections.deque[Exchange] = collections.deque()
         self._wake = threading.Event()
@@ -276,13 +340,20 @@ class Capture:
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome),
-                                        failed=outcome.error is not None)
+                                        failed=outcome.error is not None, answer=answer_text(outcome))
+        evidence, evidence_warning = declared_evidence(exchange.headers)
+        if evidence_warning:
+            outcome.warnings.append(evidence_warning)
         manifest = manifest_from_bodies(
             exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
+            evidence=evidence or None,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
+        compaction = self.compactions.observe(exchange.api, sent, manifest)
+        if compaction is not None:
+            manifest.compactions = [*manifest.compactions, compaction]
         if outcome.warnings:
             manifest.warnings = [*manifest.warnings, *outcome.warnings][:100]
         return manifest

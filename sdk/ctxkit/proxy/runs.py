@@ -10,7 +10,10 @@ The proxy sees single HTTP requests; the run is the agent's conversation. In ord
    Responses ``input``) extend the messages of a recent call continues that call's run, and a
    Responses call with ``previous_response_id`` continues the run of that response; otherwise
    the call starts a new run. A call with the same messages as a recent call that failed (an
-   SDK's retry after a 429 or 529) continues that call's run too.
+   SDK's retry after a 429 or 529) continues that call's run too. A call whose first user message
+   holds a compaction summary (ctxkit.record.summaries, or Anthropic's ``compaction`` block)
+   continues the run whose recent answer wrote a line of it: an agent that compacts itself asks
+   the model for the summary, then opens its shorter history with what the model answered.
 
 Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
 moves its cache breakpoint to the newest message every turn) and with a string content taken as
@@ -31,7 +34,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["RunResolver", "Placement", "session_of", "agent_of"]
+from ctxkit.record.summaries import summary_strategy
+
+__all__ = ["RunResolver", "Placement", "session_of", "agent_of", "conversation_of", "summary_text"]
 
 RUN_HEADER = "x-ctxview-run"
 AGENT_HEADER = "x-ctxview-agent"
@@ -103,12 +108,53 @@ def _chain(messages: list[Any]) -> list[str]:
     return out
 
 
-def _conversation(api: str, request: dict[str, Any]) -> list[Any]:
+def conversation_of(api: str, request: dict[str, Any]) -> list[Any]:
+    """The call's history: Anthropic / Chat Completions ``messages``, Responses ``input``."""
     key = "input" if api.startswith("openai.responses") else "messages"
     value = request.get(key)
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     return value if isinstance(value, list) else []
+
+
+# Lines shorter than this ("Summary:", "3. Pending Tasks: none.") are too common to link runs by.
+MIN_LINKING_LINE = 24
+MAX_ANSWER_LINES = 64  # lines of one answer remembered for linking
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            out.append(block["text"])
+        elif isinstance(block, dict) and block.get("type") == "compaction":
+            out.extend(_texts(block.get("content")))
+    return out
+
+
+def summary_text(history: list[Any]) -> str:
+    """The first user message's text when it holds a compaction summary, else ``""``."""
+    first = next((m for m in history if isinstance(m, dict) and m.get("role") == "user"), None)
+    if first is None:
+        return ""
+    content = first.get("content")
+    blocks = content if isinstance(content, list) else []
+    texts = _texts(content)
+    if any(isinstance(b, dict) and b.get("type") == "compaction" for b in blocks) \
+            or any(summary_strategy(text) for text in texts):
+        return "\n".join(texts)
+    return ""
+
+
+def _line_keys(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if len(line) >= MIN_LINKING_LINE:
+            out.append(hashlib.sha256(line.encode("utf-8", "surrogatepass")).hexdigest()[:32])
+    return out
 
 
 class RunResolver:
@@ -119,22 +165,25 @@ class RunResolver:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # chain hash -> run id
         self._failed: OrderedDict[str, str] = OrderedDict()  # chain hash of a failed call -> run id
         self._responses: OrderedDict[str, str] = OrderedDict()  # Responses id -> run id
+        self._answers: OrderedDict[str, str] = OrderedDict()  # hash of a line an answer wrote -> run id
         self._steps: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def place(self, api: str, request: dict[str, Any], headers: dict[str, str], *, default_agent: str = "",
-              response_id: str = "", failed: bool = False) -> Placement:
+              response_id: str = "", failed: bool = False, answer: str = "") -> Placement:
         """The run, step and agent of one call (``response_id``: the id a Responses call answered
-        with; ``failed``: the call ended in an error, so the same messages again are its retry)."""
+        with; ``failed``: the call ended in an error, so the same messages again are its retry;
+        ``answer``: the text the model answered, which a compacted history may open with)."""
         agent = agent_of(headers, default_agent)
-        chain = _chain(_conversation(api, request))
+        history = conversation_of(api, request)
+        chain = _chain(history)
         with self._lock:
             run_id, how = headers.get(RUN_HEADER, "").strip(), "header"
             if not run_id:
                 session, how = session_of(request, headers), "session"
                 run_id = f"session-{session}" if session else ""
             if not run_id:
-                run_id, how = self._continued(request, chain), "continued"
+                run_id, how = self._continued(request, chain, summary_text(history)), "continued"
             if not run_id:
                 run_id, how = self._new_run(agent), "new"
             if chain:
@@ -145,13 +194,15 @@ class RunResolver:
                     self._failed.pop(chain[-1], None)
             if response_id:
                 self._remember(self._responses, response_id, run_id)
+            for key in _line_keys(answer)[:MAX_ANSWER_LINES]:
+                self._remember(self._answers, key, run_id, limit=self.max_conversations * 16)
             step = self._steps.pop(run_id, 0)
             self._steps[run_id] = step + 1
             while len(self._steps) > self.max_conversations:
                 self._steps.popitem(last=False)
         return Placement(run_id=run_id, step=step, agent=agent, how=how)
 
-    def _continued(self, request: dict[str, Any], chain: list[str]) -> str:
+    def _continued(self, request: dict[str, Any], chain: list[str], summary: str) -> str:
         previous = request.get("previous_response_id")
         if isinstance(previous, str) and previous in self._responses:
             self._responses.move_to_end(previous)
@@ -163,13 +214,17 @@ class RunResolver:
             if run_id is not None:
                 self._conversations.move_to_end(prefix)
                 return run_id
+        for key in _line_keys(summary):  # a compacted history: the run that wrote its summary
+            run_id = self._answers.get(key)
+            if run_id is not None:
+                return run_id
         return ""
 
     def _new_run(self, agent: str) -> str:
         return f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
-    def _remember(self, table: OrderedDict[str, str], key: str, run_id: str) -> None:
+    def _remember(self, table: OrderedDict[str, str], key: str, run_id: str, limit: int = 0) -> None:
         table[key] = run_id
         table.move_to_end(key)
-        while len(table) > self.max_conversations:
+        while len(table) > (limit or self.max_conversations):
             table.popitem(last=False)

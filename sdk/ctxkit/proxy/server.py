@@ -52,7 +52,7 @@ __all__ = ["Proxy", "RunningProxy", "route", "start_in_thread"]
 
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
                         "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect"))
-DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "x-ctxview-run", "x-ctxview-agent"}
+DROPPED_REQUEST_HEADERS = HOP_BY_HOP | {"host", "x-ctxview-run", "x-ctxview-agent", "x-ctxview-evidence"}
 # Headers aiohttp's client adds when the request has none; the agent's request is sent without them.
 AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 MAX_KEPT_RESPONSE = 64 * 1024 * 1024  # a copy longer than this is not kept whole for the manifest
