@@ -49,7 +49,8 @@
   });
   cv.plot("chart-window", windowTraces, {
     barmode: "stack", height: 340, xaxis: Object.assign({ title: { text: "step" } }, windowAxis),
-    yaxis: { title: { text: "tokens" } }, margin: { l: 60, r: 20, t: 20, b: 40 }
+    yaxis: { title: { text: "tokens" } }, margin: { l: 60, r: 20, t: 20, b: 40 },
+    legend: { orientation: "h", y: -0.2, traceorder: "normal" }  // the call view's order, not the stack's
   });
   var text = d.cause.map(function (c, i) {
     return c ? esc(c) + (d.segment[i] ? " (" + esc(d.segment[i]) + " changed)" : "") + (d.detail[i] ? "<br>" + esc(d.detail[i]) : "") : "no cache event";
