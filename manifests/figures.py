@@ -85,11 +85,10 @@ def mcp_tool(prefix: str = "") -> Case:
     """ctxkit.breakdown's MCP test of an item (``is_mcp_tool`` of a ``tools`` item's text): the
     text holds ``MCP_MARK``, found by position (instr / strpos: case-sensitive on both
     databases, where SQLite's LIKE is not)."""
-    return Case(
-        When(Q(**{f"{prefix}kind": "tools"}) & Q(GreaterThan(StrIndex(_f(prefix, "text"), Value(MCP_MARK)), 0)),
-             then=Value(True)),
-        default=Value(False), output_field=BooleanField(),
-    )
+    # Nested, so that the text is searched only for tool definitions (CASE evaluates in order).
+    found = Case(When(GreaterThan(StrIndex(_f(prefix, "text"), Value(MCP_MARK)), 0), then=Value(True)),
+                 default=Value(False), output_field=BooleanField())
+    return Case(When(Q(**{f"{prefix}kind": "tools"}), then=found), default=Value(False), output_field=BooleanField())
 
 
 def uncached_tokens(prefix: str = "") -> Greatest:
