@@ -1,7 +1,8 @@
 """The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
 
 Every query that counts tokens in context, hit rate, uncached tokens, cost, the input cap,
-the input read, headroom, a share of the window or the saving of a cache miss builds on these, so the database and
+the input read, headroom, a share of the window, the saving of a cache miss or the MCP tools of the
+window breakdown (ctxkit.breakdown) builds on these, so the database and
 Python agree (tests/test_figures_agree.py checks it on generated data, on PostgreSQL and
 SQLite). The field lists of the rollups and of an item live here too, written once.
 Callers that write raw SQL (bench/scale_columns.py's ``INSERT ... SELECT`` generator) take
@@ -14,11 +15,23 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import BigIntegerField, Case, ExpressionWrapper, F, FloatField, Model, Q, Value, When
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    Case,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Model,
+    Q,
+    Value,
+    When,
+)
 from django.db.models.expressions import Combinable
-from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least
+from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least, StrIndex
 from django.db.models.lookups import GreaterThan
 
+from ctxkit.breakdown import MCP_MARK
 from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CAUSES
 from ctxkit.figures import hit_rate as hit_rate_of
 
@@ -26,7 +39,7 @@ __all__ = [
     "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving", "context_tokens",
     "cost_units",
     "effective_limit", "effective_share", "headroom", "hit_rate", "hit_rate_of", "in_context", "input_cap",
-    "input_read", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
+    "input_read", "mcp_tool", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
 ]
 
 # The additive columns of a rollup bucket (models.Rollup), summed by day buckets, the
@@ -66,6 +79,16 @@ def context_tokens(prefix: str = "") -> Case:
                                               _f(prefix, "requested_tokens"))),
         default=Value(0),
     )
+
+
+def mcp_tool(prefix: str = "") -> Case:
+    """ctxkit.breakdown's MCP test of an item (``is_mcp_tool`` of a ``tools`` item's text): the
+    text holds ``MCP_MARK``, found by position (instr / strpos: case-sensitive on both
+    databases, where SQLite's LIKE is not)."""
+    # Nested, so that the text is searched only for tool definitions (CASE evaluates in order).
+    found = Case(When(GreaterThan(StrIndex(_f(prefix, "text"), Value(MCP_MARK)), 0), then=Value(True)),
+                 default=Value(False), output_field=BooleanField())
+    return Case(When(Q(**{f"{prefix}kind": "tools"}), then=found), default=Value(False), output_field=BooleanField())
 
 
 def uncached_tokens(prefix: str = "") -> Greatest:

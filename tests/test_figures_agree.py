@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxkit import figures as ref
+from ctxkit.breakdown import item_category
+from ctxkit.context.layout import canonical_json
 from ctxkit.record.manifest import ACTIONS, Budget
 from manifests import figures
 from manifests.models import Call, Item
@@ -138,3 +140,28 @@ def test_it_computes_the_input_cap_headroom_and_window_shares_the_same_in_sql_an
     # A manifest's budget: its stated cap, else the same window − reserve − margin.
     assert ref.budget_input_cap(Budget(window=size, output_reserve=reserve, safety_margin=margin,
                                        input_cap=stated)) == cap
+
+
+TOOL_NAMES = st.sampled_from(["Read", "mcp__github__search", "MCP__upper", "tool_mcp__x", "mcp_single"])
+TOOL_TEXTS = st.one_of(
+    st.none(),
+    TOOL_NAMES.map(lambda n: canonical_json({"name": n, "description": "d", "input_schema": {}})),
+    TOOL_NAMES.map(lambda n: canonical_json({"type": "function", "function": {"name": n}})),
+    TOOL_NAMES.map(lambda n: canonical_json({"description": f'calls "name":"{n}"', "name": "Read"})),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40),
+)
+
+
+@EXAMPLES
+@given(rows=st.lists(st.tuples(st.sampled_from(["tools", "system", "memory", "task"]), TOOL_TEXTS),
+                     min_size=1, max_size=10))
+def test_it_finds_mcp_tools_of_the_window_breakdown_the_same_in_sql_and_python(call, rows):
+    Item.objects.filter(call=call).delete()
+    Item.objects.bulk_create([
+        Item(call=call, project_id=call.project_id, started_at=call.started_at, ordinal=n, item_id=f"i{n}",
+             kind=kind, action="keep", requested_tokens=10, text=text)
+        for n, (kind, text) in enumerate(rows)
+    ])
+    stored = list(Item.objects.filter(call=call).order_by("ordinal"))
+    in_sql = dict(Item.objects.filter(call=call).annotate(m=figures.mcp_tool()).values_list("ordinal", "m"))
+    assert in_sql == {i.ordinal: item_category(i) == "mcp_tools" for i in stored}

@@ -3,7 +3,8 @@ pinned in tests/claude_code/package-lock.json, installed with ``npm ci`` when no
 absent) runs offline against a stand-in of the Messages API (tests/claude_code_standin.py)
 with ``ANTHROPIC_BASE_URL`` set to the proxy. The model asks for Claude Code's Read tool on a
 file in a temporary folder, the CLI reads it and sends the result back, the model answers;
-both calls reach the live ctxview server as one run, the CLI's session."""
+both calls reach the live ctxview server as one run, the CLI's session. The folder's CLAUDE.md,
+which the CLI injects into the first user message, is recorded as a ``memory`` item naming the file."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_claude_code_through_the_proxy_is_recorded_as_its_session(live_server, k
     home.mkdir()
     note = work / "note.txt"
     note.write_text("The refund rate is 0.0321.\nsecond line\n")
+    (work / "CLAUDE.md").write_text("# Project rules\nQuote files exactly.\n")
     with ClaudeCodeStandIn() as provider, running_proxy(provider.url, sender) as proxy:
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": proxy.url,
                "ANTHROPIC_API_KEY": KEY, "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
@@ -73,4 +75,8 @@ def test_claude_code_through_the_proxy_is_recorded_as_its_session(live_server, k
     tool_use = next(i for i in second["items"] if i["kind"] == "history" and i["group"] == "toolu_standin_1")
     result = next(i for i in second["items"] if i["kind"] == "tool_result")
     assert result["group"] == tool_use["group"] and "The refund rate is 0.0321." in result["text"]
+    for c in (first, second):
+        memory = [i for i in c["items"] if i["kind"] == "memory"]
+        assert len(memory) == 1 and memory[0]["source_ref"] == str(work / "CLAUDE.md")
+        assert "Quote files exactly." in memory[0]["text"]
     assert KEY not in json.dumps([first, second])

@@ -1,4 +1,5 @@
-"""Runs list and run view: per-step context by kind, hit rate with its cause, markers."""
+"""Runs list and run view: per-step context by kind and the window by category, hit rate with
+its cause, markers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Max, Sum
 
+from ctxkit.breakdown import category_of, from_totals
 from ctxkit.figures import hit_rate
 from manifests import figures
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
@@ -84,13 +86,18 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     # The children by call id and the calls' time span: only the run's days' partitions.
     days = partitions.span(c.started_at for c in calls)
     tokens: defaultdict[int, dict[str, int]] = defaultdict(dict)
+    # By kind, and tools by MCP or built-in: the window breakdown's categories (ctxkit.breakdown).
+    categories: defaultdict[int, list[tuple[str, int, int]]] = defaultdict(list)
     for row in (
         Item.objects.filter(call_id__in=pks, **days)
-        .values("call_id", "kind")
-        .annotate(tokens=Sum(figures.context_tokens()))
+        .annotate(mcp=figures.mcp_tool())
+        .values("call_id", "kind", "mcp")
+        .annotate(tokens=Sum(figures.context_tokens()), n=Count("pk", filter=figures.in_context()))
     ):
+        categories[row["call_id"]].append((category_of(row["kind"], row["mcp"]), row["tokens"] or 0, row["n"]))
         if row["tokens"]:
-            tokens[row["call_id"]][row["kind"]] = row["tokens"]
+            by_kind = tokens[row["call_id"]]
+            by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["tokens"]
     per_call = {f.call_id: f for f in CallFigures.objects.filter(call_id__in=pks)}
     events = {e.call_id: e for e in CacheEvent.objects.filter(call_id__in=pks)}
     compactions: defaultdict[int, list[Compaction]] = defaultdict(list)
@@ -106,6 +113,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
             "call": c,
             "tokens_by_kind": tokens.get(c.pk, {}),
             "context_tokens": sum(tokens.get(c.pk, {}).values()),
+            "window": from_totals(categories.get(c.pk, []), window=c.window, input_tokens=c.input_tokens),
             "effective_limit": fig.effective_limit if fig else None,
             "cost": fig.cost if fig else None,
             "hit_rate": c.cache_hit_ratio,

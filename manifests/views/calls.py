@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 from manifests import replay
 from manifests.models import Attribution, Project
 from manifests.selectors import calls as calls_sel
+from manifests.selectors import window as window_sel
 from manifests.selectors.filters import Filters
 from manifests.views.common import json_endpoint, page, project_page
 
@@ -63,6 +64,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         "figures": figures,
         "cache_event": cache_event,
         "allocation": allocation,
+        "window_panel": window_sel.call_window(call, items),
         "diff": diff,
         "next_call": calls_sel.next_call(call),
         "whatif": whatif,

@@ -22,6 +22,7 @@ from manifests.selectors import overview as overview_sel
 from manifests.selectors import runs as runs_sel
 from manifests.selectors import savings as savings_sel
 from manifests.selectors import series as series_sel
+from manifests.selectors import window as window_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.projects import projects_for
 from manifests.selectors.sorting import parse_sort, sort_list
@@ -140,6 +141,8 @@ def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> 
              "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
             for s in steps for e in s["edits"]
         ],
+        # The window by category, one bar per step (ctxkit.breakdown).
+        "breakdown": window_sel.per_step((s["call"].step, link(s["call"].call_id), s["window"]) for s in steps),
     }
     # The charts draw every step; the table pages through them (a run may have thousands).
     table = Paginator(sort_list(steps, sort, runs_sel.STEP_SORTS), runs_sel.STEPS_PER_PAGE).get_page(

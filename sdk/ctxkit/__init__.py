@@ -66,6 +66,8 @@ _EXPORTS: dict[str, str] = {
     "clear_thinking": "context.editing",
     # cost and caching
     **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
+    # the window by category (an agent's /context)
+    **dict.fromkeys(("window_breakdown", "WindowBreakdown"), "breakdown"),
     # prefix stability in an agent's tests (docs/sdk.md, "Catch cache breaks in CI")
     **dict.fromkeys(("assert_prefix_stable", "scan_prefix"), "testing"),
     # sending
@@ -165,6 +167,8 @@ __all__ = [
     "clear_thinking",
     "cost",
     "run_cost",
+    "window_breakdown",
+    "WindowBreakdown",
     "RunCost",
     "cache_saving",
     "cache_break_even",
@@ -191,6 +195,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from ctxkit.breakdown import WindowBreakdown, window_breakdown
     from ctxkit.context.allocator import Allocation, Plan, Segment, allocate
     from ctxkit.context.compaction import (
         ClearResult,

@@ -34,6 +34,24 @@
     barmode: "stack", height: 340, xaxis: Object.assign({ title: { text: "step" } }, stepAxis), yaxis: { title: { text: "tokens" } },
     margin: { l: 60, r: 20, t: 20, b: 40 }
   });
+  /* The window by category per step (ctxkit.breakdown): the segments in their order, in the
+     colours of the call view's bar (the stylesheet's --win-<segment>). */
+  var w = d.breakdown, style = getComputedStyle(document.documentElement);
+  var windowAxis = w.steps.length <= 30 ? { dtick: 1 } : { nticks: 20 };
+  var windowTraces = w.order.filter(function (s) {
+    return w.segments[s].some(function (v) { return v; });
+  }).map(function (s) {
+    var label = esc(w.labels[s]);
+    return { type: "bar", name: label, x: w.steps, y: w.segments[s], customdata: w.urls,
+             marker: { color: style.getPropertyValue("--win-" + s).trim() || "#8a93a3",
+                       line: { color: cv.theme().line, width: s === "free" ? 1 : 0 } },
+             hovertemplate: "step %{x}<br>" + label + ": %{y} tokens<extra></extra>" };
+  });
+  cv.plot("chart-window", windowTraces, {
+    barmode: "stack", height: 340, xaxis: Object.assign({ title: { text: "step" } }, windowAxis),
+    yaxis: { title: { text: "tokens" } }, margin: { l: 60, r: 20, t: 20, b: 40 },
+    legend: { orientation: "h", y: -0.2, traceorder: "normal" }  // the call view's order, not the stack's
+  });
   var text = d.cause.map(function (c, i) {
     return c ? esc(c) + (d.segment[i] ? " (" + esc(d.segment[i]) + " changed)" : "") + (d.detail[i] ? "<br>" + esc(d.detail[i]) : "") : "no cache event";
   });

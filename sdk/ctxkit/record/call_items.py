@@ -6,8 +6,9 @@ way. Each adapter turns its request into :class:`Part` s (one per system block, 
 definition, message content block) and names the prefix segments (text per segment, in the
 provider's cache order); :func:`call_manifest` does the rest.
 
-Kinds: system -> ``system``; a tool definition -> ``tools``; the first user text -> ``task``;
-a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
+Kinds: system -> ``system``; a tool definition -> ``tools``; a memory file the agent injects as user
+text -> ``memory`` (:func:`memory_files`: its ``source_ref`` names the files); the first other user
+text -> ``task``; a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
 its result share a ``group`` (the tool call id), the result is ``tool_result`` (untrusted); a
 compaction block -> ``summary``. Every item was sent (action ``keep``), with tokens from
 ctxkit's estimator.
@@ -16,6 +17,7 @@ ctxkit's estimator.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,7 +45,7 @@ from ctxkit.record.manifest import (
 )
 from ctxkit.record.prefix_lines import prefix_segment
 
-__all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "DEFAULT_WINDOW"]
+__all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "memory_files", "DEFAULT_WINDOW"]
 
 DEFAULT_WINDOW = 128_000
 # Context windows by model family, longest prefix first wins; a caller's window= overrides.
@@ -79,6 +81,7 @@ class Part:
     group: str | None = None  # tool call id: a call and its result share it
     segment: str | None = None  # the prefix segment it belongs to, if any
     source: str = ""  # e.g. "messages[3].content[1]", kept as the item's source_ref
+    ref: str | None = None  # the item's source_ref instead of ``source`` (a memory file's path)
 
 
 def text_of(value: Any) -> str:
@@ -93,8 +96,35 @@ def text_of(value: Any) -> str:
     return canonical_json(value)
 
 
+# Claude Code puts its memory files (CLAUDE.md and its rules) into one user text block inside
+# <system-reminder>, each under a line "Contents of <path> (<what it is>):".
+_CLAUDE_REMINDER = "<system-reminder>"
+_CLAUDE_FILE = re.compile(r"^Contents of (\S[^\n]*?) \([^()\n]*\):$", re.MULTILINE)
+# Codex sends each AGENTS.md as a user message "# AGENTS.md instructions for <folder>".
+_AGENTS_FILE = re.compile(r"\A# AGENTS\.md instructions for (\S[^\n]*)")
+
+
+def memory_files(text: str) -> list[str] | None:
+    """The files a user text injects when it is an agent's memory-file message (Claude Code's
+    CLAUDE.md reminder, Codex's AGENTS.md instructions), by their paths; None for any other text."""
+    head = text.lstrip()
+    if head.startswith(_CLAUDE_REMINDER):
+        paths = _CLAUDE_FILE.findall(head)
+        return paths or None
+    found = _AGENTS_FILE.match(head)
+    if found:
+        folder = found.group(1).strip()
+        return [folder if folder.endswith("AGENTS.md") else f"{folder.rstrip('/')}/AGENTS.md"]
+    return None
+
+
 def infer_kinds(parts: list[Part]) -> None:
     """Fill in the kind of parts that have none (see the module notes)."""
+    for p in parts:
+        if not p.kind and p.role == "user":
+            files = memory_files(p.text)
+            if files:
+                p.kind, p.ref = "memory", ", ".join(files)
     user_texts = [i for i, p in enumerate(parts) if not p.kind and p.role == "user"]
     first, last = (user_texts[0], user_texts[-1]) if user_texts else (-1, -1)
     for index, p in enumerate(parts):
@@ -188,7 +218,7 @@ def call_manifest(
             used_tokens=tokens, position=position, zone=zone,
             trust="untrusted" if p.kind in UNTRUSTED_KINDS else "trusted",
             group=short_id(p.group) if p.group else None,
-            source_ref=clip(p.source, 1000) if p.source else None,
+            source_ref=clip(p.ref or p.source, 1000) if p.ref or p.source else None,
             content_hash=_sha(p.text)[:32],
             text=clip(p.text, MAX_TEXT) if include_text and p.text else None,
         ))
