@@ -1,0 +1,152 @@
+"""Watched facts in the analysis: a fact seen earlier in a run and absent now is missing
+evidence with its cause traced like any other, and a compaction that lost one fails its
+required_evidence invariant. Runs go through the real ingest API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from manifests import facts
+from manifests.models import Attribution, Call, Compaction, CompactionFigures, Evidence, Invariant, Rollup
+from tests.conftest import make_manifest
+
+pytestmark = pytest.mark.django_db
+
+FACT = "deploy only to staging-eu-2"
+SYSTEM = {"id": "system", "kind": "system", "action": "keep", "requested_tokens": 50, "used_tokens": 50,
+          "text": "You are a careful release engineer."}
+
+
+def text_item(item_id: str, text: str, *, kind: str = "history", action: str = "keep", tokens: int = 200,
+              **extra: Any) -> dict:
+    used = 0 if action in ("drop", "dedupe", "clear") else tokens
+    return {"id": item_id, "kind": kind, "action": action, "requested_tokens": tokens, "used_tokens": used,
+            "text": text, **extra}
+
+
+def step(n: int, items: list[dict], *, run_id: str = "run-f", compactions: list[dict] | None = None) -> dict:
+    m = make_manifest(f"{run_id}-{n}", run_id=run_id, step=n, items=0, evidence=[], compactions=compactions or [])
+    m["items"] = [SYSTEM, *items]
+    return m
+
+
+def send(api, django_capture_on_commit_callbacks, manifests: list[dict]) -> list[Call]:
+    """Post the manifests through the ingest API; the analysis runs after the commit, as in
+    production without a broker."""
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api.post({"manifests": manifests})
+    assert r.status_code == 200, r.content
+    assert [x["status"] for x in r.json()["results"]] == ["accepted"] * len(manifests)
+    calls = {c.call_id: c for c in Call.objects.filter(call_id__in=[m["call_id"] for m in manifests])}
+    assert all(c.analyzed_at is not None for c in calls.values())
+    return [calls[m["call_id"]] for m in manifests]
+
+
+def watch(project, label: str = "deploy-target", text: str = FACT, **kw: Any):
+    return facts.create_fact(project=project, spec=facts.parse_fact({"label": label, "text": text, **kw}))
+
+
+def compacted_run(run_id: str = "run-f") -> list[dict]:
+    """Steps 0 and 1 hold the fact in a turn; step 2 comes after a compaction (the agent
+    summarized its history) whose summary does not hold it."""
+    turn = text_item("turn-1", f"User: remember to {FACT}, never prod.")
+    summary = text_item("summary-2", "Summary: the user asked for a release of the billing service.", kind="summary")
+    compaction = {"id": "cmp-2", "strategy": "summary", "trigger": "auto", "tokens_before": 3000,
+                  "tokens_after": 400, "summary_item": "summary-2"}
+    return [step(0, [turn], run_id=run_id),
+            step(1, [turn, text_item("turn-2", "Assistant: building.")], run_id=run_id),
+            step(2, [summary, text_item("turn-3", "User: go on.")], run_id=run_id, compactions=[compaction])]
+
+
+def test_it_traces_a_fact_lost_in_a_compaction_and_fails_its_invariant(project, api,
+                                                                      django_capture_on_commit_callbacks):
+    watch(project)
+    calls = send(api, django_capture_on_commit_callbacks, compacted_run())
+    rows = {c.step: list(Evidence.objects.filter(call=c, watched=True)) for c in calls}
+    assert [(e.key, e.present, e.found_in) for e in rows[0]] == [("fact:deploy-target", True, "turn-1")]
+    assert [(e.key, e.present) for e in rows[1]] == [("fact:deploy-target", True)]
+    assert [(e.key, e.label, e.literal, e.present) for e in rows[2]] == [
+        ("fact:deploy-target", "deploy-target", FACT, False)]
+    lost = Attribution.objects.get(call=calls[2], is_risk=False)
+    assert (lost.evidence_key, lost.cause, lost.item_id) == ("fact:deploy-target", Attribution.COMPACTION, "summary-2")
+    assert lost.evidence_id == rows[2][0].pk and "compaction cmp-2" in lost.reason
+    assert not Attribution.objects.filter(call__in=calls[:2], is_risk=False).exists()
+    assert (calls[2].evidence_count, calls[2].evidence_missing) == (1, 1)
+
+    compaction = Compaction.objects.get(call=calls[2])
+    assert compaction.failed_invariants == 1
+    invariant = Invariant.objects.get(compaction=compaction)
+    assert (invariant.name, invariant.ok, invariant.lost, invariant.watched) == (
+        "required_evidence", False, ["deploy-target"], True)
+    review = CompactionFigures.objects.get(compaction=compaction)
+    assert review.failed and review.failed_names == ["required_evidence"] and review.lost_fields == ["deploy-target"]
+
+    # The API shows the same rows, and the rollups count the loss and the failure.
+    body = api.get(f"/api/v1/calls/{calls[2].call_id}").json()
+    assert [(e["key"], e["present"]) for e in body["evidence"]] == [("fact:deploy-target", False)]
+    assert [(i["name"], i["ok"], i["lost"]) for i in body["compactions"][0]["invariants"]] == [
+        ("required_evidence", False, ["deploy-target"])]
+    hour = Rollup.objects.get(project=project, bucket=Rollup.HOUR)
+    assert (hour.evidence_total, hour.evidence_present, hour.invariant_failures) == (3, 2, 1)
+    assert hour.attributions.get("compaction") == 1
+
+
+def test_it_attributes_a_fact_whose_item_the_budget_dropped_to_the_budget(project, api,
+                                                                          django_capture_on_commit_callbacks):
+    watch(project)
+    notes = f"Release notes. Rule: {FACT}."
+    calls = send(api, django_capture_on_commit_callbacks, [
+        step(0, [text_item("notes", notes, kind="memory")], run_id="run-b"),
+        step(1, [text_item("notes", notes, kind="memory", action="drop", reason="budget exhausted")], run_id="run-b"),
+    ])
+    lost = Attribution.objects.get(call=calls[1], is_risk=False)
+    assert (lost.evidence_key, lost.cause, lost.item_id, lost.action) == (
+        "fact:deploy-target", Attribution.BUDGET, "notes", "drop")
+    assert "budget exhausted" in lost.reason
+    assert not Invariant.objects.filter(watched=True).exists()
+
+
+def test_it_requires_no_fact_the_run_never_held(project, api, django_capture_on_commit_callbacks):
+    watch(project, label="never", text="this text appears nowhere")
+    watch(project, label="other-agent", text="careful", agent="someone-else")
+    calls = send(api, django_capture_on_commit_callbacks, compacted_run("run-n"))
+    assert not Evidence.objects.filter(watched=True).exists()
+    assert not Attribution.objects.filter(call__in=calls).exists()
+    assert [c.evidence_missing for c in calls] == [0, 0, 0]
+    assert Compaction.objects.get(call=calls[2]).failed_invariants == 0
+
+
+def test_it_finds_a_fact_by_its_regular_expression(project, api, django_capture_on_commit_callbacks):
+    watch(project, label="eu-target", text=r"staging-eu-\d+", is_regex=True)
+    calls = send(api, django_capture_on_commit_callbacks, compacted_run("run-r"))
+    assert [e.present for e in Evidence.objects.filter(watched=True).order_by("call__step")] == [True, True, False]
+    assert Attribution.objects.get(call=calls[2]).cause == Attribution.COMPACTION
+
+
+def test_it_applies_a_fact_added_after_ingest_when_the_calls_are_analysed_again(project, api,
+                                                                                django_capture_on_commit_callbacks):
+    calls = send(api, django_capture_on_commit_callbacks, compacted_run("run-late"))
+    assert not Evidence.objects.filter(watched=True).exists()
+    watch(project)
+    call_command("reanalyse_calls", "--project", project.slug)
+    for _ in range(2):  # twice: the second run changes nothing
+        assert Evidence.objects.filter(watched=True).count() == 3
+        assert list(Attribution.objects.filter(is_risk=False).values_list("call_id", "cause")) == [
+            (calls[2].pk, Attribution.COMPACTION)]
+        assert Invariant.objects.filter(watched=True).count() == 1
+        assert Compaction.objects.get(call=calls[2]).failed_invariants == 1
+        assert Call.objects.get(pk=calls[2].pk).evidence_missing == 1
+        hour = Rollup.objects.get(project=project, bucket=Rollup.HOUR)
+        assert (hour.evidence_total, hour.invariant_failures) == (3, 1)
+        call_command("reanalyse_calls", "--project", project.slug)
+
+    # A deleted fact leaves the calls as their manifests say once they are analysed again.
+    facts.delete_fact(project=project, fact_id=project.watched_facts.get().pk)
+    call_command("reanalyse_calls", "--project", project.slug)
+    assert not Evidence.objects.filter(watched=True).exists() and not Invariant.objects.filter(watched=True).exists()
+    assert Compaction.objects.get(call=calls[2]).failed_invariants == 0
+    assert Call.objects.get(pk=calls[2].pk).evidence_missing == 0
+    assert not Attribution.objects.exists()
