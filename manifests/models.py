@@ -86,7 +86,7 @@ class ApiKey(models.Model):
     hashed = models.CharField(max_length=64, unique=True)
     can_ingest = models.BooleanField(default=True)
     can_read = models.BooleanField(default=False)
-    # The settings scope: read and change the project's alert rules through the API.
+    # The settings scope: read and change the project's alert rules and watched facts through the API.
     can_configure = models.BooleanField(default=False)
     created = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
