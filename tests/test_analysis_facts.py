@@ -150,3 +150,39 @@ def test_it_applies_a_fact_added_after_ingest_when_the_calls_are_analysed_again(
     assert Compaction.objects.get(call=calls[2]).failed_invariants == 0
     assert Call.objects.get(pk=calls[2].pk).evidence_missing == 0
     assert not Attribution.objects.exists()
+
+
+def budget_run(run_id: str) -> list[dict]:
+    notes = f"Release notes. Rule: {FACT}."
+    return [
+        step(0, [text_item("notes", notes, kind="memory")], run_id=run_id),
+        step(1, [text_item("notes", notes, kind="memory", action="drop", reason="budget exhausted")], run_id=run_id),
+        step(2, [text_item("turn-5", "User: ship it.")], run_id=run_id),
+    ]
+
+
+def test_it_traces_a_later_loss_back_to_the_call_that_lost_it_in_an_earlier_batch(project, api,
+                                                                                  django_capture_on_commit_callbacks):
+    watch(project)
+    run = budget_run("run-t")
+    for m in run:  # one request per call, as an agent sends them
+        send(api, django_capture_on_commit_callbacks, [m])
+    calls = list(Call.objects.filter(run__run_id="run-t").order_by("step"))
+    assert all(c.quarantined_at is None for c in calls)
+    at_2 = Attribution.objects.get(call=calls[2], is_risk=False)
+    assert (at_2.cause, at_2.item_id, at_2.action, at_2.lost_at_id) == (Attribution.BUDGET, "notes", "drop",
+                                                                         calls[1].pk)
+    assert at_2.reason.startswith("lost at step 1: ")
+
+
+def test_it_derives_the_later_calls_again_when_an_earlier_step_arrives_late(project, api,
+                                                                            django_capture_on_commit_callbacks):
+    watch(project)
+    run = budget_run("run-l")
+    send(api, django_capture_on_commit_callbacks, run[1:])
+    assert not Evidence.objects.filter(watched=True).exists(), "nothing required before the run held the fact"
+    send(api, django_capture_on_commit_callbacks, run[:1])
+    calls = list(Call.objects.filter(run__run_id="run-l").order_by("step"))
+    assert [c.evidence_missing for c in calls] == [0, 1, 1]
+    assert [a.cause for a in Attribution.objects.filter(is_risk=False).order_by("call__step")] == [
+        Attribution.BUDGET, Attribution.BUDGET]

@@ -39,12 +39,12 @@ import msgspec
 from ctxkit import figures as fig
 from ctxkit.record.manifest import Evidence as ManifestEvidence
 from ctxkit.record.manifest import Invariant as ManifestInvariant
-from ctxkit.record.manifest import Manifest
+from ctxkit.record.manifest import InvariantName, Manifest
 from manifests.analysis.data import CallData, clean
 from manifests.models import Call, Compaction, Evidence, Invariant, Run, WatchedFact
 from manifests.storage import partitions
 
-REQUIRED_EVIDENCE = "required_evidence"
+REQUIRED_EVIDENCE: InvariantName = "required_evidence"
 
 
 @dataclass(frozen=True)
@@ -178,15 +178,15 @@ def derive(data: list[CallData], watches: dict[int, list[Watch]]) -> dict[int, D
     for d in mine.values():
         until[d.call.run_id] = max(d.call.step, until.get(d.call.run_id, d.call.step))
     out: dict[int, Derived] = {}
-    for run_id, calls in _stored_presence(set(until), until).items():
+    for calls in _stored_presence(set(until), until).values():
         state = _RunState()
         for pk, present, where in calls:
-            d = mine.get(pk)
-            if d is None:
+            own = mine.get(pk)
+            if own is None:
                 state.last_item.update(where)
                 state.previous = present
                 continue
-            out[pk] = _derive(d.manifest, d.call.agent, watches[d.call.project_id], state)
+            out[pk] = _derive(own.manifest, own.call.agent, watches[own.call.project_id], state)
     return out
 
 
@@ -270,10 +270,10 @@ def stored_extension(pk: int, at: datetime | None, manifest: Manifest) -> Manife
                Evidence.objects.filter(call_id=pk, watched=True, **when).order_by("pk")
                .values_list("key", "label", "literal", "expected_item", "present", "found_in")]
     invariants: dict[str, list[ManifestInvariant]] = defaultdict(list)
-    for event_id, name, ok, detail, lost in (Invariant.objects.filter(compaction__call_id=pk, watched=True, **when)
-                                             .order_by("pk")
-                                             .values_list("compaction__event_id", "name", "ok", "detail", "lost")):
-        invariants[event_id].append(ManifestInvariant(name=name, ok=ok, detail=detail, lost=list(lost)))
+    for event_id, ok, detail, lost in (Invariant.objects.filter(compaction__call_id=pk, watched=True,
+                                                                name=REQUIRED_EVIDENCE, **when)
+                                       .order_by("pk").values_list("compaction__event_id", "ok", "detail", "lost")):
+        invariants[event_id].append(ManifestInvariant(name=REQUIRED_EVIDENCE, ok=ok, detail=detail, lost=list(lost)))
     return extended(manifest, entries, dict(invariants))
 
 
