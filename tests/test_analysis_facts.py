@@ -122,7 +122,8 @@ def test_it_requires_no_fact_the_run_never_held(project, api, django_capture_on_
 def test_it_finds_a_fact_by_its_regular_expression(project, api, django_capture_on_commit_callbacks):
     watch(project, label="eu-target", text=r"staging-eu-\d+", is_regex=True)
     calls = send(api, django_capture_on_commit_callbacks, compacted_run("run-r"))
-    assert [e.present for e in Evidence.objects.filter(watched=True).order_by("call__step")] == [True, True, False]
+    rows = list(Evidence.objects.filter(watched=True).order_by("call__step"))
+    assert [(e.present, e.literal) for e in rows] == [(True, None), (True, None), (False, None)]
     assert Attribution.objects.get(call=calls[2]).cause == Attribution.COMPACTION
 
 

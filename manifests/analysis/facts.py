@@ -114,13 +114,15 @@ def _derive(manifest: Manifest, agent: str, watches: list[Watch], state: _RunSta
         if not w.applies(agent):
             continue
         where = w.found_in(manifest)
+        # An expression is no literal: what reads literals back (the what-if replay) must not look for it.
+        literal = w.text if w.pattern is None else None
         if where is not None:
-            entries.append(ManifestEvidence(key=w.key, label=w.label, literal=w.text, expected_item=where,
+            entries.append(ManifestEvidence(key=w.key, label=w.label, literal=literal, expected_item=where,
                                             present=True, found_in=where))
             present.add(w.key)
             state.last_item[w.key] = where
         elif w.key in state.last_item:
-            entries.append(ManifestEvidence(key=w.key, label=w.label, literal=w.text,
+            entries.append(ManifestEvidence(key=w.key, label=w.label, literal=literal,
                                             expected_item=state.last_item[w.key], present=False))
             if manifest.compactions and w.key in state.previous:
                 lost.append(w.label)
@@ -190,13 +192,12 @@ def derive(data: list[CallData], watches: dict[int, list[Watch]]) -> dict[int, D
     return out
 
 
-def apply(data: list[CallData]) -> None:
-    """Replace the watched rows of the calls of ``data`` with those their facts give now,
-    extend their manifests in memory, and bring their evidence counts and their compactions'
-    failure counts up to date."""
+def apply(data: list[CallData], watches: dict[int, list[Watch]]) -> None:
+    """Replace the watched rows of the calls of ``data`` with those their facts (``watches``,
+    by project) give now, extend their manifests in memory, and bring their evidence counts
+    and their compactions' failure counts up to date."""
     if not data:
         return
-    watches = watches_of(d.call.project_id for d in data)
     derived = derive(data, watches)
     times = partitions.span(d.call.started_at for d in data)
     pks = [d.call.pk for d in data]
@@ -225,9 +226,9 @@ def apply(data: list[CallData]) -> None:
         entries = found.entries if found is not None else []
         for e in entries:
             new_evidence.append(Evidence(call_id=d.call.pk, project_id=d.call.project_id, started_at=d.call.started_at,
-                                         key=clean(e.key), label=clean(e.label), literal=clean(e.literal),
-                                         expected_item=clean(e.expected_item) or None, present=e.present,
-                                         found_in=clean(e.found_in) or None, used=None, watched=True))
+                                         key=clean(e.key), label=clean(e.label), literal=_optional(e.literal),
+                                         expected_item=_optional(e.expected_item), present=e.present,
+                                         found_in=_optional(e.found_in), used=None, watched=True))
         d.manifest = extended(d.manifest, entries, invariants)
         for index, comp in enumerate(d.manifest.compactions):
             pk = d.compaction_pks[index] if index < len(d.compaction_pks) else None
@@ -239,7 +240,13 @@ def apply(data: list[CallData]) -> None:
     for d in data:
         extra = len(d.manifest.evidence) - len(d.evidence_pks)
         d.evidence_pks = [*d.evidence_pks, *(next(created) for _ in range(extra))]
+    if not watches and not analysed:
+        failures = {}  # fresh calls, no fact: the counts are the manifests' own, as ingest wrote them
     _update_counts(data, failures, times)
+
+
+def _optional(value: str | None) -> str | None:
+    return None if value is None else clean(value)
 
 
 def _update_counts(data: list[CallData], failures: dict[int, int], times: dict[str, datetime]) -> None:
@@ -277,9 +284,7 @@ def stored_extension(pk: int, at: datetime | None, manifest: Manifest) -> Manife
     return extended(manifest, entries, dict(invariants))
 
 
-def runs_with_watches(calls: list[Call]) -> set[int]:
+def runs_with_watches(calls: list[Call], watches: dict[int, list[Watch]]) -> set[int]:
     """The runs of ``calls`` whose project watches facts: their later, analysed calls are
     derived again when an earlier step arrives late (it may make a fact required there)."""
-    projects = set(WatchedFact.objects.filter(project_id__in={c.project_id for c in calls})
-                   .values_list("project_id", flat=True).distinct())
-    return {c.run_id for c in calls if c.project_id in projects}
+    return {c.run_id for c in calls if watches.get(c.project_id)}

@@ -209,10 +209,11 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     new_reviews: list[CompactionFigures] = []
     # Calls of the same runs at later steps, already analysed and lacking evidence: the
     # trace of their causes runs through these calls, so theirs are derived again.
-    later = load(_later_with_missing(calls, facts.runs_with_watches(calls)))
+    watches = facts.watches_of({c.project_id for c in calls})
+    later = load(_later_with_missing(calls, facts.runs_with_watches(calls, watches)))
     # The watched facts become evidence entries (and compaction invariants) of the calls,
     # stored and in their manifests, before anything reads either.
-    facts.apply(data + later)
+    facts.apply(data + later, watches)
     history = attribution.RunHistory(data + later, extend=facts.stored_extension)
     for d in data:
         positions = figures.relative_positions(d.manifest)
