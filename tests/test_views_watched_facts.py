@@ -9,6 +9,8 @@ from django.test import Client
 
 from manifests import facts, services
 from manifests.models import Membership, WatchedFact
+from tests.conftest import Api
+from tests.facts_support import compacted_run, send, watch
 
 pytestmark = pytest.mark.django_db
 
@@ -100,3 +102,16 @@ def test_it_escapes_a_hostile_label_text_and_agent(project, owner):
     assert "<script>alert" not in body and "<img src=x" not in body and "<b>" not in body.split('id="watched-facts"')[1]
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in body
     assert "&lt;img src=x onerror=alert(1)&gt;" in body
+
+
+def test_it_shows_a_lost_fact_on_the_call_evidence_and_compaction_pages(project, owner, key,
+                                                                          django_capture_on_commit_callbacks):
+    watch(project)
+    calls = send(Api(key), django_capture_on_commit_callbacks, compacted_run("run-pages"))
+    c = page(owner)
+    call_page = c.get(f"/p/{project.slug}/calls/{calls[2].call_id}/").content.decode()
+    assert "fact:deploy-target" in call_page and "Lost in compaction" in call_page
+    evidence_page = c.get(f"/p/{project.slug}/evidence/?range=all").content.decode()
+    assert "fact:deploy-target" in evidence_page
+    compactions_page = c.get(f"/p/{project.slug}/compactions/?range=all").content.decode()
+    assert "required_evidence" in compactions_page and "<code>deploy-target</code>" in compactions_page
