@@ -20,6 +20,10 @@ MAX_TEXT = 2000  # a manifest evidence literal's limit: the fact's text is its l
 MAX_REGEX = 500  # a pattern runs over every item's text of every call: kept short
 MAX_AGENT = 200
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+# A repeated group that itself repeats, as in (a+)+ or (\w*\s?)*: the shape that makes a
+# backtracking engine take exponential time on text that almost matches. Refused, since the
+# analysis runs every pattern over every item text of the project's calls.
+_NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
 
 FIELDS = ("label", "text", "is_regex", "agent")
 
@@ -63,6 +67,9 @@ def regex_error(pattern: str) -> str | None:
         return f"is not a valid regular expression: {exc.msg}{where}"
     except (RecursionError, OverflowError, ValueError):
         return "is not a valid regular expression"
+    if _NESTED_REPEAT.search(pattern):
+        return ("repeats a group that repeats inside, as in (a+)+, which can take exponential time; "
+                "repeat only its parts")
     if compiled.search("") is not None:
         return "matches the empty text, so every call would hold it; make it match the fact itself"
     return None

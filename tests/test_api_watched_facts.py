@@ -50,6 +50,7 @@ def test_it_creates_lists_reads_changes_and_deletes_facts_with_a_configure_key(p
 @pytest.mark.parametrize(("body", "paths"), [
     ({"label": "bad", "text": "(unclosed", "is_regex": True}, {"$.text"}),
     ({"label": "empty", "text": "x*", "is_regex": True}, {"$.text"}),
+    ({"label": "slow", "text": r"^(\w+\s?)+$", "is_regex": True}, {"$.text"}),
     ({"label": "", "text": ""}, {"$.label", "$.text"}),
     ({"label": "x" * 101, "text": "y" * 2001}, {"$.label", "$.text"}),
     ({"label": "long-regex", "text": "a" * 501, "is_regex": True}, {"$.text"}),
