@@ -148,8 +148,8 @@ def extended(manifest: Manifest, entries: list[ManifestEvidence],
 
 
 def _stored_presence(runs: set[int], until: dict[int, int]) -> dict[int, list[tuple[int, set[str], dict[str, str]]]]:
-    """Per run, in step order, the calls before the chunk's last step of that run: (pk, facts
-    present, {key: item}) from their stored watched rows."""
+    """Per run, in step order, its calls up to the chunk's last step of that run: (pk, facts
+    present, {key: item holding it}) from their stored watched rows."""
     if not runs:
         return {}
     span = Run.objects.filter(pk__in=runs).values_list("first_seen", "last_seen")
