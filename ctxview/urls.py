@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from manifests import ops, views
 from manifests.api import alerts as alerts_api
+from manifests.api import facts as facts_api
 from manifests.api import otlp as otlp_api
 from manifests.api import views as api
 from manifests.api.openapi import BrowserJsonRenderer, BrowserYamlRenderer
@@ -37,6 +38,9 @@ urlpatterns = [
     path("p/<slug:slug>/settings/alerts", settings_views.create_alert_rule, name="settings-alert-create"),
     path("p/<slug:slug>/settings/alerts/<int:rule_id>/delete", settings_views.delete_alert_rule,
          name="settings-alert-delete"),
+    path("p/<slug:slug>/settings/facts", settings_views.create_watched_fact, name="settings-fact-create"),
+    path("p/<slug:slug>/settings/facts/<int:fact_id>/delete", settings_views.delete_watched_fact,
+         name="settings-fact-delete"),
     path("p/<slug:slug>/whatif.json", views.call_whatif, name="call-whatif"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -48,6 +52,8 @@ urlpatterns = [
     path("api/v1/calls/<path:call_id>", api.CallDetailView.as_view(), name="api-call"),
     path("api/v1/alert-rules", alerts_api.AlertRuleListView.as_view(), name="api-alert-rules"),
     path("api/v1/alert-rules/<int:rule_id>", alerts_api.AlertRuleDetailView.as_view(), name="api-alert-rule"),
+    path("api/v1/watched-facts", facts_api.WatchedFactListView.as_view(), name="api-watched-facts"),
+    path("api/v1/watched-facts/<int:fact_id>", facts_api.WatchedFactDetailView.as_view(), name="api-watched-fact"),
     path("api/v1/schema/manifest.json", api.manifest_json_schema, name="manifest-schema"),
     # OTLP/HTTP's fixed path: OTEL_EXPORTER_OTLP_ENDPOINT=<ctxview> appends /v1/traces.
     path("v1/traces", otlp_api.traces, name="otlp-traces"),

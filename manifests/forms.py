@@ -11,7 +11,8 @@ class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=200, initial="default", help_text="What the key is for, e.g. the agent's name")
     can_ingest = forms.BooleanField(required=False, initial=True, label="ingest (send manifests)")
     can_read = forms.BooleanField(required=False, label="read (the read API)")
-    can_configure = forms.BooleanField(required=False, label="configure (alert rules through the API)")
+    can_configure = forms.BooleanField(required=False,
+                                       label="configure (alert rules and watched facts through the API)")
 
     def clean(self):
         data = super().clean()

@@ -86,7 +86,7 @@ class ApiKey(models.Model):
     hashed = models.CharField(max_length=64, unique=True)
     can_ingest = models.BooleanField(default=True)
     can_read = models.BooleanField(default=False)
-    # The settings scope: read and change the project's alert rules through the API.
+    # The settings scope: read and change the project's alert rules and watched facts through the API.
     can_configure = models.BooleanField(default=False)
     created = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -289,6 +289,9 @@ class Evidence(models.Model):
     present = models.BooleanField()
     found_in = models.CharField(max_length=200, null=True, blank=True)
     used = models.BooleanField(null=True)
+    # A watched fact of the project (WatchedFact), written by the analysis, not sent in the
+    # manifest: replaced whenever the call is analysed (docs/analysis.md, "Watched facts").
+    watched = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         indexes = [
@@ -325,6 +328,8 @@ class Invariant(models.Model):
     ok = models.BooleanField()
     detail = models.TextField(blank=True)
     lost = models.JSONField(default=list, blank=True)
+    # The check of the project's watched facts, written by the analysis (see Evidence.watched).
+    watched = models.BooleanField(default=False, db_default=False)
 
 
 class ContextEdit(models.Model):
@@ -736,3 +741,34 @@ class AlertEvent(models.Model):
             models.UniqueConstraint(fields=["rule", "episode", "transition"], name="alertevent_unique_transition")
         ]
         indexes = [models.Index(fields=["notified_at", "notify_attempts"], name="alertevent_unsent")]
+
+
+# --------------------------------------------------------------------------- #
+# Watched facts (manifests/facts.py, docs/analysis.md "Watched facts"): text the users
+# declare must stay in the model's context; the analysis checks every call for them.
+
+# The key of a watched fact's evidence entries: this prefix and the fact's label.
+FACT_KEY_PREFIX = "fact:"
+
+
+class WatchedFact(models.Model):
+    """A fact that must stay in the context of a project's calls: an exact text, or a
+    regular expression (``is_regex``), looked for in the text of the items in context."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="watched_facts")
+    label = models.CharField(max_length=100, help_text="A short name, unique in the project")
+    text = models.TextField(help_text="The exact text, or a regular expression when is_regex")
+    is_regex = models.BooleanField(default=False)
+    agent = models.CharField(max_length=200, blank=True, help_text="Only this agent; empty: every agent")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "label"], name="watchedfact_unique_label")]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def evidence_key(self) -> str:
+        """The key of the evidence entries the analysis writes for it."""
+        return FACT_KEY_PREFIX + self.label

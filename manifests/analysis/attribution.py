@@ -64,6 +64,7 @@ FIXES = {
 
 
 LostAt = tuple[int, str]  # (primary key, label) of the earlier call where the evidence was lost
+Extend = Callable[[int, datetime | None, Manifest], Manifest]
 
 
 def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, lost_at: LostAt | None) -> Attribution:
@@ -91,7 +92,10 @@ class RunHistory:
     declared and whether present: enough to trace a missing key back to its loss. The
     manifest of an earlier call is decoded only when the trace needs its own cause."""
 
-    def __init__(self, data: list[CallData]) -> None:
+    def __init__(self, data: list[CallData], extend: Extend | None = None) -> None:
+        # ``extend``: what a manifest decoded here gains beyond its raw JSON (the watched
+        # facts' entries stored for that call, manifests/analysis/facts.py).
+        self.extend = extend
         runs = {d.call.run_id for d in data if any(not e.present for e in d.manifest.evidence)}
         self.manifests: dict[int, Manifest] = {d.call.pk: d.manifest for d in data}
         self.order: dict[int, list[tuple[int, int]]] = defaultdict(list)  # run -> [(pk, step)]
@@ -114,7 +118,8 @@ class RunHistory:
     def _manifest(self, pk: int) -> Manifest:
         if pk not in self.manifests:
             at = {"started_at": self.started[pk]} if pk in self.started else {}  # its day's partition
-            self.manifests[pk] = decode_manifest(Call.objects.values_list("raw", flat=True).get(pk=pk, **at).encode())
+            manifest = decode_manifest(Call.objects.values_list("raw", flat=True).get(pk=pk, **at).encode())
+            self.manifests[pk] = self.extend(pk, self.started.get(pk), manifest) if self.extend else manifest
         return self.manifests[pk]
 
     def _local(self, pk: int, key: str) -> Callable[[], fig.Cause]:

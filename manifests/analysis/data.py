@@ -45,7 +45,9 @@ def load(calls: list[Call]) -> list[CallData]:
     pks = [c.pk for c in calls]
     days = partitions.span(c.started_at for c in calls)  # only these calls' days' partitions
     evidence_rows: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for call_pk, pk, key in Evidence.objects.filter(call_id__in=pks, **days).order_by("call_id", "pk").values_list(
+    # The manifest's own entries; the watched facts' (``watched``) are the analysis' own, facts.py.
+    for call_pk, pk, key in Evidence.objects.filter(call_id__in=pks, watched=False, **days).order_by(
+        "call_id", "pk").values_list(
         "call_id", "pk", "key"
     ):
         evidence_rows[call_pk].append((pk, key))

@@ -37,7 +37,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ctxview.celery import SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests.analysis import attribution, cache, compaction_review, figures, regressions, rollups
+from manifests.analysis import attribution, cache, compaction_review, facts, figures, regressions, rollups
 from manifests.analysis.data import load
 from manifests.analysis.prices import PriceBook
 from manifests.models import Attribution, Call, CallFigures, CompactionFigures, Project
@@ -72,25 +72,27 @@ def _chunk_size(name: str = "CTXVIEW_ANALYSIS_CHUNK", default: int = DEFAULT_CHU
 Notify = Callable[[list[int]], None]
 
 
-def _later_with_missing(calls: list[Call]) -> list[Call]:
+def _later_with_missing(calls: list[Call], watched_runs: set[int]) -> list[Call]:
     """Analysed calls lacking evidence at later steps of the runs of ``calls`` (which
-    declare evidence): usually none, as calls arrive in step order. Locked like the chunk's
+    declare evidence), and every analysed later call of ``watched_runs`` (runs whose project
+    watches facts: an earlier step may make a fact required there, facts.py): usually none,
+    as calls arrive in step order. Locked like the chunk's
     own calls (FOR NO KEY UPDATE: a plain FOR UPDATE would block another worker's commit-time
     foreign-key check on these rows while that worker holds a prefix entry or rollup this one
     waits for, a deadlock seen with two worker nodes, bench/cluster.py); one that another
     worker holds is left to it."""
     first_step: dict[int, int] = {}
     for c in calls:
-        if c.evidence_count:
+        if c.evidence_count or c.run_id in watched_runs:
             first_step[c.run_id] = min(c.step, first_step.get(c.run_id, c.step))
     if not first_step:
         return []
     query = Q()
     for run_id, step in first_step.items():
-        query |= Q(run_id=run_id, step__gt=step)
+        query |= Q(run_id=run_id, step__gt=step) & (Q() if run_id in watched_runs else Q(evidence_missing__gt=0))
     return list(
         Call.objects.select_for_update(skip_locked=True, no_key=True)
-        .filter(query, analyzed_at__isnull=False, evidence_missing__gt=0)
+        .filter(query, analyzed_at__isnull=False)
         .exclude(pk__in=[c.pk for c in calls])
         .order_by("pk")
     )
@@ -207,8 +209,12 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     new_reviews: list[CompactionFigures] = []
     # Calls of the same runs at later steps, already analysed and lacking evidence: the
     # trace of their causes runs through these calls, so theirs are derived again.
-    later = load(_later_with_missing(calls))
-    history = attribution.RunHistory(data + later)
+    watches = facts.watches_of({c.project_id for c in calls})
+    later = load(_later_with_missing(calls, facts.runs_with_watches(calls, watches)))
+    # The watched facts become evidence entries (and compaction invariants) of the calls,
+    # stored and in their manifests, before anything reads either.
+    facts.apply(data + later, watches)
+    history = attribution.RunHistory(data + later, extend=facts.stored_extension)
     for d in data:
         positions = figures.relative_positions(d.manifest)
         new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
@@ -216,10 +222,12 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
         new_reviews.extend(compaction_review.review(d))
     for d in later:
         new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history))
+        new_reviews.extend(compaction_review.review(d))
     # Replace, never add to: what was derived before from these calls goes first.
+    later_pks = [d.call.pk for d in later]
     CallFigures.objects.filter(call_id__in=pks).delete()
-    Attribution.objects.filter(call_id__in=pks + [d.call.pk for d in later]).delete()
-    CompactionFigures.objects.filter(call_id__in=pks).delete()
+    Attribution.objects.filter(call_id__in=pks + later_pks).delete()
+    CompactionFigures.objects.filter(call_id__in=pks + later_pks).delete()
     CallFigures.objects.bulk_create(new_figures, batch_size=500)
     Attribution.objects.bulk_create(new_attributions, batch_size=500)
     CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)

@@ -59,7 +59,7 @@ class HasReadScope(BasePermission):
 
 
 class HasConfigureScope(BasePermission):
-    """The project's settings through the API (its alert rules): reading them needs the
+    """The project's settings through the API (its alert rules and watched facts): reading them needs the
     configure or the read scope, changing them the configure scope."""
 
     message = "this API key may not change the project's settings; create a key with the configure scope"

@@ -54,7 +54,7 @@ COMMON_ERRORS = {
     "400": "A bad parameter or body; `errors` names each bad field or parameter",
     "401": "No API key, or a bad or revoked one",
     "403": "The key lacks the scope (ingest, read or configure)",
-    "404": "No such run, call or alert rule in the key's project",
+    "404": "No such run, call, alert rule or watched fact in the key's project",
     "429": "Over the key's request rate; wait `Retry-After` seconds and resend",
     "500": "A server fault (logged); the body has the same shape",
 }

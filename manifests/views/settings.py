@@ -1,4 +1,4 @@
-"""Project settings: API keys, members and roles, the regression webhook, alert rules.
+"""Project settings: API keys, members and roles, the regression webhook, alert rules, watched facts.
 
 Owners change everything; members see the page read-only; viewers and outsiders do
 not see it (403 and 404). Every change is a CSRF-protected POST, checked here and
@@ -18,10 +18,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from manifests import alerts, services
+from manifests import alerts, facts, services
 from manifests.analysis import notify
 from manifests.forms import ApiKeyForm, InviteForm, RoleForm, WebhookForm
-from manifests.models import AlertRule, ApiKey, Membership, Project
+from manifests.models import AlertRule, ApiKey, Membership, Project, WatchedFact
+from manifests.selectors.facts import facts_of
 from manifests.selectors.projects import project_for, project_settings
 from manifests.views.common import NAV
 
@@ -67,6 +68,8 @@ def _page(request: HttpRequest, project: Project, *, status: int = 200, **contex
         "alert_input": {},
         "alert_rules": [(rule, alerts.describe(rule), alerts.figure(rule, rule.last_value))
                         for rule in alerts.rules_of(project)],
+        "fact_input": {},
+        "watched_facts": facts_of(project),
         **project_settings(project),
     }
     return render(request, "manifests/settings.html", {**base, **context}, status=status)
@@ -190,3 +193,24 @@ def delete_alert_rule(request: HttpRequest, project: Project, rule_id: int) -> H
     alerts.delete_rule(project=project, rule_id=rule.pk)
     messages.success(request, f"Alert rule deleted: {alerts.describe(rule)}.")
     return _back(project, "alerts")
+
+
+@require_POST
+@settings_access(owner_only=True)
+def create_watched_fact(request: HttpRequest, project: Project) -> HttpResponse:
+    data = {name: request.POST.get(name, "") for name in facts.FIELDS}
+    try:
+        fact = facts.create_fact(project=project, spec=facts.parse_fact(data, root="", from_form=True))
+    except facts.FactInputError as exc:
+        return _page(request, project, fact_errors=exc.errors, fact_input=data, status=400)
+    messages.success(request, f"Watching the fact {fact.label!r}: calls analysed from now on are checked for it.")
+    return _back(project, "watched-facts")
+
+
+@require_POST
+@settings_access(owner_only=True)
+def delete_watched_fact(request: HttpRequest, project: Project, fact_id: int) -> HttpResponse:
+    fact = get_object_or_404(WatchedFact, project=project, pk=fact_id)
+    facts.delete_fact(project=project, fact_id=fact.pk)
+    messages.success(request, f"No longer watching the fact {fact.label!r}.")
+    return _back(project, "watched-facts")

@@ -1,5 +1,6 @@
-"""Analyse stored calls again: after a change of rules (a selection), or after a fix, the
-quarantined ones (``--quarantined``)."""
+"""Analyse stored calls again: after a change of rules or of a project's watched facts (a
+selection: ``--project SLUG`` applies the project's facts to its past calls), or after a fix,
+the quarantined ones (``--quarantined``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from manifests.models import Call
 
 
 class Command(BaseCommand):
-    help = ("Analyse stored calls again (figures, attributions, cache events, regressions, rollups) after a "
-            "change of rules: every call of the selection, analysed or not. Safe to run again: what was "
+    help = ("Analyse stored calls again (figures, attributions, watched facts, cache events, regressions, "
+            "rollups) after a change of rules, or of a project's watched facts (--project SLUG applies them to "
+            "its past calls): every call of the selection, analysed or not. Safe to run again: what was "
             "derived from a call is replaced, never added to. Webhooks of regressions it finds are left to "
             "the notification sweep. --quarantined: only the calls whose analysis failed on their own "
             "(docs/analysis.md, 'Poison calls'); run it after fixing the cause. A call that fails again "
