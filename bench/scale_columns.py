@@ -390,6 +390,10 @@ CACHE_EVENT_COLUMNS: dict[str, str | Callable[[], str]] = {
     "previous_prefix_hash": "coalesce(p.prefix_hash, '')",
     "detail": _event_texts,
     "started_at": "c.started_at",
+    "run_id": "c.run_id",
+    "agent": "c.agent",
+    "model": "c.model",
+    "saving": _per_model(lambda f, price: f.cache_saving("", price.weights)),
 }
 
 COMPACTION_COLUMNS: dict[str, str] = {

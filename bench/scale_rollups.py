@@ -196,10 +196,13 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
         if event is None:
             problems.append(f"call {pk}: no cache event")
             continue
-        for name in ("cause", "changed_segment", "previous_call_id", "hit_ratio", "previous_hit_ratio"):
+        for name in ("cause", "changed_segment", "previous_call_id", "hit_ratio", "previous_hit_ratio", "run_id",
+                     "agent", "model"):
             if getattr(event, name) != getattr(real, name):
                 problems.append(f"call {pk} cache {name}: generated {getattr(event, name)!r}, "
                                 f"classify {getattr(real, name)!r}")
+        if abs(event.saving - real.saving) > 1e-9 * max(1.0, abs(real.saving)):
+            problems.append(f"call {pk} cache saving: generated {event.saving!r}, classify {real.saving!r}")
         gap, real_gap = event.gap_seconds, real.gap_seconds
         if (gap is None) != (real_gap is None) or (gap is not None and abs(gap - real_gap) > 1e-6):
             problems.append(f"call {pk} cache gap_seconds: generated {gap!r}, classify {real_gap!r}")

@@ -492,9 +492,17 @@ class CacheEvent(models.Model):
     previous_prefix_hash = models.CharField(max_length=128, blank=True)
     detail = models.TextField(blank=True, help_text="The cause in a sentence")
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+    # Copies of the call's run, agent and model, and what the miss cost (ctxkit.figures.cache_saving
+    # at the model's price row when analysed), so the cache view and the savings aggregate the
+    # events of a range from one index without reading their calls.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, db_constraint=False, related_name="+")
+    agent = models.CharField(max_length=200, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    saving = models.FloatField(default=0.0, help_text="Cost units a hit would have saved")
 
     class Meta:
-        indexes = [models.Index(fields=["project", "cause", "started_at"], name="cacheevent_project_cause")]
+        indexes = [models.Index(fields=["project", "cause", "started_at"], include=["run", "agent", "model", "saving"],
+                                name="cacheevent_cause_saving")]
 
 
 class Regression(models.Model):

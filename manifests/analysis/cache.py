@@ -22,7 +22,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
 
-from ctxkit.figures import hit_rate
+from ctxkit import figures as fig
+from ctxkit.record.manifest import Usage
 from manifests.analysis import cache_words
 from manifests.analysis.data import clean
 from manifests.analysis.prices import PriceBook
@@ -45,6 +46,8 @@ NEIGHBOUR_FIELDS = (
     "builder_name",
     "input_tokens",
     "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
     "analyzed_at",
 )
 EVENT_FIELDS = [
@@ -58,11 +61,15 @@ EVENT_FIELDS = [
     "previous_prefix_hash",
     "detail",
     "started_at",
+    "run",
+    "agent",
+    "model",
+    "saving",
 ]
 
 
 def _hit_ratio(c: dict[str, Any]) -> float | None:
-    return hit_rate(c["cache_read_tokens"], c["input_tokens"])
+    return fig.hit_rate(c["cache_read_tokens"], c["input_tokens"])
 
 
 def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[str, str]:
@@ -216,6 +223,12 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
         previous_prefix_hash=prev["prefix_hash"] if prev is not None else "",
         detail=clean(detail),
         started_at=call["started_at"],
+        run_id=call["run_id"],
+        agent=call["agent"],
+        model=call["model"],
+        saving=fig.cache_saving(Usage(input_tokens=call["input_tokens"], cache_read_tokens=read,
+                                      cache_write_tokens=call["cache_write_tokens"],
+                                      output_tokens=call["output_tokens"]), call["prefix_tokens"], price.weights),
     )
 
 

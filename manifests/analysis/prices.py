@@ -48,7 +48,8 @@ class PriceBook:
         self._memo: dict[str, Price] = {}
 
     @classmethod
-    def load(cls) -> PriceBook:
+    def load(cls, table: type[ModelPrice] = ModelPrice) -> PriceBook:
+        """The price book of ``table`` (a migration passes its historical model)."""
         return cls(
             [
                 (
@@ -63,7 +64,7 @@ class PriceBook:
                         effective_limit_ratio=p.effective_limit_ratio,
                     ),
                 )
-                for p in ModelPrice.objects.all()
+                for p in table.objects.all()
             ]
         )
 

@@ -2,18 +2,21 @@
 
 Over the last seven days (whatever the page's range), per day: the cost units a cache fix
 regains (ctxkit.figures.cache_saving of each miss, at its model's prices from the price
-book), the calls and runs a fix concerns, and for missing evidence what the affected calls
-paid. Every read is bounded by the calls' time, so on PostgreSQL it reads the seven days'
-partitions only, however large the table grows.
+book, stored on the cache event by the analysis), the calls and runs a fix concerns, and for
+missing evidence what the affected calls paid. Every read is bounded by time: cache misses are
+read from one index of the events, and calls from the seven days' partitions on PostgreSQL,
+however large the tables grow.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 
-from django.db.models import Case, Count, Expression, F, FloatField, QuerySet, Subquery, Sum, Value, When
+from django.db.models import Case, Count, Expression, FloatField, Min, Q, QuerySet, Subquery, Sum, Value, When
 from django.utils import timezone
 
 from manifests import figures
@@ -25,6 +28,8 @@ from manifests.selectors.filters import Filters
 SAVING_DAYS = 7
 # A miss below the provider's minimum cacheable prefix could not have hit: nothing to fix.
 NOT_FIXABLE = (CacheEvent.HIT, CacheEvent.BELOW_MINIMUM)
+# The others, named so that the events' (project, cause, time) index serves a filter on them.
+FIXABLE = tuple(cause for cause, _ in CacheEvent.CAUSES if cause not in NOT_FIXABLE)
 
 
 @dataclass(frozen=True)
@@ -66,15 +71,29 @@ def at_model_prices(expression: Callable[[str, Mapping[str, float]], Expression]
 
 
 def _misses(project: Project, filters: Filters, since: datetime, until: datetime) -> QuerySet[CacheEvent]:
-    """The fixable misses of the seven days, joined to their calls within the same days."""
-    qs = CacheEvent.objects.filter(project=project, started_at__gte=since, started_at__lt=until).exclude(
-        cause__in=NOT_FIXABLE)
-    qs = qs.filter(call__started_at=F("started_at"), call__started_at__gte=since, call__started_at__lt=until)
+    """The fixable misses of the seven days: their run, agent, model and saving are stored on
+    the event, so they are read from one index without their calls."""
+    qs = CacheEvent.objects.filter(project=project, cause__in=FIXABLE, started_at__gte=since, started_at__lt=until)
     if filters.agent:
-        qs = qs.filter(call__agent=filters.agent)
+        qs = qs.filter(agent=filters.agent)
     if filters.model:
-        qs = qs.filter(call__model=filters.model)
+        qs = qs.filter(model=filters.model)
     return qs
+
+
+def _first_calls(misses: QuerySet[CacheEvent], firsts: Mapping[str, datetime]) -> dict[str, tuple[str, datetime]]:
+    """Per cause, the call id and time of its earliest miss, given the time of that miss: the
+    events from their index, then their calls, each from its own day's partition."""
+    if not firsts:
+        return {}
+    at_first = reduce(operator.or_, (Q(cause=cause, started_at=at) for cause, at in firsts.items()))
+    events = sorted(misses.filter(at_first).values_list("cause", "started_at", "pk", "call_id"))
+    earliest: dict[str, tuple[datetime, int]] = {}
+    for cause, at, _, call_pk in events:
+        earliest.setdefault(cause, (at, call_pk))
+    ids = dict(Call.objects.filter(pk__in=[pk for _, pk in earliest.values()],
+                                   started_at__in={at for at, _ in earliest.values()}).values_list("pk", "call_id"))
+    return {cause: (ids[pk], at) for cause, (at, pk) in earliest.items() if pk in ids}
 
 
 def _per_day(total: float | int | None) -> float:
@@ -85,21 +104,18 @@ def cache_causes(project: Project, filters: Filters) -> list[Saving]:
     """Per cache-miss cause: cost units regained per day, calls and runs per day."""
     since, until = saving_range(filters)
     misses = _misses(project, filters, since, until)
-    models = list(misses.values_list("call__model", flat=True).distinct())
-    if not models:
-        return []
-    saving = at_model_prices(figures.cache_saving, models, PriceBook.load(), "call__")
     labels = dict(CacheEvent.CAUSES)
+    rows = list(misses.values("cause").annotate(
+        saving=Sum("saving"), calls=Count("*"), runs=Count("run", distinct=True), first_at=Min("started_at"),
+    ).order_by("cause"))
+    firsts = _first_calls(misses, {row["cause"]: row["first_at"] for row in rows})
     out = []
-    for row in (misses.values("cause").annotate(saving=Sum(saving), calls=Count("pk"),
-                                                runs=Count("call__run_id", distinct=True)).order_by("cause")):
-        first = misses.filter(cause=row["cause"]).order_by("started_at", "pk").values(
-            "call__call_id", "started_at").first()
+    for row in rows:
+        first = firsts.get(row["cause"])
         if first is None:  # its misses were deleted since the aggregate (retention)
             continue
         out.append(Saving("cache", row["cause"], labels.get(row["cause"], row["cause"]), _per_day(row["saving"]),
-                          None, _per_day(row["calls"]), _per_day(row["runs"]), first["call__call_id"],
-                          first["started_at"]))
+                          None, _per_day(row["calls"]), _per_day(row["runs"]), *first))
     out.sort(key=lambda s: s.order)
     return out
 
@@ -108,16 +124,13 @@ def regression_savings(project: Project, filters: Filters, regressions: Iterable
     """Per regression (by pk): the saving of the misses of its agent and model, of its cause
     (all fixable misses when its cause is not one), from its first bad call on."""
     since, until = saving_range(filters)
-    book = PriceBook.load()
     out = {}
     for r in regressions:
         first = r.first_call or r.call
-        start = max(since, first.started_at)
-        misses = _misses(project, Filters(), start, until).filter(call__agent=r.agent, call__model=r.model)
+        misses = _misses(project, Filters(), max(since, first.started_at), until).filter(agent=r.agent, model=r.model)
         if r.cause in dict(CacheEvent.CAUSES) and r.cause not in NOT_FIXABLE:
             misses = misses.filter(cause=r.cause)
-        totals = misses.aggregate(saving=Sum(at_model_prices(figures.cache_saving, [r.model], book, "call__")),
-                                  calls=Count("pk"), runs=Count("call__run_id", distinct=True))
+        totals = misses.aggregate(saving=Sum("saving"), calls=Count("*"), runs=Count("run", distinct=True))
         out[r.pk] = Saving("regression", r.cause, f"{r.agent} · {r.model}", _per_day(totals["saving"]), None,
                            _per_day(totals["calls"]), _per_day(totals["runs"]), first.call_id, first.started_at)
     return out

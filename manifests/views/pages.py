@@ -54,11 +54,16 @@ def calls_url(slug: str, filters: Filters, **params: str) -> str:
     return reverse("calls", args=[slug]) + (f"?{query}" if query else "")
 
 
+def bucket_base(slug: str, filters: Filters, **params: str) -> str:
+    """The calls list with the page's agent and model and ``params``, ready for ``since=...``."""
+    fixed = urlencode({k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v})
+    return reverse("calls", args=[slug]) + "?" + (f"{fixed}&" if fixed else "")
+
+
 def bucket_urls(slug: str, filters: Filters, starts: list[str], bucket: str, **params: str) -> list[str]:
     """For each bucket of a time series, the calls list of exactly that bucket (and ``params``)."""
     step = timedelta(hours=1) if bucket == Rollup.HOUR else timedelta(days=1)
-    fixed = urlencode({k: v for k, v in {"agent": filters.agent, "model": filters.model, **params}.items() if v})
-    base = reverse("calls", args=[slug]) + "?" + (f"{fixed}&" if fixed else "")
+    base = bucket_base(slug, filters, **params)
     out = []
     for start in starts:
         begin = datetime.fromisoformat(start).astimezone(UTC)
@@ -219,9 +224,12 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 
 
 def _cache_chart(slug: str, filters: Filters, chart: dict) -> dict:
-    """Click-through: a line's bucket opens that agent/model's calls of the bucket; a point its call."""
+    """Click-through: a line's bucket opens that agent/model's calls of the bucket (cache.js adds
+    the bucket's since and until: a week of hourly lines would repeat a URL per point); a point
+    its call."""
+    chart["bucket_seconds"] = 3600 if chart["bucket"] == Rollup.HOUR else 86400
     for line in chart["lines"].values():
-        line["urls"] = bucket_urls(slug, filters, line["x"], chart["bucket"], agent=line["agent"], model=line["model"])
+        line["calls_url"] = bucket_base(slug, filters, agent=line["agent"], model=line["model"])
     link = call_linker(slug, filters.querystring())
     for point in chart["points"]:
         point["url"] = link(point["call__call_id"])

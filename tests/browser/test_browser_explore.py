@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import re
+from datetime import datetime
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -116,6 +117,11 @@ def test_it_clicks_through_from_the_runs_run_and_cache_charts(site, watched):
     watched.charts("#chart-cache")
     click_point(page, "#chart-cache .scatterlayer .trace:first-child .point")
     expect(page).to_have_url(re.compile(r"/calls/\?.*agent=.*model=.*since="))
+    # The bucket's URL is built in the page: exactly one bucket, whose calls the list shows.
+    since, until = (datetime.strptime(re.search(rf"{name}=([^&]+)", page.url).group(1).replace("%3A", ":"),
+                                      "%Y-%m-%dT%H:%MZ") for name in ("since", "until"))
+    assert (until - since).total_seconds() in (3600, 86400)
+    expect(page.locator("#calls tbody tr[data-call]").first).to_be_visible()
     assert watched.errors == []
 
 
