@@ -29,7 +29,7 @@ def record() -> bytes:
     shutil.rmtree(FOLDER, ignore_errors=True)
     sink = KeptManifests()
     with ClaudeCodeStandIn(sized_usage=True) as provider, running_proxy(provider.url, sink) as proxy:
-        run_session(proxy.url, FOLDER)
+        run_session(proxy.url, FOLDER, declare_evidence=False)
         proxy.capture.flush(10)
     shutil.rmtree(FOLDER, ignore_errors=True)
     if len(sink.encoded) != CALLS or len(sink.manifests[-1].compactions) != 1:

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from ctxkit.record.manifest import decode_manifest
 from manifests import services
 from manifests.demo import claude_code
-from manifests.models import Call, Compaction, Item, Project
+from manifests.models import Attribution, CacheEvent, Call, Compaction, Evidence, Item, Project
 
 pytestmark = pytest.mark.django_db
 
@@ -49,8 +49,15 @@ def test_it_loads_the_session_as_one_run_ending_now_with_its_compaction():
     assert compaction.tokens_after < compaction.tokens_before
     summary = Item.objects.get(call=calls[5], item_id=compaction.summary_item)
     assert summary.kind == "summary" and "0.0321" not in summary.text
+    # The watched fact the loader adds: read at step 1, lost by the compaction's summary.
     [invariant] = compaction.invariants.all()
-    assert (invariant.name, invariant.ok, invariant.lost) == ("required_evidence", False, ["refund_rate"])
+    assert (invariant.name, invariant.ok, invariant.lost) == ("required_evidence", False, ["refund rate"])
+    [lost] = Attribution.objects.filter(call=calls[5], evidence_key="fact:refund rate")
+    assert (lost.cause, lost.is_risk) == ("compaction", False)
+    assert not Evidence.objects.filter(call=calls[0], key="fact:refund rate").exists()  # not read yet
+    assert Evidence.objects.get(call=calls[4], key="fact:refund rate").present
+    # The third turn appended a line to the system prompt: its call's cache cause says where.
+    assert CacheEvent.objects.get(call=calls[3]).changed_segment == "system"
 
 
 def test_it_loads_the_session_once():

@@ -2,21 +2,34 @@
 ``claude -p`` turns (tests/claude_code_session.py) against the stand-in provider, ``--continue``
 carrying one session, a Read tool call on a note, ``/compact`` with a summary that leaves out
 the note's refund rate, one turn on the compacted history. Checked through the live ctxview
-server: one run with steps 0..5 in order, the tool call and its result, the compaction on the
-call after it (tokens before and after, summary item, the lost evidence) and on the
-compaction review page. And the CLI's own compaction on a full window (trigger ``auto``)."""
+server: one run with steps 0..5 in order, the tool call and its result, the cache cause of the
+system prompt line a later launch appended, the window by category on the call page, the
+compaction on the call after it (tokens before and after, summary item, the lost evidence and
+the lost watched fact, traced to the compaction) and on the compaction review page. And the
+CLI's own compaction on a full window (trigger ``auto``)."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 
-from tests.claude_code_session import CLI_DIR, KEY, claude, environment, run_session
+from ctxkit import window_breakdown
+from manifests.facts import FactSpec, create_fact
+from manifests.models import CacheEvent
+from tests.claude_code_session import APPENDED, CLI_DIR, KEY, claude, environment, run_session
 from tests.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
 from tests.proxy_support import KeptManifests, npm_ci, running_proxy
+
+
+def _window_row(page: str, category: str) -> list[str]:
+    row = re.search(rf'<tr data-category="{category}">(.*?)</tr>', page, flags=re.S)
+    assert row, category
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row.group(1))]
 
 
 def _get(live_server, key: str, path: str) -> dict:
@@ -29,6 +42,7 @@ def _get(live_server, key: str, path: str) -> dict:
 def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender, tmp_path, client, owner,
                                                         project):
     npm_ci(CLI_DIR)
+    create_fact(project=project, spec=FactSpec(label="refund rate", text="The refund rate is 0.0321"))
     with ClaudeCodeStandIn(sized_usage=True) as provider, running_proxy(provider.url, sender) as proxy:
         note, answers = run_session(proxy.url, tmp_path)
         assert answers == ["The note says: The refund rate is 0.0321.", "Noted: who approves the refunds?",
@@ -63,6 +77,27 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
     assert SUMMARY_REQUEST in next(i["text"] for i in summarising["items"] if i["kind"] == "user")
     assert summarising["compactions"] == [] and all(c["compactions"] == [] for c in details[:5])
 
+    # The third launch re-renders the system prompt with a line appended (the CLI then also
+    # words its first line differently): the cache cause of its call names the first changed line.
+    system = [next(seg["text"] for seg in c["prefix_segments"] if seg["name"] == "system") for c in details[2:4]]
+    assert APPENDED not in system[0] and APPENDED in system[1]
+    event = CacheEvent.objects.get(call__call_id=details[3]["call_id"])
+    assert (event.cause, event.changed_segment) == ("prefix_changed", "system")
+    first_changed = next(n for n, (a, b) in enumerate(zip(*(t.split("\n") for t in system)), 1) if a != b)
+    assert event.detail.startswith(f"system prompt line {first_changed} changed: ")
+
+    # The window as the CLI's own /context shows it, on the call page.
+    client.force_login(owner)
+    page = client.get(f"/p/{project.slug}/calls/{answered['call_id']}/").content.decode()
+    expected = window_breakdown([SimpleNamespace(**i) for i in answered["items"]], answered["window"],
+                                answered["input_tokens"])
+    sent_tools = model_calls[1][3]["tools"]  # what the CLI sent with its second call
+    assert expected.items["tools"] == len(sent_tools) and expected.items["mcp_tools"] == 0
+    assert expected.tokens["system"] and expected.tokens["messages"] and expected.tokens["tool_results"]
+    for category in ("system", "tools", "messages", "tool_results"):
+        assert _window_row(page, category)[1] == str(expected.tokens[category]), category
+    assert f"Tool definitions: built-in {len(sent_tools)}, MCP 0." in page
+
     [compaction] = after["compactions"]
     summary = next(i for i in after["items"] if i["kind"] == "summary")
     assert summary["text"].startswith("This session is being continued from a previous conversation")
@@ -72,12 +107,18 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
     assert compaction["tokens_before"] == summarising["input_tokens"]
     assert compaction["tokens_after"] == after["input_tokens"] < summarising["input_tokens"]
     assert compaction["kept_turns"] == 1  # "draft a one-line reply..." survives verbatim
-    [invariant] = compaction["invariants"]
-    assert (invariant["name"], invariant["ok"], invariant["lost"]) == ("required_evidence", False, ["refund_rate"])
+    declared, watched = compaction["invariants"]
+    assert (declared["name"], declared["ok"], declared["lost"]) == ("required_evidence", False, ["refund_rate"])
+    # The watched fact: held by the call before the compaction, lost by its summary.
+    assert (watched["name"], watched["ok"], watched["lost"]) == ("required_evidence", False, ["refund rate"])
+    fact = next(e for e in after["evidence"] if e["key"] == "fact:refund rate")
+    assert fact["present"] is False
+    lost = next(a for a in after["attributions"] if a["evidence_key"] == "fact:refund rate")
+    assert (lost["cause"], lost["is_risk"]) == ("compaction", False)
+    assert next(e for e in summarising["evidence"] if e["key"] == "fact:refund rate")["present"] is True
     assert not any(i["kind"] == "tool_result" for i in after["items"])
     assert KEY not in json.dumps(details)
 
-    client.force_login(owner)
     page = client.get(f"/p/{project.slug}/compactions/")
     assert page.status_code == 200
     assert f'data-compaction="{compaction["id"]}"' in page.content.decode()

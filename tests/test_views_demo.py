@@ -64,6 +64,8 @@ def test_it_loads_through_seed_demo_and_stores_nothing_twice(capsys):
     project = Project.objects.get(slug="demo")
     calls = Call.objects.filter(project=project).count()
     assert calls > 250
+    assert "Claude Code session: 6 calls captured by ctxkit proxy" in out
+    assert Call.objects.filter(project=project, agent="claude-cli").count() == 6
     call_command("seed_demo")
     assert Call.objects.filter(project=project).count() == calls
 

@@ -3,10 +3,11 @@
 ``--continue``, against a stand-in of the Messages API (tests/claude_code_standin.py).
 
 The session: the model has the CLI's Read tool read a note ("The refund rate is 0.0321."), two
-more turns follow, then ``/compact``: the CLI asks for a summary, and the stand-in's summary
-leaves the refund rate out; one more turn runs on the compacted history. Six calls, one run (the
-CLI's session id), the compaction on the sixth call with ``required_evidence`` lost
-(``refund_rate``, declared with ``X-Ctxview-Evidence``).
+more turns follow (the second launched with a line appended to the system prompt), then
+``/compact``: the CLI asks for a summary, and the stand-in's summary leaves the refund rate out;
+one more turn runs on the compacted history. Six calls, one run (the CLI's session id). The
+project watches the rate (:data:`WATCHED`): the loader adds that watched fact, so the sixth call
+shows it missing, lost in the compaction, whose ``required_evidence`` invariant fails.
 
 claude_code_session.jsonl holds the manifests the proxy produced, one per line, as they were
 sent; loading shifts their times so the session ends at ``now`` and stores them through
@@ -27,9 +28,12 @@ from typing import Any
 from django.utils import timezone
 
 from manifests import ingest
-from manifests.models import Call, Project
+from manifests.facts import FactSpec, create_fact
+from manifests.models import Call, Project, WatchedFact
 
 FIXTURE = Path(__file__).with_name("claude_code_session.jsonl")
+AGENT = "claude-cli"
+WATCHED = FactSpec(label="refund rate", text="The refund rate is 0.0321", agent=AGENT)
 
 
 def recorded() -> list[dict[str, Any]]:
@@ -62,11 +66,14 @@ def shifted(manifests: list[dict[str, Any]], now: datetime) -> list[dict[str, An
 
 def load_claude_code_session(*, project: Project, now: datetime | None = None,
                              analyse: bool = True) -> dict[str, int]:
-    """Store the session in ``project`` (once: a second load stores nothing)."""
+    """Watch :data:`WATCHED` in ``project`` and store the session there (once: a second load
+    stores nothing)."""
     manifests = recorded()
     stored = Call.objects.filter(project=project, run__run_id=manifests[0]["run_id"]).count()
     if stored:
         return {"accepted": 0, "duplicates": stored}
+    if not WatchedFact.objects.filter(project=project, label=WATCHED.label).exists():
+        create_fact(project=project, spec=WATCHED)
     body = json.dumps({"manifests": shifted(manifests, now or timezone.now())}, ensure_ascii=False)
     report = ingest.ingest_body(project=project, body=body.encode("utf-8"))
     if analyse and report.stored_call_ids:

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from manifests import services
+from manifests.demo import claude_code as demo_claude_code
 from manifests.demo import instrument as demo_instrument
 from manifests.demo import otlp as demo_otlp
 from manifests.demo import runs as demo
@@ -37,11 +38,14 @@ class Command(BaseCommand):
         report = demo.load(project=project)
         traced = demo_otlp.load(project=project)  # the run that came in through OTLP
         instrumented = demo_instrument.load(project=project)  # the run recorded by ctxkit.instrument
+        captured = demo_claude_code.load_claude_code_session(project=project)  # Claude Code via ctxkit proxy
         self.stdout.write(
             f"demo data: {report['accepted']} calls stored and analysed, {report['duplicates']} already there\n"
             f"OTLP run:  {traced['accepted']} calls from {traced['spans']} spans ({traced['ignored']} not inference)\n"
             f"instrument run: {instrumented['accepted']} calls recorded around the anthropic client, "
             f"{instrumented['duplicates']} already there\n"
+            f"Claude Code session: {captured['accepted']} calls captured by ctxkit proxy, "
+            f"{captured['duplicates']} already there\n"
             f"\n  open     http://{os.environ.get('CTXVIEW_DEMO_HOST', '127.0.0.1:8000')}/\n"
             f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
             f"  api key  {raw_key}   (ingest + read, project 'demo')\n"
