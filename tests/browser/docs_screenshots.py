@@ -89,13 +89,27 @@ def live(page: Page, base: str, out: Path, key: str) -> None:
         context.close()
 
 
+def proxy(page: Page, base: str, out: Path) -> None:
+    """The Claude Code session ``ctxkit proxy`` captured (manifests/demo/claude_code.py): its run
+    with the window per step, and the call after ``/compact`` that lost the watched fact."""
+    fixture = ROOT / "manifests" / "demo" / "claude_code_session.jsonl"
+    calls = [json.loads(line) for line in fixture.read_text().splitlines() if line.strip()]
+    run_id, last = calls[0]["run_id"], max(calls, key=lambda c: c["step"])["call_id"]
+    page.goto(f"{base}/p/demo/runs/{run_id}/")
+    page.locator("#chart-window .main-svg").first.wait_for(state="attached")
+    shot(page, out, "proxy-claude-code-run", "#chart-window", offset=60)
+    page.goto(f"{base}/p/demo/calls/{last}/")
+    shot(page, out, "proxy-claude-code-window", "#window-heading", offset=20)
+    shot(page, out, "proxy-claude-code-compaction", "h2 >> text=Compactions and context edits", offset=20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", default="http://127.0.0.1:8000")
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"))
     parser.add_argument("--user", default="demo")
     parser.add_argument("--password", default="demo-password")
-    parser.add_argument("--part", choices=["all", "walkthrough", "explore", "live"], default="all",
+    parser.add_argument("--part", choices=["all", "walkthrough", "explore", "live", "proxy"], default="all",
                         help="the three questions' walkthrough, the find/compare/export pages, or both; "
                              "or the live tail (needs --key)")
     parser.add_argument("--key", default="", help="the demo project's ingest key (printed by `make run`)")
@@ -111,8 +125,9 @@ def main() -> None:
         page.fill("input[name=password]", args.password)
         page.click("button[type=submit]")
         page.wait_for_url(f"{base}/")
-        if args.part in ("live", "explore"):
-            (live(page, base, out, args.key) if args.part == "live" else explore(page, base, out))
+        if args.part in ("live", "explore", "proxy"):
+            {"live": lambda: live(page, base, out, args.key), "explore": lambda: explore(page, base, out),
+             "proxy": lambda: proxy(page, base, out)}[args.part]()
             browser.close()
             return
 
@@ -165,6 +180,7 @@ def main() -> None:
         shot(page, out, "run")
         if args.part == "all":
             explore(page, base, out)
+            proxy(page, base, out)
 
         # The allocation bar of a call whose folded turns were not sent.
         page.goto(f"{base}/p/demo/calls/coder-list-endpoint/step-7/")
