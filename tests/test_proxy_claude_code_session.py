@@ -20,7 +20,7 @@ import pytest
 
 from ctxkit import window_breakdown
 from manifests.facts import FactSpec, create_fact
-from manifests.models import CacheEvent
+from manifests.models import CacheEvent, Call
 from tests.claude_code_session import APPENDED, CLI_DIR, KEY, claude, environment, run_session
 from tests.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
 from tests.proxy_support import KeptManifests, npm_ci, running_proxy
@@ -58,7 +58,9 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
         while True:
             proxy.capture.flush(2)
             calls = _get(live_server, key, f"/api/v1/runs/session-{session}/calls")["results"]
-            if len(calls) >= 6 or time.monotonic() > deadline:
+            # Stored, then analysed once the server's transaction commits: wait for both.
+            analysed = Call.objects.filter(run__run_id=f"session-{session}", analyzed_at__isnull=False).count()
+            if (len(calls) >= 6 and analysed >= 6) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
 
