@@ -16,6 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from ctxkit.instrumentation.bodies import manifest_from_bodies
 from manifests import analysis
+from manifests.analysis import cache
+from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, Call
 from manifests.storage import partitions
 from tests.analysis_support import MODEL, T0
@@ -78,6 +80,12 @@ def test_it_names_the_system_line_that_changed_since_the_previous_run(api):
     assert first.previous_prefix_hash == Call.objects.get(call_id="s1/step-1").prefix_hash != first.prefix_hash
     # Within each run nothing changes: the second call of the first run is compared in its run.
     assert event("s1/step-1").previous_call.call_id == "s1/step-0"
+    # A caller of classify that passes only the run's previous call (bench/scale_rollups.py) keeps
+    # the first call's cold start.
+    row = Call.objects.filter(call_id="s2/step-0").values(*cache.NEIGHBOUR_FIELDS).get()
+    alone = cache.classify(row, None, PriceBook.load())
+    assert (alone.cause, alone.previous_call_id, alone.detail) == (
+        CacheEvent.COLD_START, None, "first call of the run: nothing cached yet")
 
 
 def test_it_calls_an_unchanged_prefix_after_the_ttl_a_ttl_expiry_since_the_previous_run(api):
