@@ -345,7 +345,10 @@ def event_cause() -> str:
     minimum" (every prefix is 1,800+ tokens, above the default 1,024), a model change
     within a run (a run has one model), "first call warm from another run" (a first step
     never reads the cache), the price book's TTL (every call records its TTL), and a context
-    edit on a request that only grew (no generated call caches messages or records an edit)."""
+    edit on a request that only grew (no generated call caches messages or records an edit).
+    Not modelled: the comparison of a run's first call with the previous run's call (a first
+    call here is a cold start; verify_figures runs classify without that call, as it is called
+    without ``earlier``)."""
     from manifests.models import CacheEvent as E
 
     return (

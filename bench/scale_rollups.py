@@ -40,6 +40,9 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
     ids = list(project_ids)
     cursor.execute("DELETE FROM manifests_rollup WHERE project_id = ANY(%s)", [ids])
     k = "p, hr, agent, model"
+    # The same, named by the calls CTE where a table with agent and model columns of its own
+    # (cache events) is joined to it.
+    kc = "calls.p, calls.hr, calls.agent, calls.model"
     cursor.execute(
         f"""
         WITH calls AS (
@@ -60,8 +63,8 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
         causes AS (
             SELECT {k}, jsonb_object_agg(cause, n ORDER BY cause) AS m,
                    coalesce(sum(n) FILTER (WHERE cause = 'prefix_changed'), 0) AS prefix_changes FROM (
-                SELECT {k}, e.cause, count(*) AS n FROM manifests_cacheevent e JOIN calls ON calls.id = e.call_id
-                GROUP BY {k}, e.cause) t GROUP BY {k}
+                SELECT {kc}, e.cause, count(*) AS n FROM manifests_cacheevent e JOIN calls ON calls.id = e.call_id
+                GROUP BY {kc}, e.cause) t GROUP BY {k}
         ),
         compactions AS (
             SELECT {k}, count(*) AS n, sum(m.failed_invariants) AS failures
@@ -153,7 +156,8 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
     hit rate, uncached tokens, cost, headroom and the shares of the window with
     ctxkit.figures (at the price book's weights and effective limit, as
     manifests/analysis/figures.py), and the cache event with
-    manifests/analysis/cache.py's classify() against the previous call of the run."""
+    manifests/analysis/cache.py's classify() against the previous call of the run (a run's
+    first call without the previous run's call: the generator does not model that link)."""
     from ctxkit import figures as ref
     from manifests.analysis import cache
     from manifests.analysis.prices import PriceBook

@@ -463,7 +463,8 @@ class Attribution(models.Model):
 
 
 class CacheEvent(models.Model):
-    """A call's prompt-cache outcome against the previous call of its run, with its cause."""
+    """A call's prompt-cache outcome against the previous call of its run (for a run's first call
+    that read nothing, the previous run's call: docs/analysis.md), with its cause."""
 
     HIT = "hit"
     PREFIX_CHANGED = "prefix_changed"

@@ -81,8 +81,9 @@ def test_it_sums_one_hour_from_the_source_rows(project):
     assert hour.attributions == {"budget": 2, "truncated": 3}
     assert hour.tokens_by_kind == {"system": 1800, "tools": 3000, "tool_result": sum(200 + n for n in range(6)),
                                    "retrieval": 150 * 4}
-    # The system prompt alternates between two versions: every later call of a run changed prefix.
-    assert hour.cache_causes == {"cold_start": 2, "prefix_changed": 4} and hour.prefix_changes == 4
+    # The system prompt alternates between two versions: every later call of a run changed prefix,
+    # and so did the second run's first call against the first run's last call.
+    assert hour.cache_causes == {"cold_start": 1, "prefix_changed": 5} and hour.prefix_changes == 5
     assert hour.hit_rate == pytest.approx(hour.cache_read_tokens / hour.input_tokens)
     assert hour.cost_per_verified_success == pytest.approx(hour.cost / 2)
     day = Rollup.objects.get(project=project, bucket="day")

@@ -5,8 +5,10 @@ Prompt caching matches a prefix token by token: at the first difference the rest
 of the cache is lost. So each call is compared with the previous call of its run
 (by step, then time): a changed prefix hash is pinned to the first segment whose
 hash changed; an unchanged prefix that still missed waited longer than the TTL;
-the first call of a run is a cold start; a prefix shorter than the provider's
-minimum is never cached at all. The details say it in the words of what changed
+the first call of a run that read nothing is compared in the same way with the
+latest earlier call of its agent and model in another run (a new session that
+missed what the last one wrote), and is a cold start when there is none; a
+prefix shorter than the provider's minimum is never cached at all. The details say it in the words of what changed
 (cache_words.py): the system line, the tools by name, the earlier messages and
 the context edit or compaction that removed them, the TTL and where it came from.
 Regressions across runs live in regressions.py.
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import DateTimeField, ExpressionWrapper, OuterRef, Q, Subquery
 
 from ctxkit import figures as fig
 from ctxkit.record.manifest import Usage
@@ -49,7 +51,11 @@ NEIGHBOUR_FIELDS = (
     "cache_write_tokens",
     "output_tokens",
     "analyzed_at",
+    "call_id",
 )
+# How far before the first call of a run the call of another run it is compared with may be
+# (docs/analysis.md): a day, so the lookup reads at most two daily partitions.
+CROSS_RUN_LOOKBACK = timedelta(hours=24)
 EVENT_FIELDS = [
     "previous_call",
     "cause",
@@ -150,7 +156,7 @@ def _ttl_words(call: dict[str, Any], prev: dict[str, Any], ttl: int) -> str:
     return cache_words.ttl(ttl, recorded=True, builder=str(recorder.get("builder_name") or ""))
 
 
-def _changed_words(call: dict[str, Any], prev: dict[str, Any], segment: str) -> str:
+def _changed_words(call: dict[str, Any], prev: dict[str, Any], segment: str, *, across_runs: bool = False) -> str:
     """The change in ``segment`` told by what changed in it (cache_words), or "" when its lines
     do not show it. Messages words only when the previous call cached messages: a messages
     segment that appeared where another was is told by the segments."""
@@ -162,18 +168,37 @@ def _changed_words(call: dict[str, Any], prev: dict[str, Any], segment: str) -> 
         return ""
     return cache_words.prefix_change(before, after, segment, edits=call.get("context_edits") or (),
                                      compactions=call.get("compactions") or (),
-                                     previous_compactions=prev.get("compactions") or ())
+                                     previous_compactions=prev.get("compactions") or (), across_runs=across_runs)
 
 
-def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook) -> CacheEvent:
-    """The cause of one call's cache outcome, given the previous call of its run."""
+def compares_across_runs(call: dict[str, Any], prices: PriceBook) -> bool:
+    """Whether the first call of a run is compared with another run's call: it read nothing
+    from the cache and its cacheable prefix is not below the provider's minimum."""
+    cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
+    return call["cache_read_tokens"] == 0 and cacheable >= prices.for_model(call["model"]).min_cacheable_tokens
+
+
+def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook, *,
+             earlier: dict[str, Any] | None = None) -> CacheEvent:
+    """The cause of one call's cache outcome, given the previous call of its run (``prev``).
+
+    ``earlier``, for the first call of a run (``prev`` None): the latest earlier call of its
+    project, agent and model in another run (:func:`earlier_in_other_runs`). A first call that
+    read nothing (:func:`compares_across_runs`) is compared with it as with a previous call, in
+    words that name it, except that the ``messages`` segment (each run's own conversation) is
+    not compared. Without it, a first call is a cold start, or a hit from a cache another run
+    warmed."""
     price = prices.for_model(call["model"])
     read = call["cache_read_tokens"]
     # What could have been cached: the declared stable prefix, else the whole input.
     cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
+    across, who = False, "the previous call"
+    if prev is None and earlier is not None and compares_across_runs(call, prices):
+        across, who, prev = True, cache_words.previous_run_call(str(earlier.get("call_id", ""))), earlier
     gap = _gap(call, prev) if prev is not None else None
     segment = ""
     grew = ""  # how the prefix grew from the previous call's, when that is all that changed
+    conversation = False  # across runs: the prefixes differ from their messages segment on
     if read == 0 and cacheable < price.min_cacheable_tokens:
         cause = CacheEvent.BELOW_MINIMUM
         detail = (
@@ -189,27 +214,33 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
                   "nothing the previous call wrote can be read")
     elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"] and not (
         grew := prefix_extension(prev["prefix_segments"] or [], call["prefix_segments"] or [])
-    ):
+    ) and not (conversation := across and _only_messages_differ(prev, call)):
         cause = CacheEvent.PREFIX_CHANGED
         segment, how = first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])
-        detail = f"{(_changed_words(call, prev, segment) if segment else '') or how}; the cache is lost from there on"
+        words = _changed_words(call, prev, segment, across_runs=across) if segment else ""
+        detail = f"{words or how}; the cache is lost from there on"
     elif read:
         cause = CacheEvent.HIT
         detail = (f"the prefix grew ({grew}): it starts with the previous call's, read from the cache" if grew
                   else "same prefix as the previous call, read from the cache")
     elif gap is not None and gap > (ttl := _ttl(call, prev, price)):
         cause = CacheEvent.TTL_EXPIRED
-        detail = f"{gap:.0f}s since the previous call, longer than the cache TTL ({_ttl_words(call, prev, ttl)})"
+        detail = f"{gap:.0f}s since {who}, longer than the cache TTL ({_ttl_words(call, prev, ttl)})"
         if prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds"):
             detail += ": an expected miss"
-    elif call.get("context_edits") and any(s.get("name") == "messages" for s in call["prefix_segments"] or []
-                                           if isinstance(s, dict)):
+        across = False  # the words name the call already
+    elif not across and call.get("context_edits") and any(
+            s.get("name") == "messages" for s in call["prefix_segments"] or [] if isinstance(s, dict)):
         cause, segment = CacheEvent.PREFIX_CHANGED, "messages"
         detail = f"{cache_words.cleared_by_provider(call['context_edits'])}; the cache is lost from there on"
     else:
         cause = CacheEvent.COLD_START
-        same = f"a prefix that starts with the previous call's ({grew})" if grew else "same prefix"
+        same = (f"a prefix that starts with the previous call's ({grew})" if grew
+                else "same prefix up to its messages (each run has its own conversation)" if conversation
+                else "same prefix")
         detail = f"{same} within the TTL but nothing was read: the previous call did not write the cache"
+    if across:
+        detail = f"since {who}: {detail}"
     return CacheEvent(
         project_id=call["project_id"],
         call_id=call["pk"],
@@ -230,6 +261,12 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
                                       cache_write_tokens=call["cache_write_tokens"],
                                       output_tokens=call["output_tokens"]), call["prefix_tokens"], price.weights),
     )
+
+
+def _only_messages_differ(prev: dict[str, Any], call: dict[str, Any]) -> bool:
+    """Whether two prefixes are the same up to a ``messages`` segment, the conversation that
+    another run does not share (its first changed segment is ``messages``)."""
+    return first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])[0] == "messages"
 
 
 def _neighbour(direction: str) -> Subquery:
@@ -269,10 +306,41 @@ def _add_removals(rows: dict[int, dict[str, Any]]) -> None:
         row["compactions"] = found["compactions"].get(pk, [])
 
 
+def earlier_in_other_runs(firsts: list[dict[str, Any]]) -> dict[int, int]:
+    """For first calls of runs (rows with pk, project_id, run_id, agent, model, started_at), the
+    pk of the call each one is compared with: the latest call (by started_at, then pk) of the same
+    project, agent and model in another run that started before it, at most
+    ``CROSS_RUN_LOOKBACK`` before it. Calls without one are left out.
+
+    One statement, one index probe per first call on (project, agent, model, started_at): the
+    bound by the calls' own times (between the earliest one less the lookback and the latest)
+    names the partition key, so PostgreSQL reads only those days' partitions."""
+    if not firsts:
+        return {}
+    times = [c["started_at"] for c in firsts]
+    since = ExpressionWrapper(OuterRef("started_at") - CROSS_RUN_LOOKBACK, output_field=DateTimeField())
+    latest = (
+        Call.objects.filter(project_id=OuterRef("project_id"), agent=OuterRef("agent"), model=OuterRef("model"),
+                            started_at__lt=OuterRef("started_at"), started_at__gte=since)
+        .filter(started_at__gte=min(times) - CROSS_RUN_LOOKBACK, started_at__lt=max(times))
+        .exclude(run_id=OuterRef("run_id"))
+        .order_by("-started_at", "-pk")
+        .values("pk")[:1]
+    )
+    found = (Call.objects.filter(pk__in=[c["pk"] for c in firsts], **partitions.span(times))
+             .annotate(earlier_pk=Subquery(latest)).values_list("pk", "earlier_pk"))
+    return {pk: earlier_pk for pk, earlier_pk in found if earlier_pk is not None}
+
+
 def update_cache_events(call_pks: list[int], prices: PriceBook) -> list[dict[str, Any]]:
     """Write the cache event of every given call, and re-derive the event of each one's
     successor in its run when that one was already analysed (a late call changes what
-    its successor is compared with). Returns the rows of the successors re-derived."""
+    its successor is compared with). Returns the rows of the successors re-derived.
+
+    The first call of a run that read nothing is compared with the latest earlier call of
+    another run (:func:`earlier_in_other_runs`). A call that arrives late does not re-derive
+    the first calls of other runs that it would now precede: only a re-analysis of those
+    (``manage.py reanalyse_calls``) compares them again."""
     links = list(
         Call.objects.filter(pk__in=call_pks)
         .annotate(prev_pk=_neighbour("prev"), next_pk=_neighbour("next"))
@@ -282,12 +350,21 @@ def update_cache_events(call_pks: list[int], prices: PriceBook) -> list[dict[str
     for _, prev_pk, next_pk in links:
         wanted.update(pk for pk in (prev_pk, next_pk) if pk is not None)
     rows = {r["pk"]: r for r in Call.objects.filter(pk__in=wanted).values(*NEIGHBOUR_FIELDS)}
+    firsts = [rows[pk] for pk, prev_pk, _ in links if prev_pk is None and compares_across_runs(rows[pk], prices)]
+    across = earlier_in_other_runs(firsts)
+    missing = set(across.values()) - set(rows)
+    if missing:
+        times = [c["started_at"] for c in firsts]
+        rows.update((r["pk"], r) for r in Call.objects.filter(
+            pk__in=missing, started_at__gte=min(times) - CROSS_RUN_LOOKBACK, started_at__lt=max(times),
+        ).values(*NEIGHBOUR_FIELDS))
     _add_removals(rows)
     chunk = set(call_pks)
     events: dict[int, CacheEvent] = {}
     successors: list[dict[str, Any]] = []
     for pk, prev_pk, next_pk in links:
-        events[pk] = classify(rows[pk], rows.get(prev_pk) if prev_pk else None, prices)
+        earlier = rows.get(across[pk]) if pk in across else None
+        events[pk] = classify(rows[pk], rows.get(prev_pk) if prev_pk else None, prices, earlier=earlier)
         nxt = rows.get(next_pk) if next_pk else None
         if nxt is not None and nxt["pk"] not in chunk and nxt["analyzed_at"] is not None:
             events[nxt["pk"]] = classify(nxt, rows[pk], prices)

@@ -11,7 +11,8 @@ and (when the agent sends it) text, through the prefix line diff (manifests/sele
 - ``messages``: earlier messages modified or removed, and what did it when the call records it:
   a context edit, or a compaction (of this call, or the previous call's provider compaction).
 
-Without text, lines and tools are named by number. A TTL is told with where it came from.
+Without text, lines and tools are named by number. A TTL is told with where it came from. The
+first call of a run compared with another run's call names that call (``previous_run_call``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MAX_NAMES = 5  # tools named per group; the rest are counted
 # (sdk/ctxkit/instrumentation/anthropic.py, cache_ttl_seconds).
 CAPTURED = ("ctxkit.instrument", "ctxkit.proxy")
 _PLAIN_NAME = re.compile(r"[\w.:-]{1,128}")
+_PLAIN_CALL_ID = re.compile(r"[\w.:/@#-]{1,128}")
 
 
 def _printable(text: str) -> str:
@@ -129,7 +131,7 @@ def _mcp_servers(names: list[str]) -> list[str] | None:
     return sorted({p[1] for p in parts})
 
 
-def _tool_group(names: list[str], unnamed: list[int], verb: str) -> str:
+def _tool_group(names: list[str], unnamed: list[int], verb: str, *, across_runs: bool = False) -> str:
     shown = [_shown(n) for n in names] + [f"at line {n}" for n in unnamed]
     if not shown:
         return ""
@@ -139,11 +141,12 @@ def _tool_group(names: list[str], unnamed: list[int], verb: str) -> str:
     servers = _mcp_servers(names) if not unnamed else None
     if servers and verb in ("added", "removed"):
         which = f"{'an MCP server' if len(servers) == 1 else 'MCP servers'} ({', '.join(map(_shown, servers))})"
-        words += f": {which} {'connected' if verb == 'added' else 'disconnected'} mid-session"
+        when = "" if across_runs else " mid-session"
+        words += f": {which} {'connected' if verb == 'added' else 'disconnected'}{when}"
     return words
 
 
-def _tools(c: _Compared) -> str:
+def _tools(c: _Compared, *, across_runs: bool = False) -> str:
     old_hashes, new_hashes = c.old.get("lines") or [], c.new.get("lines") or []
     if old_hashes and sorted(old_hashes) == sorted(new_hashes):
         row = c.rows[0]
@@ -161,7 +164,7 @@ def _tools(c: _Compared) -> str:
             names[row.change].append(name)
         else:
             unnamed[row.change].append(row.line if row.change != "removed" else row.before_line or row.line)
-    groups = [_tool_group(names[k], unnamed[k], k) for k in ("added", "removed", "changed")]
+    groups = [_tool_group(names[k], unnamed[k], k, across_runs=across_runs) for k in ("added", "removed", "changed")]
     tail = f" (and {_plural(c.more, 'more changed line')})" if c.more else ""
     return "; ".join(g for g in groups if g) + tail
 
@@ -181,18 +184,28 @@ def _messages(c: _Compared, edits: Sequence[str], compactions: Sequence[str], pr
 
 
 def prefix_change(before: Sequence[Any], after: Sequence[Any], segment: str, *, edits: Sequence[str] = (),
-                  compactions: Sequence[str] = (), previous_compactions: Sequence[str] = ()) -> str:
+                  compactions: Sequence[str] = (), previous_compactions: Sequence[str] = (),
+                  across_runs: bool = False) -> str:
     """What changed in ``segment`` between two prefixes' stored segments, in the words above, or
     "" when its line hashes do not show it. ``edits``: the types of the call's context edits;
-    ``compactions``: the strategies of its compactions and of the previous call's."""
+    ``compactions``: the strategies of its compactions and of the previous call's;
+    ``across_runs``: ``before`` is another run's (an MCP server connected between the runs, not
+    mid-session)."""
     c = _Compared(before, after, segment)
     if not c.lined:
         return ""
     if segment == "tools":
-        return _tools(c)
+        return _tools(c, across_runs=across_runs)
     if segment == "messages":
         return _messages(c, edits, compactions, previous_compactions)
     return c.first_line("system prompt" if segment == "system" else f"segment {segment!r}")
+
+
+def previous_run_call(call_id: str) -> str:
+    """The call of another run a run's first call is compared with, by its id (quoted, printable
+    and shortened when it is not a plain id)."""
+    shown = call_id if _PLAIN_CALL_ID.fullmatch(call_id) else _short(call_id)
+    return f"the previous run's call {shown}"
 
 
 def cleared_by_provider(edits: Sequence[str]) -> str:
