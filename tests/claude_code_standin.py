@@ -9,7 +9,7 @@ that leaves out what the note said (:data:`SUMMARY`); any other prompt with ``No
 and a request without one with a short text. ``sized_usage=True`` reports an uncached input that
 grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
 makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
-at the start of its next run). Every other path
+at the start of its next run), ``cold_on`` one that read nothing from the cache. Every other path
 answers 404 in Anthropic's error shape. Each request's path, headers and JSON body are kept
 (``received``) so a test can see what the CLI sends.
 """
@@ -84,14 +84,19 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     return [{"type": "text", "text": "Reading a note"}], "end_turn"
 
 
-def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "") -> dict[str, int]:
+def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "", cold_on: str = "") -> dict[str, int]:
     """The answer's usage: fixed, or (``sized``) with the uncached input growing with the messages
     (a character count over four), so a compacted history reports fewer input tokens. A prompt
     holding ``full_window_on`` reports a window all but full (FULL_WINDOW), so the CLI compacts
-    on its own before its next call."""
+    on its own before its next call; one holding ``cold_on`` reads nothing from the cache and
+    writes what it would have read (a prompt the provider had no cached prefix for)."""
     usage = {**USAGE, "input_tokens": len(json.dumps(body.get("messages") or [])) // 4} if sized else USAGE
-    if full_window_on and full_window_on in _prompt(body.get("messages") or []):
+    prompt = _prompt(body.get("messages") or [])
+    if full_window_on and full_window_on in prompt:
         usage = {**usage, "input_tokens": FULL_WINDOW}
+    if cold_on and cold_on in prompt:
+        usage = {**usage, "cache_read_input_tokens": 0,
+                 "cache_creation_input_tokens": usage["cache_creation_input_tokens"] + usage["cache_read_input_tokens"]}
     return usage
 
 
@@ -160,7 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"input_tokens": 9740})
         if path != "/v1/messages" or not isinstance(body, dict):
             return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
-        usage = usage_of(body, self.server.sized_usage, self.server.full_window_on)
+        usage = usage_of(body, self.server.sized_usage, self.server.full_window_on, self.server.cold_on)
         if not body.get("stream"):
             blocks, stop = answer(body)
             return self._json(200, {"id": "msg_cc_standin", "type": "message", "role": "assistant",
@@ -178,10 +183,11 @@ class _Handler(BaseHTTPRequestHandler):
 class ClaudeCodeStandIn(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, *, sized_usage: bool = False, full_window_on: str = "") -> None:
+    def __init__(self, *, sized_usage: bool = False, full_window_on: str = "", cold_on: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.sized_usage = sized_usage
         self.full_window_on = full_window_on
+        self.cold_on = cold_on
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

@@ -1,12 +1,13 @@
 """The real Claude Code CLI over a session through ctxkit proxy, compaction included: five
 ``claude -p`` turns (tests/claude_code_session.py) against the stand-in provider, ``--continue``
 carrying one session, a Read tool call on a note, ``/compact`` with a summary that leaves out
-the note's refund rate, one turn on the compacted history. Checked through the live ctxview
-server: one run with steps 0..5 in order, the tool call and its result, the cache cause of the
-system prompt line a later launch appended, the window by category on the call page, the
-compaction on the call after it (tokens before and after, summary item, the lost evidence and
-the lost watched fact, traced to the compaction) and on the compaction review page. And the
-CLI's own compaction on a full window (trigger ``auto``)."""
+the note's refund rate, one turn on the compacted history; then a second session. Checked
+through the live ctxview server: one run with steps 0..5 in order, the tool call and its
+result, the cache cause of the system prompt line a later launch appended and of the line the
+second session's prompt gained, the window by category on the call page, the compaction on the
+call after it (tokens before and after, summary item, the lost evidence and the lost watched
+fact, traced to the compaction) and on the compaction review page. And the CLI's own compaction
+on a full window (trigger ``auto``)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,34 @@ from types import SimpleNamespace
 import pytest
 
 from ctxkit import window_breakdown
+from manifests.analysis.cache_words import previous_run_call
 from manifests.facts import FactSpec, create_fact
 from manifests.models import CacheEvent, Call
 from tests.claude_code_session import APPENDED, CLI_DIR, KEY, claude, environment, run_session
 from tests.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
 from tests.proxy_support import KeptManifests, npm_ci, running_proxy
 
+NEW_SESSION = "a new session starts here"
+SECOND_LINE = "Answer in plain words."
+
 
 def _window_row(page: str, category: str) -> list[str]:
     row = re.search(rf'<tr data-category="{category}">(.*?)</tr>', page, flags=re.S)
     assert row, category
     return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row.group(1))]
+
+
+def _wait_for_calls(live_server, key: str, proxy, run_id: str, count: int) -> list[dict]:
+    """The run's calls once ``count`` are stored and analysed (the server analyses a batch once
+    its transaction commits, so a call can be listed before its cache event exists)."""
+    deadline = time.monotonic() + 20
+    while True:
+        proxy.capture.flush(2)
+        calls = _get(live_server, key, f"/api/v1/runs/{run_id}/calls")["results"]
+        analysed = Call.objects.filter(run__run_id=run_id, analyzed_at__isnull=False).count()
+        if (len(calls) >= count and analysed >= count) or time.monotonic() > deadline:
+            return calls
+        time.sleep(0.05)
 
 
 def _get(live_server, key: str, path: str) -> dict:
@@ -43,7 +61,8 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
                                                         project):
     npm_ci(CLI_DIR)
     create_fact(project=project, spec=FactSpec(label="refund rate", text="The refund rate is 0.0321"))
-    with ClaudeCodeStandIn(sized_usage=True) as provider, running_proxy(provider.url, sender) as proxy:
+    with ClaudeCodeStandIn(sized_usage=True, cold_on=NEW_SESSION) as provider, \
+            running_proxy(provider.url, sender) as proxy:
         note, answers = run_session(proxy.url, tmp_path)
         assert answers == ["The note says: The refund rate is 0.0321.", "Noted: who approves the refunds?",
                            "Noted: draft a one-line reply to the customer", "",
@@ -54,15 +73,15 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
         assert len(sessions) == 1  # --continue keeps the CLI's session id
         assert not any(name.startswith("x-ctxview") for _, _, headers, _ in model_calls for name in headers)
         session = sessions.pop()
-        deadline = time.monotonic() + 20
-        while True:
-            proxy.capture.flush(2)
-            calls = _get(live_server, key, f"/api/v1/runs/session-{session}/calls")["results"]
-            # Stored, then analysed once the server's transaction commits: wait for both.
-            analysed = Call.objects.filter(run__run_id=f"session-{session}", analyzed_at__isnull=False).count()
-            if (len(calls) >= 6 and analysed >= 6) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        calls = _wait_for_calls(live_server, key, proxy, f"session-{session}", 6)
+        # A second session (no --continue) whose system prompt gained a line since the first
+        # one, and whose first call found nothing cached.
+        env = environment(proxy.url, tmp_path / "home")
+        assert claude(["-p", "--system-prompt-snapshot", "off", "--append-system-prompt", SECOND_LINE, NEW_SESSION],
+                      work=tmp_path / "work", env=env) == f"Noted: {NEW_SESSION}"
+        [second] = {headers["x-claude-code-session-id"] for _, path, headers, _ in provider.received
+                    if path.startswith("/v1/messages") and headers["x-claude-code-session-id"] != session}
+        [new_first] = _wait_for_calls(live_server, key, proxy, f"session-{second}", 1)
 
     details = sorted((_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls),
                      key=lambda c: c["step"])
@@ -99,6 +118,17 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
     for category in ("system", "tools", "messages", "tool_results"):
         assert _window_row(page, category)[1] == str(expected.tokens[category]), category
     assert f"Tool definitions: built-in {len(sent_tools)}, MCP 0." in page
+
+    # The second session's first call, against the first session's last call: the line added.
+    new_first = _get(live_server, key, f"/api/v1/calls/{new_first['call_id']}")
+    event = CacheEvent.objects.select_related("previous_call").get(call__call_id=new_first["call_id"])
+    assert (event.cause, event.changed_segment) == ("prefix_changed", "system")
+    assert event.previous_call.call_id == after["call_id"]
+    old, new = (next(seg["text"] for seg in c["prefix_segments"] if seg["name"] == "system")
+                for c in (after, new_first))
+    assert SECOND_LINE not in old and SECOND_LINE in new
+    line = next(n for n, (a, b) in enumerate(zip(old.split("\n"), new.split("\n")), 1) if a != b)
+    assert event.detail.startswith(f"since {previous_run_call(after['call_id'])}: system prompt line {line} ")
 
     [compaction] = after["compactions"]
     summary = next(i for i in after["items"] if i["kind"] == "summary")
