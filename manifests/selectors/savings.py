@@ -153,10 +153,14 @@ def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
     since, until = saving_range(filters)
     lost = _lost(project, filters, since, until)
     labels = dict(Attribution.CAUSES)
-    rows = list(lost.values("cause").annotate(
-        cost=Sum("call_cost"), calls=Count("call_cost"), runs=Count("run", distinct=True),
-        first_at=Min("started_at"),
-    ).order_by("cause"))
+    # One aggregate per cause: each reads its own range of the index in order, where one
+    # grouped over all causes would sort the seven days' rows first.
+    rows = []
+    for cause in MISSING_CAUSES:
+        row = lost.filter(cause=cause).aggregate(cost=Sum("call_cost"), calls=Count("call_cost"),
+                                                 runs=Count("run", distinct=True), first_at=Min("started_at"))
+        if row["first_at"] is not None:
+            rows.append({"cause": cause, **row})
     firsts = _first_calls(lost, {row["cause"]: row["first_at"] for row in rows})
     out = []
     for row in rows:
