@@ -41,7 +41,7 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
     cursor.execute("DELETE FROM manifests_rollup WHERE project_id = ANY(%s)", [ids])
     k = "p, hr, agent, model"
     # The same, named by the calls CTE where a table with agent and model columns of its own
-    # (cache events) is joined to it.
+    # (cache events, attributions) is joined to it.
     kc = "calls.p, calls.hr, calls.agent, calls.model"
     cursor.execute(
         f"""
@@ -57,8 +57,8 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
         ),
         attributions AS (
             SELECT {k}, jsonb_object_agg(cause, n ORDER BY cause) AS m FROM (
-                SELECT {k}, a.cause, count(*) AS n FROM manifests_attribution a JOIN calls ON calls.id = a.call_id
-                GROUP BY {k}, a.cause) t GROUP BY {k}
+                SELECT {kc}, a.cause, count(*) AS n FROM manifests_attribution a JOIN calls ON calls.id = a.call_id
+                GROUP BY {kc}, a.cause) t GROUP BY {k}
         ),
         causes AS (
             SELECT {k}, jsonb_object_agg(cause, n ORDER BY cause) AS m,
