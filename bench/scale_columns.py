@@ -312,14 +312,22 @@ FIGURES_COLUMNS: dict[str, str | Callable[[], str]] = {
     "evidence_positions": "'{}'::jsonb",
 }
 
-ATTRIBUTION_COLUMNS: dict[str, str] = {
+# The cause of evidence row e's attribution.
+ATTRIBUTION_CAUSE = (
+    f"CASE WHEN e.present THEN '{NOT_USED}' WHEN e.expected_item IS NULL THEN '{NEVER_CANDIDATE}' "
+    f"WHEN {h('e.id', 40, 10)} < 6 THEN '{BUDGET}' WHEN {h('e.id', 40, 10)} < 9 THEN '{TRUNCATED}' "
+    f"ELSE '{COMPACTION}' END"
+)
+
+# Attributions: per evidence row e (with e.nth, its rank among its call's evidence of the
+# same cause) and its call c. The call's cost goes on its first attribution of each cause, as
+# manifests/analysis/attribution.py's attribute() puts it.
+ATTRIBUTION_COLUMNS: dict[str, str | Callable[[], str]] = {
     "project_id": "e.project_id",
     "call_id": "e.call_id",
     "evidence_id": "e.id",
     "evidence_key": "e.key",
-    "cause": f"CASE WHEN e.present THEN '{NOT_USED}' WHEN e.expected_item IS NULL THEN '{NEVER_CANDIDATE}' "
-    f"WHEN {h('e.id', 40, 10)} < 6 THEN '{BUDGET}' WHEN {h('e.id', 40, 10)} < 9 THEN '{TRUNCATED}' "
-    f"ELSE '{COMPACTION}' END",
+    "cause": ATTRIBUTION_CAUSE,
     "fix": "CASE WHEN e.present THEN 'Place it nearer the end of the context or mark it required' "
     "ELSE 'Pin the item or raise its priority above the budget cut' END",
     "item_id": "coalesce(e.expected_item, '')",
@@ -328,6 +336,10 @@ ATTRIBUTION_COLUMNS: dict[str, str] = {
     "is_risk": "e.present",
     "lost_at_id": "NULL",
     "started_at": "c.started_at",
+    "run_id": "c.run_id",
+    "agent": "c.agent",
+    "model": "c.model",
+    "call_cost": lambda: f"CASE WHEN e.nth = 1 THEN {_cost()} END",
 }
 
 # The gap the analysis measures: from the previous call's end (when the cache was last used).

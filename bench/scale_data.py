@@ -55,6 +55,7 @@ from typing import Any
 
 from bench.scale_columns import (
     AGENTS,
+    ATTRIBUTION_CAUSE,
     ATTRIBUTION_COLUMNS,
     CACHE_EVENT_COLUMNS,
     CALL_COLUMNS,
@@ -334,8 +335,11 @@ def generate(
             cursor.execute(
                 f"""
                 INSERT INTO manifests_attribution ({cols})
-                SELECT {exprs} FROM manifests_evidence e JOIN scale_calls c ON c.id = e.call_id
-                WHERE NOT e.present OR e.used IS FALSE
+                SELECT {exprs}
+                FROM (SELECT e.*, row_number() OVER (PARTITION BY e.call_id, {ATTRIBUTION_CAUSE} ORDER BY e.id) AS nth
+                      FROM manifests_evidence e JOIN scale_calls sc ON sc.id = e.call_id
+                      WHERE NOT e.present OR e.used IS FALSE) e
+                JOIN manifests_call c ON c.id = e.call_id AND c.started_at = e.started_at
                 ORDER BY e.id
                 """
             )

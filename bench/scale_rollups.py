@@ -41,7 +41,7 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
     cursor.execute("DELETE FROM manifests_rollup WHERE project_id = ANY(%s)", [ids])
     k = "p, hr, agent, model"
     # The same, named by the calls CTE where a table with agent and model columns of its own
-    # (cache events) is joined to it.
+    # (cache events, attributions) is joined to it.
     kc = "calls.p, calls.hr, calls.agent, calls.model"
     cursor.execute(
         f"""
@@ -57,8 +57,8 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
         ),
         attributions AS (
             SELECT {k}, jsonb_object_agg(cause, n ORDER BY cause) AS m FROM (
-                SELECT {k}, a.cause, count(*) AS n FROM manifests_attribution a JOIN calls ON calls.id = a.call_id
-                GROUP BY {k}, a.cause) t GROUP BY {k}
+                SELECT {kc}, a.cause, count(*) AS n FROM manifests_attribution a JOIN calls ON calls.id = a.call_id
+                GROUP BY {kc}, a.cause) t GROUP BY {k}
         ),
         causes AS (
             SELECT {k}, jsonb_object_agg(cause, n ORDER BY cause) AS m,
@@ -155,9 +155,10 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
     differences (empty: the generator wrote what the analysis would): tokens in context,
     hit rate, uncached tokens, cost, headroom and the shares of the window with
     ctxkit.figures (at the price book's weights and effective limit, as
-    manifests/analysis/figures.py), and the cache event with
-    manifests/analysis/cache.py's classify() against the previous call of the run (a run's
-    first call without the previous run's call: the generator does not model that link)."""
+    manifests/analysis/figures.py), the cache event with manifests/analysis/cache.py's
+    classify() against the previous call of the run (a run's first call without the previous
+    run's call: the generator does not model that link), and the figures copied onto the
+    attributions."""
     from ctxkit import figures as ref
     from manifests.analysis import cache
     from manifests.analysis.prices import PriceBook
@@ -210,4 +211,24 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
         gap, real_gap = event.gap_seconds, real.gap_seconds
         if (gap is None) != (real_gap is None) or (gap is not None and abs(gap - real_gap) > 1e-6):
             problems.append(f"call {pk} cache gap_seconds: generated {gap!r}, classify {real_gap!r}")
+        problems += _attribution_problems(call, got.cost)
+    return problems
+
+
+def _attribution_problems(call: Any, cost: float) -> list[str]:
+    """The call's attributions against what manifests/analysis/attribution.py stores: its
+    call's run, agent and model, and its cost on its first attribution of each cause only."""
+    from manifests.models import Attribution
+
+    problems, costed = [], set()
+    for a in Attribution.objects.filter(call_id=call.pk).order_by("pk"):
+        for name in ("run_id", "agent", "model"):
+            if getattr(a, name) != getattr(call, name):
+                problems.append(f"call {call.pk} attribution {a.pk} {name}: generated {getattr(a, name)!r}, "
+                                f"call {getattr(call, name)!r}")
+        want = None if a.cause in costed else cost
+        costed.add(a.cause)
+        if a.call_cost != want:
+            problems.append(f"call {call.pk} attribution {a.pk} call_cost: generated {a.call_cost!r}, "
+                            f"analysis {want!r}")
     return problems

@@ -454,11 +454,21 @@ class Attribution(models.Model):
         Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
     )
     started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+    # Copies of the call's run, agent and model, and its cost (CallFigures.cost) on the call's
+    # first attribution of each cause (null on its others, so a sum over a cause counts each
+    # call once), so the savings aggregate the attributions of a range from one index without
+    # reading their calls.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, db_constraint=False, related_name="+")
+    agent = models.CharField(max_length=200, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    call_cost = models.FloatField(null=True, blank=True,
+                                  help_text="The call's cost on its first attribution of this cause, else null")
 
     class Meta:
         indexes = [
             models.Index(fields=["project", "started_at"], name="attribution_project_time"),
-            models.Index(fields=["project", "cause", "started_at"], name="attribution_project_cause"),
+            models.Index(fields=["project", "cause", "started_at"],
+                         include=["call", "run", "agent", "model", "call_cost"], name="attribution_cause_cost"),
         ]
 
 

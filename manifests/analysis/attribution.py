@@ -84,6 +84,9 @@ def _row(data: CallData, index: int, ev: ManifestEvidence, cause: fig.Cause, los
         is_risk=cause.is_risk,
         lost_at_id=lost_at[0] if lost_at is not None else None,
         started_at=call.started_at,
+        run_id=call.run_id,
+        agent=call.agent,
+        model=call.model,
     )
 
 
@@ -141,7 +144,9 @@ class RunHistory:
         return cause, (calls[cause.lost_at][0], history[cause.lost_at].label)
 
 
-def attribute(data: CallData, positions: dict[str, float], history: RunHistory) -> list[Attribution]:
+def attribute(data: CallData, positions: dict[str, float], history: RunHistory, cost: float) -> list[Attribution]:
+    """The call's attributions; ``cost`` (its CallFigures.cost) goes on its first attribution
+    of each cause, so that what the calls of a cause paid sums each call once."""
     m = data.manifest
     cited = fig.cited_keys(m)
     out: list[Attribution] = []
@@ -152,4 +157,9 @@ def attribute(data: CallData, positions: dict[str, float], history: RunHistory) 
             continue
         for risk in fig.evidence_risks(m, ev, positions, cited):
             out.append(_row(data, index, ev, risk, None))
+    costed: set[str] = set()
+    for row in out:
+        if row.cause not in costed:
+            costed.add(row.cause)
+            row.call_cost = cost
     return out

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ctxkit import figures as fig
 from ctxkit.figures import context_tokens, in_context
 from ctxkit.record.manifest import Manifest
 from manifests.analysis.data import CallData, clean
 from manifests.analysis.prices import Price
-from manifests.models import CallFigures
+from manifests.models import Call, CallFigures
 
 
 def relative_positions(manifest: Manifest) -> dict[str, float]:
     """ctxkit.figures.relative_positions of the manifest's items."""
     return fig.relative_positions(manifest.items)
+
+
+def cost(data: CallData, price: Price) -> float:
+    """The call's cost: ctxkit.figures.cost_units of its usage at its model's price row."""
+    return fig.cost_units(data.manifest.usage, price.weights)
+
+
+def stored_costs(calls: Iterable[Call]) -> dict[int, float]:
+    """The cost stored in the figures of each of ``calls`` that has them, by call pk."""
+    pks = [c.pk for c in calls]
+    if not pks:
+        return {}
+    return dict(CallFigures.objects.filter(call_id__in=pks).values_list("call_id", "cost"))
 
 
 def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFigures:
@@ -69,6 +84,6 @@ def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFi
         tool_tokens=tool_tokens,
         tool_share=fig.tool_share(tool_tokens, ctx_tokens),
         untrusted_tokens=untrusted,
-        cost=fig.cost_units(usage, price.weights),
+        cost=cost(data, price),
         evidence_positions=evidence_positions,
     )

@@ -3,24 +3,23 @@
 Over the last seven days (whatever the page's range), per day: the cost units a cache fix
 regains (ctxkit.figures.cache_saving of each miss, at its model's prices from the price
 book, stored on the cache event by the analysis), the calls and runs a fix concerns, and for
-missing evidence what the affected calls paid. Every read is bounded by time: cache misses are
-read from one index of the events, and calls from the seven days' partitions on PostgreSQL,
-however large the tables grow.
+missing evidence what the affected calls paid (their cost, stored on their attributions by the
+analysis). Every read is bounded by time: cache misses and missing evidence are read from one
+index each, and the first calls from their own days' partitions on PostgreSQL, however large
+the tables grow.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
 
-from django.db.models import Case, Count, Expression, FloatField, Min, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models import Count, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
-from manifests import figures
-from manifests.analysis.prices import PriceBook
 from manifests.figures import MISSING_CAUSES
 from manifests.models import Attribution, CacheEvent, Call, Project, Regression
 from manifests.selectors.filters import Filters
@@ -62,14 +61,6 @@ def saving_range(filters: Filters) -> tuple[datetime, datetime]:
     return until - timedelta(days=SAVING_DAYS), until
 
 
-def at_model_prices(expression: Callable[[str, Mapping[str, float]], Expression], models: Iterable[str],
-                    book: PriceBook, prefix: str) -> Case:
-    """``expression(prefix, weights)`` at each call's model's prices: one When per model."""
-    whens = [When(**{f"{prefix}model": m}, then=expression(prefix, book.for_model(m).weights))
-             for m in sorted(set(models))]
-    return Case(*whens, default=Value(0.0), output_field=FloatField())
-
-
 def _misses(project: Project, filters: Filters, since: datetime, until: datetime) -> QuerySet[CacheEvent]:
     """The fixable misses of the seven days: their run, agent, model and saving are stored on
     the event, so they are read from one index without their calls."""
@@ -81,15 +72,16 @@ def _misses(project: Project, filters: Filters, since: datetime, until: datetime
     return qs
 
 
-def _first_calls(misses: QuerySet[CacheEvent], firsts: Mapping[str, datetime]) -> dict[str, tuple[str, datetime]]:
-    """Per cause, the call id and time of its earliest miss, given the time of that miss: the
-    events from their index, then their calls, each from its own day's partition."""
+def _first_calls(rows: QuerySet[CacheEvent] | QuerySet[Attribution],
+                 firsts: Mapping[str, datetime]) -> dict[str, tuple[str, datetime]]:
+    """Per cause, the call id and time of its earliest call among ``rows`` (cache events or
+    attributions, which copy their call's time), given that time: the rows from their index,
+    then their calls, each from its own day's partition."""
     if not firsts:
         return {}
     at_first = reduce(operator.or_, (Q(cause=cause, started_at=at) for cause, at in firsts.items()))
-    events = sorted(misses.filter(at_first).values_list("cause", "started_at", "pk", "call_id"))
     earliest: dict[str, tuple[datetime, int]] = {}
-    for cause, at, _, call_pk in events:
+    for cause, at, call_pk in sorted(rows.filter(at_first).values_list("cause", "started_at", "call_id")):
         earliest.setdefault(cause, (at, call_pk))
     ids = dict(Call.objects.filter(pk__in=[pk for _, pk in earliest.values()],
                                    started_at__in={at for at, _ in earliest.values()}).values_list("pk", "call_id"))
@@ -142,36 +134,41 @@ def with_savings(project: Project, filters: Filters, regressions: list[Regressio
     return [{"regression": r, "saving": worth[r.pk]} for r in regressions]
 
 
+def _lost(project: Project, filters: Filters, since: datetime, until: datetime) -> QuerySet[Attribution]:
+    """The missing-evidence attributions of the seven days: their call's run, agent, model and
+    cost are stored on them, so they are read from one index without their calls."""
+    qs = Attribution.objects.filter(project=project, cause__in=MISSING_CAUSES, started_at__gte=since,
+                                    started_at__lt=until)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    return qs
+
+
 def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
     """Per cause of missing evidence: the calls and runs it affected per day, and what
-    those calls paid per day (each call once, however many of its evidence it lost)."""
+    those calls paid per day (each call once, however many of its evidence it lost: the
+    call's cost is stored on its first attribution of each cause only)."""
     since, until = saving_range(filters)
-    lost = Attribution.objects.filter(project=project, is_risk=False, cause__in=MISSING_CAUSES,
-                                      started_at__gte=since, started_at__lt=until)
-    calls = Call.objects.filter(project=project, started_at__gte=since, started_at__lt=until)
-    if filters.agent:
-        calls = calls.filter(agent=filters.agent)
-    if filters.model:
-        calls = calls.filter(model=filters.model)
-    causes = list(lost.values_list("cause", flat=True).distinct())
-    if not causes:
-        return []
-    book = PriceBook.load()
+    lost = _lost(project, filters, since, until)
     labels = dict(Attribution.CAUSES)
+    # One aggregate per cause: each reads its own range of the index in order, where one
+    # grouped over all causes would sort the seven days' rows first.
+    rows = []
+    for cause in MISSING_CAUSES:
+        row = lost.filter(cause=cause).aggregate(cost=Sum("call_cost"), calls=Count("call_cost"),
+                                                 runs=Count("run", distinct=True), first_at=Min("started_at"))
+        if row["first_at"] is not None:
+            rows.append({"cause": cause, **row})
+    firsts = _first_calls(lost, {row["cause"]: row["first_at"] for row in rows})
     out = []
-    for cause in causes:
-        affected = calls.filter(pk__in=Subquery(lost.filter(cause=cause).values("call_id")))
-        models = list(affected.values_list("model", flat=True).distinct())
-        if not models:
+    for row in rows:
+        first = firsts.get(row["cause"])
+        if first is None:  # its calls were deleted since the aggregate (retention)
             continue
-        totals = affected.aggregate(cost=Sum(at_model_prices(figures.cost_units, models, book, "")), calls=Count("pk"),
-                                    runs=Count("run_id", distinct=True))
-        first = affected.order_by("started_at", "pk").values("call_id", "started_at").first()
-        if first is None:  # its calls were deleted since their models were read (retention)
-            continue
-        out.append(Saving("evidence", cause, labels.get(cause, cause), None, _per_day(totals["cost"]),
-                          _per_day(totals["calls"]), _per_day(totals["runs"]), first["call_id"],
-                          first["started_at"]))
+        out.append(Saving("evidence", row["cause"], labels.get(row["cause"], row["cause"]), None,
+                          _per_day(row["cost"]), _per_day(row["calls"]), _per_day(row["runs"]), *first))
     out.sort(key=lambda s: s.order)
     return out
 
