@@ -458,7 +458,9 @@ class Attribution(models.Model):
     # first attribution of each cause (null on its others, so a sum over a cause counts each
     # call once), so the savings aggregate the attributions of a range from one index without
     # reading their calls.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, db_constraint=False, related_name="+")
+    # A copy: the row goes with its call, so deleting a run never looks here (no index of its own).
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, null=True, db_constraint=False, db_index=False,
+                            related_name="+")
     agent = models.CharField(max_length=200, blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
     call_cost = models.FloatField(null=True, blank=True,
@@ -506,7 +508,9 @@ class CacheEvent(models.Model):
     # Copies of the call's run, agent and model, and what the miss cost (ctxkit.figures.cache_saving
     # at the model's price row when analysed), so the cache view and the savings aggregate the
     # events of a range from one index without reading their calls.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, db_constraint=False, related_name="+")
+    # A copy: the row goes with its call, so deleting a run never looks here (no index of its own).
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, null=True, db_constraint=False, db_index=False,
+                            related_name="+")
     agent = models.CharField(max_length=200, blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
     saving = models.FloatField(default=0.0, help_text="Cost units a hit would have saved")

@@ -1,6 +1,7 @@
 """Cache events carry their call's run, agent and model and what the miss cost, so the cache
 view and the savings read one index instead of joining every event of a range to its call.
-Existing events are filled from their calls, their saving at today's price book."""
+Existing events are filled from their calls, their saving at today's price book; the index that
+covers the new columns is built by the next migration, once the rows' old versions are dead."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -22,10 +23,6 @@ def fill_from_calls(apps, schema_editor):
     for model in CacheEvent.objects.values_list("model", flat=True).distinct():
         saving = call.annotate(saving=figures.cache_saving("", book.for_model(model).weights)).values("saving")[:1]
         CacheEvent.objects.filter(model=model).update(saving=Subquery(saving))
-    if schema_editor.connection.vendor == "postgresql":
-        # The updates left deferred foreign-key checks pending, and PostgreSQL builds no index
-        # on a table with pending trigger events in the same transaction.
-        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):
@@ -35,10 +32,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveIndex(
-            model_name='cacheevent',
-            name='cacheevent_project_cause',
-        ),
         migrations.AddField(
             model_name='cacheevent',
             name='agent',
@@ -52,7 +45,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='cacheevent',
             name='run',
-            field=models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='manifests.run'),
+            field=models.ForeignKey(db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='manifests.run'),
         ),
         migrations.AddField(
             model_name='cacheevent',
@@ -60,8 +53,4 @@ class Migration(migrations.Migration):
             field=models.FloatField(default=0.0, help_text='Cost units a hit would have saved'),
         ),
         migrations.RunPython(fill_from_calls, migrations.RunPython.noop),
-        migrations.AddIndex(
-            model_name='cacheevent',
-            index=models.Index(fields=['project', 'cause', 'started_at'], include=('run', 'agent', 'model', 'saving'), name='cacheevent_cause_saving'),
-        ),
     ]

@@ -61,7 +61,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='attribution',
             name='run',
-            field=models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='manifests.run'),
+            field=models.ForeignKey(db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='manifests.run'),
         ),
         migrations.RunPython(fill_from_calls, migrations.RunPython.noop),
     ]
