@@ -436,7 +436,9 @@ class Attribution(models.Model):
         (TRUNCATED_PRESENT, "Truncated but present (risk)"),
     ]
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # Its composite indexes lead with the project; a lone project index only tempts the planner
+    # into reading every row of the project.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="+")
     call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, related_name="attributions")
     evidence = models.ForeignKey(
         Evidence, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
@@ -491,7 +493,9 @@ class CacheEvent(models.Model):
         (BELOW_MINIMUM, "Below the minimum cacheable prefix"),
     ]
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # Its composite indexes lead with the project; a lone project index only tempts the planner
+    # into reading every row of the project.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False, related_name="+")
     call = models.OneToOneField(Call, on_delete=models.CASCADE, db_constraint=False, related_name="cache_event")
     previous_call = models.ForeignKey(
         Call, on_delete=models.SET_NULL, null=True, blank=True, db_constraint=False, related_name="+"
