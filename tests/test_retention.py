@@ -156,4 +156,6 @@ def test_every_relation_it_deletes_through_has_a_rule():
         for rel in model._meta.get_fields(include_hidden=True):
             if rel.auto_created and not rel.concrete and rel.is_relation and rel.related_model is not None:
                 if rel.related_model._meta.app_label == "manifests":
-                    assert rel.on_delete in (models.CASCADE, models.SET_NULL), (model.__name__, rel.name)
+                    copy = (rel.related_model.__name__, rel.field.name) in retention.RUN_COPIES
+                    assert rel.on_delete in ((models.DO_NOTHING,) if copy else (models.CASCADE, models.SET_NULL)), \
+                        (model.__name__, rel.name)

@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 # Calls expired per transaction: bounds lock time and the size of one statement's work.
 RETENTION_BATCH = 2000
 
+# Copies of a call's run on rows that belong to the call (on_delete=DO_NOTHING, no index): such a
+# row goes with its call, so deleting runs never looks them up.
+RUN_COPIES = {("CacheEvent", "run"), ("Attribution", "run")}
+
 
 def _qn(name: str) -> str:
     return connection.ops.quote_name(name)
@@ -85,9 +89,11 @@ def _delete_where(
             _delete_where(
                 cursor, child, child_where, child_params, before=before, keep_partitioned=keep_partitioned
             )
+        elif (child.__name__, rel.field.name) in RUN_COPIES:
+            continue  # deleted with the call it belongs to, through that call's relation
         else:
-            # Every relation here is CASCADE or SET_NULL (tests/test_retention.py checks it). A
-            # PROTECT or DO_NOTHING added later must decide its own rule: refuse rather than guess.
+            # Every other relation here is CASCADE or SET_NULL (tests/test_retention.py checks it).
+            # A PROTECT or DO_NOTHING added later must decide its own rule: refuse rather than guess.
             raise ValueError(f"{child.__name__}.{rel.field.name}: on_delete={rel.on_delete.__name__} "
                              "has no set-based delete rule in manifests/storage/retention.py")
     if keep_partitioned and _partitioned(model):
