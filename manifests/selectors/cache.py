@@ -106,18 +106,22 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
     owners: dict[str, tuple[str, str]] = {}
     calls = 0
     causes_at: dict[datetime, dict[str, int]] = {}  # the cache causes per bucket, all lines together
-    for r in s.rollups(project, filters, bucket).values("start", "agent", "model", "calls", "input_tokens",
-                                                        "cache_read_tokens", "cache_causes").order_by("start"):
-        calls += r["calls"]
-        at = causes_at.setdefault(r["start"], defaultdict(int))
-        for cause, n in (r["cache_causes"] or {}).items():
+    iso: dict[datetime, str] = {}
+    rows = s.rollups(project, filters, bucket).values_list(
+        "start", "agent", "model", "calls", "input_tokens", "cache_read_tokens", "cache_causes").order_by("start")
+    for start, agent, model, n_calls, input_tokens, read, cache_causes in rows:
+        calls += n_calls
+        at = causes_at.get(start)
+        if at is None:
+            at = causes_at[start] = defaultdict(int)
+            iso[start] = start.isoformat()
+        for cause, n in (cache_causes or {}).items():
             at[cause] += n
-        name = f"{r['agent']} · {r['model']}"
-        owners[name] = (r["agent"], r["model"])
-        line = lines[name]
-        acc = line.setdefault(r["start"].isoformat(), [0, 0])
-        acc[0] += r["cache_read_tokens"]
-        acc[1] += r["input_tokens"]
+        name = f"{agent} · {model}"
+        owners[name] = (agent, model)
+        acc = lines[name].setdefault(iso[start], [0, 0])
+        acc[0] += read
+        acc[1] += input_tokens
     starts = sorted(causes_at)
     seen: dict[str, int] = defaultdict(int)
     for at in causes_at.values():
@@ -144,7 +148,7 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
         "lines": {name: {"x": list(v), "y": [hit_rate(a, b) for a, b in v.values()],
                          "agent": owners[name][0], "model": owners[name][1]}
                   for name, v in lines.items()},
-        "x": [t.isoformat() for t in starts],
+        "x": [iso[t] for t in starts],
         "causes": {c: [causes_at[t].get(c, 0) for t in starts] for c in causes},
         "points": points,
         "regressions": regression_markers(list(filtered_regressions(project, filters)[:50])),
