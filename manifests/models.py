@@ -472,7 +472,8 @@ class Attribution(models.Model):
         indexes = [
             models.Index(fields=["project", "started_at"], name="attribution_project_time"),
             models.Index(fields=["project", "cause", "started_at"],
-                         include=["call", "run", "agent", "model", "call_cost"], name="attribution_cause_cost"),
+                         include=["call", "run", "agent", "model", "call_cost", "evidence_key"],
+                         name="attribution_cause_cost"),
         ]
 
 

@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='attribution',
-            index=models.Index(fields=['project', 'cause', 'started_at'], include=('call', 'run', 'agent', 'model', 'call_cost'), name='attribution_cause_cost'),
+            index=models.Index(fields=['project', 'cause', 'started_at'], include=('call', 'run', 'agent', 'model', 'call_cost', 'evidence_key'), name='attribution_cause_cost'),
         ),
     ]
