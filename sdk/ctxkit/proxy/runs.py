@@ -20,11 +20,12 @@ A sub-agent's calls become a child run of the call that started it. Claude Code'
 identity, so a session call is a sub-agent's first call when a text block of its first user
 message equals the ``prompt`` of such a ``tool_use`` that a recent answer of that session asked
 for (``delegations``), and its messages do not extend the session's main conversation. Its run
-is ``<parent run>/agent-<tool_use id>`` with ``parent_run_id`` the session's run and
-``parent_call_id`` the call whose answer held the ``tool_use``; its agent is
-``<agent>:<subagent_type>``. Its later calls, which extend its own conversation, continue the
-child run; the side requests Claude Code makes in a session (a title, a topic check) match no
-prompt and stay in the session's run. A call without a session identity whose first user message
+is ``<parent run>/agent-<tool_use id>`` (hashed to fit an id), with ``parent_run_id`` the
+session's run and ``parent_call_id`` the call whose answer held the ``tool_use``; its agent is
+``<agent>:<subagent_type>``. Steps count from 0 in the child run; the parent's stay contiguous.
+Its later calls, which extend its own conversation, continue the child run; the side requests
+Claude Code makes in a session (a title, a topic check) match no prompt and stay in the
+session's run. A call without a session identity whose first user message
 is such a prompt starts the child run of the run that asked for it.
 
 Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
