@@ -121,12 +121,13 @@ def test_a_side_request_of_the_session_stays_in_the_session_run():
     assert side_call.parent_run_id is None and after.parent_run_id is None
 
 
-def test_the_prompt_in_the_main_conversation_does_not_start_a_child_run():
-    # The user typing the delegated prompt again extends the session's own conversation.
-    repeat = [*ASK, {"role": "assistant", "content": [TOOL_USE]},
-              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": TOOL_USE["id"], "content": "done"}]},
-              {"role": "assistant", "content": "Done."}, {"role": "user", "content": TASK}]
-    parent, again = _session(_exchange(ASK, content=[TOOL_USE]), _exchange(repeat))
+def test_the_main_conversation_opening_with_the_prompt_stays_in_the_session_run():
+    # The user asked with the very words the model then delegated: the next call extends the
+    # session's own conversation, so it is no sub-agent's.
+    asked = [{"role": "user", "content": TASK}]
+    following = [*asked, {"role": "assistant", "content": [TOOL_USE]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": TOOL_USE["id"], "content": "x"}]}]
+    parent, again = _session(_exchange(asked, content=[TOOL_USE]), _exchange(following))
     assert (again.run_id, again.step, again.parent_run_id) == (parent.run_id, 1, None)
 
 
