@@ -4,9 +4,13 @@ asks for it (``POST /v1/messages?beta=true``, ``stream: true``).
 A request whose last user turn holds no tool result and whose prompt (the last text of the last
 user message) names a file (``read <path>``) is answered with a ``tool_use`` of Claude Code's
 ``Read`` tool for that file; a request carrying the tool's result is answered with a final text
-quoting the file's first line; Claude Code's compaction request (``/compact``) with a summary
-that leaves out what the note said (:data:`SUMMARY`); any other prompt with ``Noted: <prompt>``,
-and a request without one with a short text. ``sized_usage=True`` reports an uncached input that
+quoting the file's first line; a prompt ``delegate: <task>`` with a ``tool_use`` of Claude Code's
+sub-agent tool (``Agent``, or ``Task``) whose prompt is ``SUBTASK: <task>``, the sub-agent's
+request (its first user message opens with :data:`SUBTASK`) with ``Done: <task>``, and the
+sub-agent's report coming back with ``The sub-agent reports: Done: <task>``; Claude Code's
+compaction request (``/compact``) with a summary that leaves out what the note said
+(:data:`SUMMARY`); any other prompt with ``Noted: <prompt>``, and a request without one with a
+short text. ``sized_usage=True`` reports an uncached input that
 grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
 makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
 at the start of its next run), ``cold_on`` one that read nothing from the cache. Every other path
@@ -25,6 +29,8 @@ from typing import Any
 USAGE = {"input_tokens": 40, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 700, "output_tokens": 20}
 # Input tokens that leave Claude Code's model (a 1M-token window) too little room: it compacts.
 FULL_WINDOW = 985_000
+# The prompt the stand-in gives a sub-agent starts with this; the sub-agent's requests open with it.
+SUBTASK = "SUBTASK:"
 # Claude Code's compaction request (``/compact``, or its own on a full window) ends with this ask.
 SUMMARY_REQUEST = "Your task is to create a detailed summary of the conversation so far"
 # The stand-in's summary keeps that a note was read and leaves out what it said (the refund rate).
@@ -62,10 +68,30 @@ def _prompt(messages: list[Any]) -> str:
     return texts[-1] if texts else ""
 
 
+def _first_prompt(messages: list[Any]) -> str:
+    """The last text block of the first user message: the task a sub-agent was started with."""
+    first = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), {})
+    texts = _texts(first.get("content"))
+    return texts[-1] if texts else ""
+
+
+def _delegated(messages: list[Any]) -> bool:
+    """Whether the last assistant turn asked for a sub-agent (the tool result is its report)."""
+    assistants = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    content = assistants[-1].get("content") if assistants else None
+    return any(isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in ("Agent", "Task")
+               for b in content if isinstance(content, list)) if content else False
+
+
 def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The content blocks of the answer, and its stop reason."""
     messages = body.get("messages") or []
+    if _first_prompt(messages).startswith(SUBTASK):  # the sub-agent's own request
+        return [{"type": "text", "text": f"Done: {_first_prompt(messages)[len(SUBTASK):].strip()}"}], "end_turn"
     result = _tool_result(messages)
+    if result is not None and _delegated(messages):
+        done = next((line for line in result.splitlines() if "Done:" in line), "")  # past Claude Code's frame
+        return [{"type": "text", "text": f"The sub-agent reports: {done.strip()}"}], "end_turn"
     if result is not None:
         first = next((line for line in result.splitlines() if line.strip()), "")
         first = re.sub(r"^\s*\d+[→\t]", "", first)  # Read numbers its lines
@@ -75,6 +101,13 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         return [{"type": "text", "text": SUMMARY}], "end_turn"
     wanted = re.search(r"read (/\S+)", prompt)
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    task = re.match(r"delegate: (.+)", prompt.strip())
+    agent_tool = next((name for name in ("Agent", "Task") if name in tools), "")
+    if task and agent_tool:
+        calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        return [{"type": "tool_use", "id": f"toolu_standin_agent_{calls + 1}", "name": agent_tool,
+                 "input": {"description": "Delegated task", "prompt": f"{SUBTASK} {task.group(1)}",
+                           "subagent_type": "general-purpose", "run_in_background": False}}], "tool_use"
     if wanted and "Read" in tools:
         calls = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         return [{"type": "tool_use", "id": f"toolu_standin_{calls + 1}", "name": "Read",

@@ -22,20 +22,22 @@ import logging
 import re
 import threading
 import time
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
 from ctxkit.proxy.compactions import CompactionWatch
-from ctxkit.proxy.runs import RunResolver
+from ctxkit.proxy.runs import SUBAGENT_TOOLS, Delegation, RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
 from ctxkit.record.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")
-__all__ = ["Exchange", "Capture", "Outcome", "Recorder", "STAT_KEYS", "answer_text", "declared_evidence"]
+__all__ = ["Exchange", "Capture", "Outcome", "Recorder", "STAT_KEYS", "answer_text", "declared_evidence",
+           "delegations_of"]
 
 STAT_KEYS = ("recorded", "unreadable", "dropped", "failed")
 # The request headers a manifest may depend on (run, agent, session); never a credential.
@@ -231,6 +233,49 @@ def answer_text(outcome: Outcome) -> str:
     return "".join(parts)
 
 
+def _delegation(block: dict[str, Any], arguments: Any) -> Delegation | None:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict) or not isinstance(arguments.get("prompt"), str):
+        return None
+    kind = arguments.get("subagent_type")
+    return Delegation(tool_use_id=str(block.get("id") or ""), prompt=arguments["prompt"],
+                      subagent_type=kind if isinstance(kind, str) else "")
+
+
+def delegations_of(outcome: Outcome) -> tuple[Delegation, ...]:
+    """The sub-agents an Anthropic answer asked for: its ``tool_use`` blocks of Claude Code's
+    sub-agent tool (ctxkit.proxy.runs.SUBAGENT_TOOLS), from the response or the streamed events
+    (a streamed tool's input arrives as ``input_json_delta`` pieces)."""
+    out: list[Delegation] = []
+    content = (outcome.response or {}).get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") in SUBAGENT_TOOLS:
+            found = _delegation(block, block.get("input"))
+            if found is not None:
+                out.append(found)
+    started: dict[Any, dict[str, Any]] = {}
+    pieces: dict[Any, list[str]] = {}
+    for event in outcome.events or ():
+        kind, index = event.get("type"), event.get("index")
+        block, delta = event.get("content_block"), event.get("delta")
+        if kind == "content_block_start" and isinstance(block, dict) and block.get("type") == "tool_use" \
+                and block.get("name") in SUBAGENT_TOOLS:
+            started[index], pieces[index] = block, []
+        elif kind == "content_block_delta" and index in started and isinstance(delta, dict) \
+                and isinstance(delta.get("partial_json"), str):
+            pieces[index].append(delta["partial_json"])
+        elif kind == "content_block_stop" and index in started:
+            block = started.pop(index)
+            found = _delegation(block, "".join(pieces.pop(index)) or block.get("input"))
+            if found is not None:
+                out.append(found)
+    return tuple(out)
+
+
 def _response_id(api: str, outcome: Outcome) -> str:
     if not api.startswith("openai.responses"):
         return ""
@@ -338,19 +383,24 @@ class Capture:
             if not isinstance(sent, dict):
                 sent = mask_json(request)
         outcome = read_response(exchange, bool(request.get("stream")) or exchange.api.endswith("resumed"))
+        call_id = uuid.uuid4().hex
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=_response_id(exchange.api, outcome),
-                                        failed=outcome.error is not None, answer=answer_text(outcome))
+                                        failed=outcome.error is not None, answer=answer_text(outcome),
+                                        call_id=call_id, delegations=delegations_of(outcome))
         evidence, evidence_warning = declared_evidence(exchange.headers)
         if evidence_warning:
             outcome.warnings.append(evidence_warning)
         manifest = manifest_from_bodies(
             exchange.api, sent, response=outcome.response, events=outcome.events,
-            error=outcome.error, run_id=placement.run_id, step=placement.step, agent=placement.agent,
+            error=outcome.error, call_id=call_id, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
             evidence=evidence or None,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
+        if placement.parent_run_id:
+            manifest.parent_run_id = placement.parent_run_id
+            manifest.parent_call_id = placement.parent_call_id or None
         compaction = self.compactions.observe(exchange.api, sent, manifest)
         if compaction is not None:
             manifest.compactions = [*manifest.compactions, compaction]

@@ -15,6 +15,19 @@ The proxy sees single HTTP requests; the run is the agent's conversation. In ord
    continues the run whose recent answer wrote a line of it: an agent that compacts itself asks
    the model for the summary, then opens its shorter history with what the model answered.
 
+A sub-agent's calls become a child run of the call that started it. Claude Code's sub-agent tool
+(``Agent``; ``Task`` in earlier versions) sends the sub-agent's calls with the session's own
+identity, so a session call is a sub-agent's first call when a text block of its first user
+message equals the ``prompt`` of such a ``tool_use`` that a recent answer of that session asked
+for (``delegations``), and its messages do not extend the session's main conversation. Its run
+is ``<parent run>/agent-<tool_use id>`` (hashed to fit an id), with ``parent_run_id`` the
+session's run and ``parent_call_id`` the call whose answer held the ``tool_use``; its agent is
+``<agent>:<subagent_type>``. Steps count from 0 in the child run; the parent's stay contiguous.
+Its later calls, which extend its own conversation, continue the child run; the side requests
+Claude Code makes in a session (a title, a topic check) match no prompt and stay in the
+session's run. A call without a session identity whose first user message
+is such a prompt starts the child run of the run that asked for it.
+
 Messages are compared by a hash of each message without its ``cache_control`` markers (an agent
 moves its cache breakpoint to the newest message every turn) and with a string content taken as
 the one text block it means (Claude Code sends its mid-conversation ``system`` message as a list
@@ -36,11 +49,13 @@ from typing import Any
 
 from ctxkit.record.summaries import summary_strategy
 
-__all__ = ["RunResolver", "Placement", "session_of", "agent_of", "conversation_of", "summary_text"]
+__all__ = ["RunResolver", "Placement", "Delegation", "SUBAGENT_TOOLS", "session_of", "agent_of", "conversation_of",
+           "summary_text"]
 
 RUN_HEADER = "x-ctxview-run"
 AGENT_HEADER = "x-ctxview-agent"
 SESSION_HEADER = "x-claude-code-session-id"
+SUBAGENT_TOOLS = ("Agent", "Task")  # Claude Code's tool that starts a sub-agent, then and now
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,26 @@ class Placement:
     run_id: str
     step: int
     agent: str
-    how: str  # header, session, continued, new
+    how: str  # header, session, continued, new, subagent
+    parent_run_id: str = ""
+    parent_call_id: str = ""
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """A sub-agent's start that an answer asked for: its ``tool_use`` id, prompt and type."""
+
+    tool_use_id: str
+    prompt: str
+    subagent_type: str = ""
+
+
+@dataclass(frozen=True)
+class _Child:
+    run_id: str
+    parent_run_id: str
+    parent_call_id: str
+    agent: str
 
 
 def session_of(request: dict[str, Any], headers: dict[str, str]) -> str:
@@ -120,6 +154,7 @@ def conversation_of(api: str, request: dict[str, Any]) -> list[Any]:
 # Lines shorter than this ("Summary:", "3. Pending Tasks: none.") are too common to link runs by.
 MIN_LINKING_LINE = 24
 MAX_ANSWER_LINES = 64  # lines of one answer remembered for linking
+MAX_RUN_ID = 200  # ctxkit.record.manifest.MAX_ID
 
 
 def _texts(content: Any) -> list[str]:
@@ -148,6 +183,27 @@ def summary_text(history: list[Any]) -> str:
     return ""
 
 
+def _prompt_key(text: str) -> str:
+    return hashlib.sha256(text.strip().encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _first_user_keys(history: list[Any]) -> list[str]:
+    """Keys of the text blocks of the first user message (Claude Code puts its reminders in
+    blocks before the sub-agent's prompt)."""
+    first = next((m for m in history if isinstance(m, dict) and m.get("role") == "user"), None)
+    if first is None:
+        return []
+    return [_prompt_key(text) for text in _texts(first.get("content")) if text.strip()]
+
+
+def _child_run_id(parent_run_id: str, tool_use_id: str) -> str:
+    run_id = f"{parent_run_id}/agent-{tool_use_id}"
+    if len(run_id) <= MAX_RUN_ID:
+        return run_id
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{parent_run_id[:MAX_RUN_ID - len(digest) - 7]}/agent-{digest}"
+
+
 def _line_keys(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
@@ -166,26 +222,43 @@ class RunResolver:
         self._failed: OrderedDict[str, str] = OrderedDict()  # chain hash of a failed call -> run id
         self._responses: OrderedDict[str, str] = OrderedDict()  # Responses id -> run id
         self._answers: OrderedDict[str, str] = OrderedDict()  # hash of a line an answer wrote -> run id
+        self._delegations: OrderedDict[str, _Child] = OrderedDict()  # prompt key -> the child it starts
+        self._children: OrderedDict[str, _Child] = OrderedDict()  # child run id -> its links
         self._steps: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def place(self, api: str, request: dict[str, Any], headers: dict[str, str], *, default_agent: str = "",
-              response_id: str = "", failed: bool = False, answer: str = "") -> Placement:
+              response_id: str = "", failed: bool = False, answer: str = "", call_id: str = "",
+              delegations: tuple[Delegation, ...] = ()) -> Placement:
         """The run, step and agent of one call (``response_id``: the id a Responses call answered
         with; ``failed``: the call ended in an error, so the same messages again are its retry;
-        ``answer``: the text the model answered, which a compacted history may open with)."""
+        ``answer``: the text the model answered, which a compacted history may open with;
+        ``call_id``: the call's id, the parent of the sub-agents its answer starts;
+        ``delegations``: the sub-agents the answer asked for)."""
         agent = agent_of(headers, default_agent)
         history = conversation_of(api, request)
         chain = _chain(history)
+        child: _Child | None = None
         with self._lock:
             run_id, how = headers.get(RUN_HEADER, "").strip(), "header"
             if not run_id:
                 session, how = session_of(request, headers), "session"
                 run_id = f"session-{session}" if session else ""
+                if run_id:
+                    child = self._subagent(run_id, history, chain)
             if not run_id:
                 run_id, how = self._continued(request, chain, summary_text(history)), "continued"
+                if not run_id:
+                    child = self._subagent("", history, chain)
+            if child is not None:
+                run_id, how = child.run_id, "subagent"
             if not run_id:
                 run_id, how = self._new_run(agent), "new"
+            child = child or self._children.get(run_id)
+            if child is not None:
+                agent = child.agent
+            for delegation in delegations:
+                self._delegate(delegation, run_id, call_id, agent)
             if chain:
                 self._remember(self._conversations, chain[-1], run_id)
                 if failed:
@@ -200,7 +273,48 @@ class RunResolver:
             self._steps[run_id] = step + 1
             while len(self._steps) > self.max_conversations:
                 self._steps.popitem(last=False)
-        return Placement(run_id=run_id, step=step, agent=agent, how=how)
+        return Placement(run_id=run_id, step=step, agent=agent, how=how,
+                         parent_run_id=child.parent_run_id if child else "",
+                         parent_call_id=child.parent_call_id if child else "")
+
+    def _subagent(self, run_id: str, history: list[Any], chain: list[str]) -> _Child | None:
+        """The child run a call of ``run_id`` (``""``: a call without a session) belongs to: the
+        one whose conversation it extends, else the one whose prompt it opens with, unless it
+        extends ``run_id``'s own conversation."""
+        for prefix in reversed(chain[:-1]):
+            owner = self._conversations.get(prefix)
+            if owner is None:
+                continue
+            child = self._children.get(owner)
+            if child is not None and (not run_id or child.parent_run_id == run_id):
+                self._children.move_to_end(owner)
+                return child
+            if owner == run_id:  # the session's main conversation, or a side request's
+                return None
+        for key in _first_user_keys(history):
+            child = self._delegations.get(key)
+            if child is not None and (not run_id or child.parent_run_id == run_id):
+                self._remember_child(child)
+                return child
+        return None
+
+    def _delegate(self, delegation: Delegation, run_id: str, call_id: str, agent: str) -> None:
+        if not delegation.prompt.strip() or not delegation.tool_use_id:
+            return
+        base = agent.split(":")[0]
+        child = _Child(run_id=_child_run_id(run_id, delegation.tool_use_id), parent_run_id=run_id,
+                       parent_call_id=call_id,
+                       agent=f"{base}:{delegation.subagent_type}"[:MAX_RUN_ID] if delegation.subagent_type else base)
+        self._delegations[_prompt_key(delegation.prompt)] = child
+        self._delegations.move_to_end(_prompt_key(delegation.prompt))
+        while len(self._delegations) > self.max_conversations:
+            self._delegations.popitem(last=False)
+
+    def _remember_child(self, child: _Child) -> None:
+        self._children[child.run_id] = child
+        self._children.move_to_end(child.run_id)
+        while len(self._children) > self.max_conversations:
+            self._children.popitem(last=False)
 
     def _continued(self, request: dict[str, Any], chain: list[str], summary: str) -> str:
         previous = request.get("previous_response_id")
