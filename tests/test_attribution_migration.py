@@ -8,29 +8,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from manifests.storage import partitions
+from tests.migration_support import APP, around, migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-APP = "manifests"
 WHEN = datetime(2025, 6, 7, 8, 9, tzinfo=UTC)
 
 
-def _migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    MigrationExecutor(connection).migrate(targets)
-    return MigrationExecutor(connection)
-
-
 def test_it_fills_the_attributions_of_an_existing_database_from_their_calls():
-    executor = MigrationExecutor(connection)
-    (node,) = [key for key in executor.loader.graph.nodes if key[0] == APP and key[1].endswith("_attribution_figures")]
-    (previous,) = [p for p in executor.loader.graph.node_map[node].parents if p[0] == APP]
-    leaves = executor.loader.graph.leaf_nodes()
+    node, previous, leaves = around("_attribution_figures")
     try:
-        apps = _migrate([previous]).loader.project_state(previous).apps
+        apps = migrate([previous]).loader.project_state(previous).apps
         partitions.ensure_days([partitions.day_of(WHEN)])  # PostgreSQL: the calls' day
         project = apps.get_model(APP, "Project").objects.create(name="Legacy", slug="legacy")
         run = apps.get_model(APP, "Run").objects.create(project=project, run_id="r", first_seen=WHEN, last_seen=WHEN)
@@ -50,7 +40,7 @@ def test_it_fills_the_attributions_of_an_existing_database_from_their_calls():
             Attribution.objects.create(project=project, call=call, evidence_key=key, cause=cause, fix="f",
                                        started_at=WHEN)
 
-        apps = _migrate([node]).loader.project_state(node).apps
+        apps = migrate([node]).loader.project_state(node).apps
         rows = apps.get_model(APP, "Attribution").objects.order_by("pk")
         assert [(r.call_id, r.evidence_key, r.run_id, r.agent, r.model, r.call_cost) for r in rows] == [
             (calls[0].pk, "a", run.pk, "coder", "claude-sonnet-4-5", 2.5),
@@ -59,4 +49,4 @@ def test_it_fills_the_attributions_of_an_existing_database_from_their_calls():
             (calls[1].pk, "a", run.pk, "planner", "gpt-5-mini", 0.75),
         ]
     finally:
-        _migrate(leaves)
+        migrate(leaves)

@@ -8,31 +8,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from ctxkit import figures
 from ctxkit.record.manifest import Usage
 from manifests.storage import partitions
+from tests.migration_support import APP, around, migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-APP = "manifests"
 WHEN = datetime(2025, 6, 7, 8, 9, tzinfo=UTC)
 
 
-def _migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    MigrationExecutor(connection).migrate(targets)
-    return MigrationExecutor(connection)
-
-
 def test_it_fills_the_events_of_an_existing_database_from_their_calls():
-    executor = MigrationExecutor(connection)
-    (node,) = [key for key in executor.loader.graph.nodes if key[0] == APP and key[1].endswith("_cache_event_saving")]
-    (previous,) = [p for p in executor.loader.graph.node_map[node].parents if p[0] == APP]
-    leaves = executor.loader.graph.leaf_nodes()
+    node, previous, leaves = around("_cache_event_saving")
     try:
-        apps = _migrate([previous]).loader.project_state(previous).apps
+        apps = migrate([previous]).loader.project_state(previous).apps
         partitions.ensure_days([partitions.day_of(WHEN)])  # PostgreSQL: the call's day
         project = apps.get_model(APP, "Project").objects.create(name="Legacy", slug="legacy")
         run = apps.get_model(APP, "Run").objects.create(project=project, run_id="r", first_seen=WHEN, last_seen=WHEN)
@@ -44,7 +34,7 @@ def test_it_fills_the_events_of_an_existing_database_from_their_calls():
         apps.get_model(APP, "CacheEvent").objects.create(project=project, call=call, cause="prefix_changed",
                                                          started_at=WHEN)
 
-        apps = _migrate([node]).loader.project_state(node).apps
+        apps = migrate([node]).loader.project_state(node).apps
         event = apps.get_model(APP, "CacheEvent").objects.get(call_id=call.pk)
         assert (event.run_id, event.agent, event.model) == (run.pk, "coder", "claude-sonnet-4-5")
         # The default price row (migration-made): 1, 4, 0.1 and 1.25 units per 1k tokens.
@@ -53,4 +43,4 @@ def test_it_fills_the_events_of_an_existing_database_from_their_calls():
                                               output_tokens=200), 3000, weights)
         assert expected > 0 and event.saving == pytest.approx(expected)
     finally:
-        _migrate(leaves)
+        migrate(leaves)

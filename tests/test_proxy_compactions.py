@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ctxkit.proxy.capture import Capture, Exchange, Outcome, answer_text
-from ctxkit.record.manifest import Manifest
+from ctxkit.proxy.capture import Exchange, Outcome, answer_text
+from tests.proxy_support import build_all
 
 RUN = {"x-ctxview-run": "ticket-9"}
 SYSTEM = "You answer questions about refunds."
@@ -34,20 +34,10 @@ def _exchange(messages: list[Any], *, headers: dict[str, str] | None = None, usa
                     content_type="application/json", chunks=[json.dumps(response).encode()])
 
 
-def _session(*calls: Exchange) -> list[Manifest]:
-    capture = Capture(sink=None)
-    out = []
-    for exchange in calls:
-        manifest = capture.build(exchange)
-        assert manifest is not None
-        out.append(manifest)
-    return out
-
-
 def test_a_shorter_history_opening_with_a_summary_is_a_compaction():
     evidence = {"x-ctxview-evidence": json.dumps({"refund_rate": "0.0321", "approver": "finance desk"})}
     summary = "Summary: the user asked about refunds; the finance desk approves them."
-    before, after = _session(_exchange(EARLY, headers=evidence),
+    before, after = build_all(_exchange(EARLY, headers=evidence),
                              _exchange([{"role": "user", "content": summary},
                                         {"role": "assistant", "content": "Understood."},
                                         {"role": "user", "content": "Draft a reply."}], headers=evidence))
@@ -65,21 +55,21 @@ def test_a_shorter_history_opening_with_a_summary_is_a_compaction():
 
 
 def test_a_shorter_history_without_a_summary_is_not_a_compaction():
-    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": "A new question."}]))
+    _, after = build_all(_exchange(EARLY), _exchange([{"role": "user", "content": "A new question."}]))
     assert after.compactions == [] and not any(i.kind == "summary" for i in after.items)
 
 
 def test_the_calls_that_extend_a_compacted_history_are_not_compactions_again():
     compacted = [{"role": "user", "content": "Summary: refunds were discussed."},
                  {"role": "user", "content": "Draft a reply."}]
-    _, first, second = _session(_exchange(EARLY), _exchange(compacted),
+    _, first, second = build_all(_exchange(EARLY), _exchange(compacted),
                                 _exchange([*compacted, {"role": "assistant", "content": "Dear customer"},
                                            {"role": "user", "content": "Shorter."}]))
     assert len(first.compactions) == 1 and second.compactions == []
 
 
 def test_a_summary_later_in_the_history_is_not_taken_for_one():
-    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": "Hello"},
+    _, after = build_all(_exchange(EARLY), _exchange([{"role": "user", "content": "Hello"},
                                                      {"role": "assistant", "content": "Hi"},
                                                      {"role": "user", "content": "Summary: be brief."}]))
     assert after.compactions == [] and not any(i.kind == "summary" for i in after.items)
@@ -89,7 +79,7 @@ def test_a_provider_compaction_is_not_counted_twice():
     block = {"type": "compaction", "content": "The user asked about refunds."}
     usage = {"input_tokens": 300, "output_tokens": 40,
              "iterations": [{"type": "compaction", "input_tokens": 5000, "output_tokens": 300}]}
-    provider, next_call = _session(_exchange(EARLY, usage=usage, content=[block]),
+    provider, next_call = build_all(_exchange(EARLY, usage=usage, content=[block]),
                                    _exchange([{"role": "user", "content": [block]},
                                               {"role": "user", "content": "Draft a reply."}]))
     assert [c.strategy for c in provider.compactions] == ["anthropic_compaction"]
@@ -98,13 +88,13 @@ def test_a_provider_compaction_is_not_counted_twice():
 
 def test_an_anthropic_compaction_block_sent_back_is_a_compaction_when_none_was_recorded():
     block = {"type": "compaction", "content": "The user asked about refunds."}
-    _, after = _session(_exchange(EARLY), _exchange([{"role": "user", "content": [block]},
+    _, after = build_all(_exchange(EARLY), _exchange([{"role": "user", "content": [block]},
                                                      {"role": "user", "content": "Draft a reply."}]))
     assert [(c.strategy, c.trigger) for c in after.compactions] == [("anthropic_compaction", "provider")]
 
 
 def test_a_malformed_evidence_header_is_ignored_with_a_warning():
-    [manifest] = _session(_exchange(EARLY, headers={"x-ctxview-evidence": "refund_rate=0.0321"}))
+    [manifest] = build_all(_exchange(EARLY, headers={"x-ctxview-evidence": "refund_rate=0.0321"}))
     assert manifest.evidence == []
     assert "X-Ctxview-Evidence is not a JSON object of non-empty strings: ignored" in manifest.warnings
 
@@ -113,7 +103,7 @@ def test_a_compacted_history_continues_the_run_that_wrote_its_summary():
     written = ("Summary:\nThe customer asked about the refund rate and who approves refunds.\n"
                "A reply to the customer is still to be drafted.")
     ask = {"role": "user", "content": "Summarise the conversation so far."}
-    first, summarising, after = _session(
+    first, summarising, after = build_all(
         _exchange(EARLY, run={}),
         _exchange([*EARLY, {"role": "assistant", "content": "Drafting."}, ask], run={},
                   content=[{"type": "text", "text": written}]),
@@ -126,7 +116,7 @@ def test_a_compacted_history_continues_the_run_that_wrote_its_summary():
 
 
 def test_a_summary_nobody_answered_starts_a_run_of_its_own():
-    _, after = _session(_exchange(EARLY, run={}),
+    _, after = build_all(_exchange(EARLY, run={}),
                         _exchange([{"role": "user", "content": "Summary: a conversation this proxy never saw."},
                                    {"role": "user", "content": "Go on."}], run={}))
     assert after.step == 0 and after.compactions == []

@@ -9,9 +9,10 @@ import json
 import time
 from typing import Any
 
-from ctxkit.proxy.capture import Capture, Exchange, Outcome, delegations_of
+from ctxkit.proxy.capture import Exchange, Outcome, delegations_of
 from ctxkit.proxy.runs import Delegation
 from ctxkit.record.manifest import Manifest
+from tests.proxy_support import build_all
 
 SESSION = {"x-claude-code-session-id": "5b0e-session", "user-agent": "claude-cli/2.1.332 (external, cli)"}
 MAIN_SYSTEM = "You are Claude Code."
@@ -58,16 +59,6 @@ def _events(response: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _session(*calls: Exchange) -> list[Manifest]:
-    capture = Capture(sink=None)
-    out = []
-    for exchange in calls:
-        manifest = capture.build(exchange)
-        assert manifest is not None
-        out.append(manifest)
-    return out
-
-
 def _delegating_session(*, stream: bool = False, task_tool: str = "Agent") -> list[Manifest]:
     tool_use = {**TOOL_USE, "name": task_tool}
     child_first = [{"role": "user", "content": [{"type": "text", "text": REMINDER}, {"type": "text", "text": TASK}]}]
@@ -79,7 +70,7 @@ def _delegating_session(*, stream: bool = False, task_tool: str = "Agent") -> li
     parent_next = [*ASK, {"role": "assistant", "content": [tool_use]},
                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": TOOL_USE["id"],
                                                  "content": "Refunds over 500 need the finance desk."}]}]
-    return _session(
+    return build_all(
         _exchange(ASK, content=[{"type": "text", "text": "Delegating."}, tool_use], stream=stream),
         _exchange(child_first, system=AGENT_SYSTEM, content=[child_read], stream=stream),
         _exchange(child_second, system=AGENT_SYSTEM, content=[{"type": "text", "text": "One rule."}], stream=stream),
@@ -110,7 +101,7 @@ def test_a_streamed_task_tool_use_starts_a_child_run_too():
 
 def test_a_side_request_of_the_session_stays_in_the_session_run():
     side = [{"role": "user", "content": "Write a 5-word title for: delegate: list the refund rules"}]
-    parent, side_call, after = _session(
+    parent, side_call, after = build_all(
         _exchange(ASK, content=[TOOL_USE]),
         _exchange(side, system="Generate a concise title."),
         _exchange([{"role": "user", "content": [{"type": "text", "text": "Something unrelated."}]}],
@@ -127,19 +118,19 @@ def test_the_main_conversation_opening_with_the_prompt_stays_in_the_session_run(
     asked = [{"role": "user", "content": TASK}]
     following = [*asked, {"role": "assistant", "content": [TOOL_USE]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": TOOL_USE["id"], "content": "x"}]}]
-    parent, again = _session(_exchange(asked, content=[TOOL_USE]), _exchange(following))
+    parent, again = build_all(_exchange(asked, content=[TOOL_USE]), _exchange(following))
     assert (again.run_id, again.step, again.parent_run_id) == (parent.run_id, 1, None)
 
 
 def test_a_prompt_another_session_asked_for_stays_in_its_own_session():
     other = {**SESSION, "x-claude-code-session-id": "other-session"}
-    _, elsewhere = _session(_exchange(ASK, content=[TOOL_USE]),
+    _, elsewhere = build_all(_exchange(ASK, content=[TOOL_USE]),
                             _exchange([{"role": "user", "content": TASK}], headers=other))
     assert (elsewhere.run_id, elsewhere.step, elsewhere.parent_run_id) == ("session-other-session", 0, None)
 
 
 def test_a_sub_agent_without_a_session_is_a_child_of_the_run_that_asked():
-    parent, child, child_next = _session(
+    parent, child, child_next = build_all(
         _exchange(ASK, content=[TOOL_USE], headers={}),
         _exchange([{"role": "user", "content": TASK}], headers={}, content=[{"type": "text", "text": "Reading."}]),
         _exchange([{"role": "user", "content": TASK}, {"role": "assistant", "content": "Reading."},
@@ -152,7 +143,7 @@ def test_a_sub_agent_without_a_session_is_a_child_of_the_run_that_asked():
 
 def test_a_long_parent_run_id_gives_a_child_run_id_within_the_limit():
     run = {"x-ctxview-run": "r" * 190}
-    parent, child = _session(_exchange(ASK, content=[TOOL_USE], headers=run),
+    parent, child = build_all(_exchange(ASK, content=[TOOL_USE], headers=run),
                              _exchange([{"role": "user", "content": TASK}], headers={}))
     assert parent.run_id == "r" * 190
     assert len(child.run_id) <= 200 and child.parent_run_id == parent.run_id and child.step == 0

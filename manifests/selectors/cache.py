@@ -123,11 +123,7 @@ def chart(project: Project, filters: Filters) -> dict[str, Any]:
         acc[0] += read
         acc[1] += input_tokens
     starts = sorted(causes_at)
-    seen: dict[str, int] = defaultdict(int)
-    for at in causes_at.values():
-        for cause, n in at.items():
-            seen[cause] += n
-    causes = sorted(seen, key=lambda c: -seen[c])
+    causes = s.ranked_keys(causes_at[t] for t in starts)
     points = []
     qs = CacheEvent.objects.filter(project=project)
     if filters.since is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,11 +85,16 @@ class Series:
                 for n, d in zip(self.sums["cache_read_tokens"], self.sums["input_tokens"], strict=True)]
 
     def keys(self, name: str) -> list[str]:
-        seen: dict[str, int] = defaultdict(int)
-        for m in self.maps[name]:
-            for k, v in m.items():
-                seen[k] += v
-        return sorted(seen, key=lambda k: -seen[k])
+        return ranked_keys(self.maps[name])
+
+
+def ranked_keys(maps: Iterable[Mapping[str, int]]) -> list[str]:
+    """The keys of per-bucket maps ({cause: count}), the largest total first."""
+    seen: dict[str, int] = defaultdict(int)
+    for m in maps:
+        for k, v in m.items():
+            seen[k] += v
+    return sorted(seen, key=lambda k: -seen[k])
 
 
 def series(project: Project, filters: Filters, *, maps: tuple[str, ...] = ("attributions", "tokens_by_kind",
