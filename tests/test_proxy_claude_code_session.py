@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from ctxkit import window_breakdown
+from ctxkit.record.summaries import CLAUDE_CODE_OPENING
 from manifests import tasks
 from manifests.analysis.cache_words import previous_run_call
 from manifests.facts import FactSpec, create_fact
@@ -136,7 +137,7 @@ def test_claude_code_session_with_compaction_is_one_run(live_server, key, sender
 
     [compaction] = after["compactions"]
     summary = next(i for i in after["items"] if i["kind"] == "summary")
-    assert summary["text"].startswith("This session is being continued from a previous conversation")
+    assert summary["text"].startswith(CLAUDE_CODE_OPENING)
     assert "0.0321" not in summary["text"]
     assert compaction["strategy"] == "client_summary" and compaction["trigger"] == "manual"
     assert compaction["summary_item"] == summary["id"]

@@ -8,9 +8,8 @@ compaction when, in the same run:
 
 - its history (``messages`` / ``input``) is shorter than the previous call's, and
 - its first user message holds a summary: an item of kind ``summary`` in its manifest (Claude
-  Code's "This session is being continued from a previous conversation..." text, a generic
-  ``Summary:`` opening, Anthropic's ``compaction`` block, OpenAI's ``compaction`` item; see
-  ctxkit.record.summaries).
+  Code's summary opening, a generic ``Summary:`` opening, Anthropic's ``compaction`` block,
+  OpenAI's ``compaction`` item; see ctxkit.record.summaries).
 
 The :class:`~ctxkit.record.manifest.Compaction` goes on that call: ``tokens_before`` is the
 previous call's input tokens (normalised usage, else the sum of its items' tokens),

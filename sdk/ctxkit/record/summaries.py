@@ -1,9 +1,8 @@
 """Which text of a request is an agent's own compaction summary, and how it was triggered.
 
 An agent that compacts itself sends the summary of its earlier conversation at the head of the
-next call, as a user text: Claude Code's begins "This session is being continued from a previous
-conversation that ran out of context" (its ``/compact`` command leaves a
-``<command-name>/compact</command-name>`` block in a later user message of the same call;
+next call, as a user text: Claude Code's opens with :data:`CLAUDE_CODE_OPENING` (its ``/compact``
+command leaves a ``<command-name>/compact</command-name>`` block in a later user message of the same call;
 without one the compaction was the CLI's own, on a full window); other agents open with
 ``Summary:`` / ``Conversation summary:`` or a ``<summary>`` tag. The adapters look only at the
 first user message, so a user who writes "Summary:" later in a conversation is not taken for a
