@@ -157,7 +157,7 @@ def validation_ratios(items: int, samples: int = 300, rounds: int = 5) -> dict[s
     import msgspec
     import orjson
 
-    from ctxkit.record.manifest import decode_manifest, semantic_errors
+    from ctxkit.manifest import decode_manifest, semantic_errors
 
     body = orjson.dumps(manifest(0, 100))  # the yardstick: a 100-item manifest
 
@@ -268,7 +268,7 @@ def main() -> None:
         os.environ.update(env)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ctxview.settings")
         django.setup()
-        from ctxkit.record.manifest import decode_manifest
+        from ctxkit.manifest import decode_manifest
         from manifests.ingest.rows import item_rows
 
         print(

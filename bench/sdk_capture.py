@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
 
+from ctxkit.manifest import Budget, Item, Manifest
 from ctxkit.record.client import Client
-from ctxkit.record.manifest import Budget, Item, Manifest
 
 KEY = "bench"
 

@@ -39,7 +39,7 @@ from ctxkit.context.allocator import Allocation, Plan, Segment, allocate
 from ctxkit.context.operators import MARKER_RE
 from ctxkit.context.readback import KeyField, read_back
 from ctxkit.context.tokens import Estimator, estimate_tokens, estimator_by_name
-from ctxkit.record.manifest import MAX_TOKENS, AllocatorSettings, ItemAllocation
+from ctxkit.manifest import MAX_TOKENS, AllocatorSettings, ItemAllocation
 from manifests.models import Call, Evidence, Item
 
 FILL = "\ue000"  # a private-use character: never in real text, never matched by a literal

@@ -11,8 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.record.builder import build_manifest
-from ctxkit.record.manifest import (
+from ctxkit.manifest import (
     Budget,
     Compaction,
     Evidence,
@@ -23,6 +22,7 @@ from ctxkit.record.manifest import (
     PrefixSegment,
     Usage,
 )
+from ctxkit.record.builder import build_manifest
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project
 

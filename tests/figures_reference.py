@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ctxkit import figures
-from ctxkit.record.manifest import Manifest, decode_manifest
+from ctxkit.manifest import Manifest, decode_manifest
 from manifests.analysis.prices import DEFAULT_PRICE
 from manifests.analysis.rollups import day_start, hour_start
 from manifests.models import Call, Project

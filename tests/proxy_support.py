@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 
+from ctxkit.manifest import Manifest, decode_manifest
 from ctxkit.proxy.capture import Capture
 from ctxkit.proxy.config import ProxyConfig
 from ctxkit.proxy.server import RunningProxy, start_in_thread
-from ctxkit.record.manifest import Manifest, decode_manifest
 
 
 class KeptManifests:

@@ -7,8 +7,8 @@ import pytest
 from ctxkit.context.allocator import Segment
 from ctxkit.context.compaction import Record, Summary, compact
 from ctxkit.context.readback import KeyField
+from ctxkit.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usage
 from ctxkit.record.builder import ContextBuilder
-from ctxkit.record.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usage
 from manifests import analysis
 from manifests.models import Attribution, CallFigures
 from tests.analysis_support import MODEL, T0, flush_rollups, item, manifest, store_and_analyse

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from ctxkit.record.manifest import Prefix, Usage
-from ctxkit.record.prefix_lines import prefix_segment
+from ctxkit.context.prefix_lines import prefix_segment
+from ctxkit.manifest import Prefix, Usage
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
 from tests.analysis_support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, sha, store, store_and_analyse

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from ctxkit.instrumentation.bodies import manifest_from_bodies
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 from manifests.models import CacheEvent
 from tests.analysis_support import MODEL, T0, store_and_analyse
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from ctxkit.context.compaction import Record, Summary, compact
-from ctxkit.record.manifest import Compaction, Invariant
+from ctxkit.manifest import Compaction, Invariant
 from manifests.models import CompactionFigures
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors.filters import Filters

@@ -7,7 +7,7 @@ import importlib
 import pytest
 from django.apps import apps as django_apps
 
-from ctxkit.record.manifest import Evidence, Usage
+from ctxkit.manifest import Evidence, Usage
 from manifests.analysis.prices import DEFAULT_PRICE, Price, PriceBook
 from manifests.models import CallFigures, ModelPrice
 from tests.analysis_support import as_dict, item, manifest, store_and_analyse

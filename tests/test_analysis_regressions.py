@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ctxkit.record.manifest import Usage
+from ctxkit.manifest import Usage
 from manifests.analysis import notify
 from manifests.models import Regression
 from tests.analysis_support import (

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from ctxkit.record.manifest import Compaction, Evidence, Invariant, Usage
+from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 from manifests import analysis
 from manifests.analysis import rollups
 from manifests.models import Call, Rollup, RollupMark
@@ -52,7 +52,7 @@ def varied(n: int, *, agent: str = "analyst", hours: float = 0):
         prefix_=prefix(system=(SYSTEM[0] + str(n % 2), 600), tools=TOOLS),
         usage=Usage(input_tokens=2000 + n, cache_read_tokens=(1200 if n % 4 else 0), output_tokens=100 + n),
     )
-    from ctxkit.record.manifest import Outcome
+    from ctxkit.manifest import Outcome
 
     m.outcome = Outcome(verified=verified)
     return m

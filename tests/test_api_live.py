@@ -18,7 +18,7 @@ import schemathesis
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from ctxkit import Client
-from ctxkit.record.manifest import convert_manifest
+from ctxkit.manifest import convert_manifest
 from manifests.models import Call
 from tests.analysis_support import as_dict, hard_cut_run
 from tests.conftest import make_manifest

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from ctxkit import figures
-from ctxkit.record.manifest import Usage
+from ctxkit.manifest import Usage
 from manifests.storage import partitions
 from tests.migration_support import APP, around, migrate
 

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from ctxkit.record.manifest import Evidence, Usage
+from ctxkit.manifest import Evidence, Usage
 from manifests.models import Attribution, Call, CallFigures, Rollup
 from tests.analysis_support import T0, flush_rollups, item, manifest, store_and_analyse
 

@@ -1,6 +1,6 @@
 """Contract: a manifest built by ctxkit is accepted by the real server, stored whole, and read
 back through the API as it was built. The SDK and the server share one schema
-(ctxkit.record.manifest); these tests prove the builder stays inside it end to end."""
+(ctxkit.manifest); these tests prove the builder stays inside it end to end."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ctxkit.fixtures import (
     fixture_segments,
     reserve_for,
 )
-from ctxkit.record.manifest import Claim, Outcome
+from ctxkit.manifest import Claim, Outcome
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Item
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth import get_user_model
 
-from ctxkit.record.manifest import decode_manifest
+from ctxkit.manifest import decode_manifest
 from manifests import services
 from manifests.demo import claude_code
 from manifests.models import Attribution, CacheEvent, Call, Compaction, Evidence, Item, Project

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ctxkit import figures as ref
 from ctxkit.breakdown import item_category
 from ctxkit.context.layout import canonical_json
-from ctxkit.record.manifest import ACTIONS, Budget
+from ctxkit.manifest import ACTIONS, Budget
 from manifests import figures
 from manifests.models import Call, Item
 from tests.analysis_support import item, manifest, store

@@ -14,7 +14,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ctxkit.record.manifest import Compaction, Evidence, Invariant, Item, Outcome, Usage
+from ctxkit.manifest import Compaction, Evidence, Invariant, Item, Outcome, Usage
 from manifests import services
 from manifests.models import Run
 from manifests.selectors import evidence as evidence_sel

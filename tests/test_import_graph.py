@@ -98,3 +98,42 @@ def test_it_would_find_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# One direction between ctxkit's layers: a module may import from its own layer or one below.
+# The schema (``ctxkit.manifest``) is below everything; building a context (``ctxkit.context``)
+# is below recording it (``ctxkit.record``).
+LAYERS = ("ctxkit.manifest", "ctxkit.context", "ctxkit.record")
+
+
+def layer_of(module: str) -> int | None:
+    for rank, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports from a lower layer into a higher one, as (importer, imported)."""
+    found = []
+    for name, targets in graph.items():
+        own = layer_of(name)
+        if own is None:
+            continue
+        for target in sorted(targets):
+            other = layer_of(target)
+            if other is not None and other > own:
+                found.append((name, target))
+    return sorted(found)
+
+
+def test_it_keeps_ctxkit_layers_pointing_down():
+    graph = import_graph()
+    assert any(t.startswith("ctxkit.context") for t in graph["ctxkit.record.builder"])  # record uses context
+    assert upward_imports(graph) == []
+
+
+def test_it_would_find_an_upward_import():
+    graph = {"ctxkit.context.layout": {"ctxkit.record.items"}, "ctxkit.record.items": {"ctxkit.context.tokens"},
+             "ctxkit.manifest": set(), "ctxkit.context.tokens": {"ctxkit.manifest"}}
+    assert upward_imports(graph) == [("ctxkit.context.layout", "ctxkit.record.items")]

@@ -14,7 +14,7 @@ import time
 import pytest
 from django.db import connection
 
-from ctxkit.record.manifest import Compaction, Evidence, Invariant, Usage
+from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 from manifests.analysis import notify
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
 from tests import figures_reference as reference

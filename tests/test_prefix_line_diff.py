@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.template import Context, Template
 
-from ctxkit.record.prefix_lines import line_hashes
+from ctxkit.context.prefix_lines import line_hashes
 from manifests.selectors.prefix_lines import MAX_ROWS, line_diff
 
 

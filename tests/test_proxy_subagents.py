@@ -9,9 +9,9 @@ import json
 import time
 from typing import Any
 
+from ctxkit.manifest import Manifest
 from ctxkit.proxy.capture import Exchange, Outcome, delegations_of
 from ctxkit.proxy.runs import Delegation
-from ctxkit.record.manifest import Manifest
 from tests.proxy_support import build_all
 
 SESSION = {"x-claude-code-session-id": "5b0e-session", "user-agent": "claude-cli/2.1.332 (external, cli)"}

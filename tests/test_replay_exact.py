@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxkit import Block, ContextBuilder, KeyField, Segment, estimate_tokens, figures
-from ctxkit.record.manifest import POLICIES
+from ctxkit.manifest import POLICIES
 from manifests import replay
 from manifests.ingest import ingest_body
 from manifests.models import Call

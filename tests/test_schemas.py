@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from ctxkit.record.manifest import json_schema
+from ctxkit.manifest import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def test_it_publishes_the_openapi_schema():
 
 
 def test_the_docs_example_is_a_valid_manifest():
-    from ctxkit.record.manifest import convert_manifest
+    from ctxkit.manifest import convert_manifest
 
     text = (ROOT / "docs" / "manifest.md").read_text()
     example = text.split("```json", 1)[1].split("```", 1)[0]

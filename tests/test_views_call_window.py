@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from ctxkit.breakdown import window_breakdown
-from ctxkit.record.manifest import convert_manifest
+from ctxkit.manifest import convert_manifest
 from tests.window_support import HOSTILE_DIR, claude_code_manifest
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from ctxkit.breakdown import SEGMENTS, summed, window_breakdown
-from ctxkit.record.manifest import convert_manifest
+from ctxkit.manifest import convert_manifest
 from tests.window_support import claude_code_manifest
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ctxkit.instrumentation.bodies import manifest_from_bodies
-from ctxkit.record.manifest import encode
+from ctxkit.manifest import encode
 
 HOSTILE_DIR = '/srv/<img src=x onerror="alert(1)">'
 MEMORY = (f"<system-reminder>\nCodebase and user instructions are shown below.\n\nContents of {HOSTILE_DIR}/CLAUDE.md "

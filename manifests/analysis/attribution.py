@@ -19,8 +19,8 @@ from datetime import datetime
 from django.db.models import Max, Min
 
 from ctxkit import figures as fig
-from ctxkit.record.manifest import Evidence as ManifestEvidence
-from ctxkit.record.manifest import Manifest, decode_manifest
+from ctxkit.manifest import Evidence as ManifestEvidence
+from ctxkit.manifest import Manifest, decode_manifest
 from manifests.analysis.data import CallData, clean
 from manifests.models import Attribution, Call, Evidence, Run
 from manifests.storage import partitions

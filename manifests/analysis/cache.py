@@ -25,7 +25,7 @@ from django.db import connection
 from django.db.models import DateTimeField, ExpressionWrapper, OuterRef, Q, Subquery
 
 from ctxkit import figures as fig
-from ctxkit.record.manifest import Usage
+from ctxkit.manifest import Usage
 from manifests.analysis import cache_words
 from manifests.analysis.data import clean
 from manifests.analysis.prices import PriceBook

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ctxkit import figures
-from ctxkit.record.manifest import Manifest, decode_manifest
+from ctxkit.manifest import Manifest, decode_manifest
 from manifests.models import Call, Compaction, Evidence
 from manifests.storage import partitions
 

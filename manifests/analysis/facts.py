@@ -37,9 +37,9 @@ from datetime import datetime
 import msgspec
 
 from ctxkit import figures as fig
-from ctxkit.record.manifest import Evidence as ManifestEvidence
-from ctxkit.record.manifest import Invariant as ManifestInvariant
-from ctxkit.record.manifest import InvariantName, Manifest
+from ctxkit.manifest import Evidence as ManifestEvidence
+from ctxkit.manifest import Invariant as ManifestInvariant
+from ctxkit.manifest import InvariantName, Manifest
 from manifests.analysis.data import CallData, clean
 from manifests.models import Call, Compaction, Evidence, Invariant, Run, WatchedFact
 from manifests.storage import partitions

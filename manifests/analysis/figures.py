@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ctxkit import figures as fig
 from ctxkit.figures import context_tokens, in_context
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 from manifests.analysis.data import CallData, clean
 from manifests.analysis.prices import Price
 from manifests.models import Call, CallFigures

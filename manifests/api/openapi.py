@@ -15,7 +15,7 @@ from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.renderers import OpenApiJsonRenderer, OpenApiYamlRenderer
 
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):

@@ -1,4 +1,4 @@
-"""Read-side serializers (the write side validates with ctxkit.record.manifest)."""
+"""Read-side serializers (the write side validates with ctxkit.manifest)."""
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field

@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ctxkit.record.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
+from ctxkit.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
 from manifests import ingest, ops
 from manifests.api.auth import HasIngestScope, HasReadScope, key_of
 from manifests.api.pagination import BoundedPagination
@@ -341,7 +341,7 @@ class CallDetailView(generics.RetrieveAPIView):
 
 @extend_schema(exclude=True)
 def manifest_json_schema(request: Any) -> HttpResponse:
-    """The manifest's JSON Schema, generated from ctxkit.record.manifest; public, like any spec."""
+    """The manifest's JSON Schema, generated from ctxkit.manifest; public, like any spec."""
     import json
 
     return HttpResponse(json.dumps(json_schema(), indent=2, sort_keys=True), content_type="application/schema+json")

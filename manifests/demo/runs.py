@@ -43,8 +43,8 @@ from ctxkit.context.allocator import Segment
 from ctxkit.context.compaction import Record, compact
 from ctxkit.context.readback import KeyField
 from ctxkit.fixtures import TOOLS_SCHEMA
+from ctxkit.manifest import Claim, ContextEdit, Outcome
 from ctxkit.record.builder import ContextBuilder
-from ctxkit.record.manifest import Claim, ContextEdit, Outcome
 from manifests import ingest
 from manifests.models import Project
 

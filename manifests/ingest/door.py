@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from django.conf import settings
 
-from ctxkit.record.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
+from ctxkit.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
 from manifests.ingest.dupkeys import no_duplicate_keys
 
 

@@ -6,7 +6,7 @@ a pairs hook costs several times ``orjson.loads`` per manifest; this check runs 
 fraction of that (docs/performance.md, "Ingest").
 
 How: the body is decoded a second time with msgspec into *key-mirror* types, generated below
-from ``ctxkit.record.manifest.Manifest``: the same fields, every one defaulting to UNSET
+from ``ctxkit.manifest.Manifest``: the same fields, every one defaulting to UNSET
 (so only the keys the body holds are encoded again), dates kept as the text sent. Encoding
 the mirror gives back the body's distinct keys with their last values. In JSON every key is
 followed by exactly one colon outside strings, and the mirror writes every string's colons
@@ -28,7 +28,7 @@ from typing import Any, cast
 
 import msgspec
 
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 
 _mirrors: dict[type, type] = {}
 

@@ -36,8 +36,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ctxkit.context.layout import canonical_json
+from ctxkit.manifest import Builder, Manifest, Outcome
 from ctxkit.record.call_items import Part, call_manifest, text_of
-from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.usage import normalize_usage
 from manifests.ingest import door
 from manifests.models import Call, CallKey, Project, Run

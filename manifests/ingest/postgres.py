@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 from manifests.ingest.dupkeys import no_duplicate_keys
 from manifests.ingest.rows import (
     ITEM_COLUMNS,

@@ -15,7 +15,7 @@ import msgspec
 from django.db import connection
 
 from ctxkit import figures
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 from manifests.figures import ITEM_FIELDS
 from manifests.models import CallKey, Compaction, ContextEdit, Evidence, Invariant, Project, Run
 

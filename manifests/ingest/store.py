@@ -2,7 +2,7 @@
 
 The hot path is built for speed (see docs/performance.md): the body is split into
 raw manifests without parsing them (msgspec.Raw), each is decoded straight into
-the shared ``ctxkit.record.manifest.Manifest`` type, and the whole batch is written in
+the shared ``ctxkit.manifest.Manifest`` type, and the whole batch is written in
 one transaction with one statement per table (``COPY`` for items on PostgreSQL).
 A bad manifest is rejected with the JSON path of every bad field and never blocks
 the good ones beside it. The decoding, validation and duplicate-key rules live in
@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from ctxkit.record.manifest import FieldError, Manifest
+from ctxkit.manifest import FieldError, Manifest
 from manifests.ingest.door import (
     decode,
     decode_owing_proof,

@@ -17,7 +17,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ctxkit.record.manifest import EARLIEST, LATEST
+from ctxkit.manifest import EARLIEST, LATEST
 
 # Named ranges offered in the filter bar; "all" means no time bound.
 RANGES: dict[str, timedelta | None] = {
@@ -150,7 +150,7 @@ def _time(raw: str, param: str, *, end: bool) -> datetime:
         value = parse_datetime(raw) if day is None else None
     except ValueError:
         raise FilterError(param, message) from None
-    # The same range as stored timestamps (ctxkit.record.manifest), checked before any
+    # The same range as stored timestamps (ctxkit.manifest), checked before any
     # arithmetic: 9999-12-31 plus a day does not exist.
     out_of_range = FilterError(param, f"{raw!r} is outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}")
     if value is None:

@@ -13,7 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from ctxkit.record.manifest import INVARIANT_NAMES
+from ctxkit.manifest import INVARIANT_NAMES
 from manifests.models import Rollup, Run
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel

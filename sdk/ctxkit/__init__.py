@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
             "Prefix", "PrefixSegment", "Outcome", "Claim", "Builder", "FieldError", "convert_manifest",
             "decode_manifest", "json_schema",
         ),
-        "record.manifest",
+        "manifest",
     ),
     # building a manifest
     **dict.fromkeys(("build_manifest", "ContextBuilder", "BuiltContext", "blocks_from_plan"), "record.builder"),
@@ -232,10 +232,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
     from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
     from ctxkit.instrumentation import instrument
-    from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
-    from ctxkit.record.client import Client
-    from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
-    from ctxkit.record.manifest import (
+    from ctxkit.manifest import (
         SCHEMA_V1,
         Budget,
         Builder,
@@ -255,6 +252,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         decode_manifest,
         json_schema,
     )
+    from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
+    from ctxkit.record.client import Client
+    from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
     from ctxkit.record.spool import Spool
     from ctxkit.record.usage import (
         applied_edits_to_manifest,

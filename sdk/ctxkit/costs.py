@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from ctxkit.figures import COST_WEIGHTS, cost_units
-from ctxkit.record.manifest import Manifest, Usage
+from ctxkit.manifest import Manifest, Usage
 
 __all__ = ["RunCost", "cache_break_even", "cache_saving", "cost", "run_cost", "ttl_expired"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ctxkit.record.manifest import ABSENT_ACTIONS, Evidence, Manifest
+from ctxkit.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
 __all__ = [
     "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step", "Tokens",

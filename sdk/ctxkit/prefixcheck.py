@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from ctxkit.figures import COST_WEIGHTS, cache_saving
-from ctxkit.record.manifest import Manifest, Prefix, PrefixSegment, Usage
+from ctxkit.manifest import Manifest, Prefix, PrefixSegment, Usage
 
 __all__ = [
     "DEFAULT_PRICES", "CallPrefix", "PrefixChange", "RunsCheck", "check_runs", "compare_prefixes", "dumps",

@@ -36,10 +36,10 @@ from types import ModuleType
 from typing import Any
 
 from ctxkit.context.layout import sha256_hex, volatile_matches
+from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.context.tokens import estimate_tokens
+from ctxkit.manifest import PrefixSegment
 from ctxkit.prefixcheck import PrefixChange, compare_prefixes, prefix_segments
-from ctxkit.record.manifest import PrefixSegment
-from ctxkit.record.prefix_lines import prefix_segment
 
 __all__ = ["DEFAULT_CLOCK_SHIFT", "DEFAULT_MESSAGES", "Finding", "assert_prefix_stable", "scan_prefix",
            "seeded_ids", "shifted_clock"]

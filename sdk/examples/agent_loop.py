@@ -35,7 +35,7 @@ from ctxkit import (
     should_compact,
 )
 from ctxkit.fixtures import HISTORY, KEY_FIELDS, SYSTEM, TASK, TOOL_LOG, TOOLS, WEB_PAGE
-from ctxkit.record.manifest import Claim, Outcome
+from ctxkit.manifest import Claim, Outcome
 
 MODEL = "claude-sonnet-4-5"
 BUDGET = 2400  # the window this agent allows itself per call

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ctxkit.record.manifest import Budget, Item, Manifest, convert_manifest
+from ctxkit.manifest import Budget, Item, Manifest, convert_manifest
 
 API_KEY = "test-key"
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_cache
 from ctxkit.context.allocator import Segment, allocate
+from ctxkit.context.allocator import cache as alloc_cache
 from ctxkit.context.tokens import estimate_tokens
 from ctxkit.fixtures import fixture_segments
-from ctxkit.record.manifest import ACTIONS, SCHEMA_V1, convert_manifest
+from ctxkit.manifest import ACTIONS, SCHEMA_V1, convert_manifest
 
 FILLER = "\n".join(f"row {i}: channel=app refund_rate=0.03{i:02d} status=ok" for i in range(60))
 

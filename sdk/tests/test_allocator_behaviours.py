@@ -25,7 +25,7 @@ from ctxkit.fixtures import (
     fixture_segments,
     reserve_for,
 )
-from ctxkit.record.manifest import ACTIONS
+from ctxkit.manifest import ACTIONS
 
 
 def run(budget: int, naive: bool = False) -> Plan:

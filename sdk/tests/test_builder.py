@@ -34,7 +34,7 @@ from ctxkit import (
 )
 from ctxkit.context.readback import KeyField
 from ctxkit.fixtures import DEFAULT_BUDGET, KEY_FIELDS, LARGE_BUDGET, SMALL_BUDGET, fixture_segments, reserve_for
-from ctxkit.record.manifest import (
+from ctxkit.manifest import (
     MAX_EVIDENCE,
     MAX_ID,
     MAX_ITEMS,

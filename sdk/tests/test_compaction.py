@@ -18,7 +18,7 @@ from ctxkit.context.compaction import (
 )
 from ctxkit.context.handoff import check_handoff
 from ctxkit.context.tokens import estimate_tokens
-from ctxkit.record.manifest import MAX_NAME, Compaction, ContextEdit, convert_manifest
+from ctxkit.manifest import MAX_NAME, Compaction, ContextEdit, convert_manifest
 
 
 def chars(text: str) -> int:

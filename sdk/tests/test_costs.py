@@ -9,7 +9,7 @@ import pytest
 import ctxkit.costs  # noqa: F401  (the module is loaded; ctxkit.cost must still be the function)
 from ctxkit import ContextBuilder, Segment, cache_break_even, cache_saving, cost, run_cost, ttl_expired
 from ctxkit.figures import cost_units
-from ctxkit.record.manifest import Usage
+from ctxkit.manifest import Usage
 
 K = 1000  # units per 1k uncached input tokens (one uncached input token = 1)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_cache
 from ctxkit.context.allocator import Segment, allocate
-from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.allocator import cache as alloc_cache
+from ctxkit.context.operators.extract import cut_lines, plan_extract, plan_summary
 from ctxkit.context.tokens import count_cjk, estimate_tokens, memo_estimator
 
 

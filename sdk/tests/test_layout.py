@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from ctxkit.context.layout import Block, arrange, volatile_warnings
-from ctxkit.record.manifest import Prefix, convert_manifest
+from ctxkit.manifest import Prefix, convert_manifest
 
 SYSTEM = "You are the refund assistant. Follow policy P-7."
 SEARCH = {"name": "search_orders", "description": "Find orders", "input_schema": {"type": "object", "required": ["q"]}}

@@ -31,9 +31,9 @@ from ctxkit.context.operators import (
     summarize_lines,
     truncate_head_tail,
 )
-from ctxkit.context.ops_dedupe import key_and_repeats, line_repeats
-from ctxkit.context.ops_extract import cut_lines, plan_extract, plan_summary
-from ctxkit.context.ops_schema import cut_schema, plan_schema
+from ctxkit.context.operators.dedupe import key_and_repeats, line_repeats
+from ctxkit.context.operators.extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.operators.schema import cut_schema, plan_schema
 from ctxkit.context.tokens import estimate_tokens, memo_estimator
 from ctxkit.fixtures import TOOLS, TOOLS_SCHEMA
 

@@ -6,8 +6,8 @@ import msgspec
 
 from ctxkit import ContextBuilder, Segment
 from ctxkit.context.layout import Block, arrange
-from ctxkit.record.manifest import MAX_LINES, convert_manifest
-from ctxkit.record.prefix_lines import line_hash, line_hashes, prefix_segment
+from ctxkit.context.prefix_lines import line_hash, line_hashes, prefix_segment
+from ctxkit.manifest import MAX_LINES, convert_manifest
 
 
 def system(time: str) -> str:

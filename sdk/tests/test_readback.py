@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from ctxkit.context.readback import KeyField, format_readback, read_back, summarize, to_evidence
-from ctxkit.record.manifest import SCHEMA_V1, Evidence, Item, convert_manifest
+from ctxkit.manifest import SCHEMA_V1, Evidence, Item, convert_manifest
 
 FIELDS = [
     KeyField("rate limit", "429", "history", key="rate_limit"),

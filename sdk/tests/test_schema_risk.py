@@ -10,7 +10,7 @@ import json
 
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.operators import compress_schema
-from ctxkit.context.ops_schema import MINIMAL_FORM, plan_schema, risk_kinds, risk_sentences
+from ctxkit.context.operators.schema import MINIMAL_FORM, plan_schema, risk_kinds, risk_sentences
 from ctxkit.context.tokens import estimate_tokens
 from ctxkit.record.builder import ContextBuilder
 

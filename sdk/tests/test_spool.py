@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from conftest import make_manifest
-from ctxkit.record.manifest import decode_manifest
+from ctxkit.manifest import decode_manifest
 from ctxkit.record.spool import Spool
 
 SDK_DIR = str(Path(__file__).resolve().parents[1])
@@ -117,7 +117,7 @@ def test_several_processes_write_their_own_segments(tmp_path: Path) -> None:
     code = (
         "import os\n"
         "from datetime import UTC, datetime\n"
-        "from ctxkit.record.manifest import Budget, Manifest\n"
+        "from ctxkit.manifest import Budget, Manifest\n"
         "from ctxkit.record.spool import Spool\n"
         f"s = Spool({str(tmp_path)!r})\n"
         "for batch in range(5):\n"

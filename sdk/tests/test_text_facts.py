@@ -8,7 +8,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxkit.context import alloc_cache, ops_dedupe
+from ctxkit.context.allocator import cache as alloc_cache
+from ctxkit.context.operators import dedupe as ops_dedupe
 from ctxkit.context.tokens import count_cjk, count_cjk_lines, count_cjk_many
 
 # Every character str.split() treats as whitespace, plus CJK, fullwidth, control and astral ones.

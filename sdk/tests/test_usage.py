@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ctxkit.record.manifest import ContextEdit, Usage, convert_manifest
+from ctxkit.manifest import ContextEdit, Usage, convert_manifest
 from ctxkit.record.usage import (
     applied_edits_to_manifest,
     cache_hit_ratio,

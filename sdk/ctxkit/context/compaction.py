@@ -32,25 +32,8 @@ from ctxkit.context.summary import (  # noqa: F401  (re-exported)
     conversation_language,
     extractive_summarizer,
 )
-from ctxkit.record.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
-
-Estimate = Callable[[str], int]
-
-
-def resolve_estimate(estimate: Estimate | None) -> Estimate:
-    """The caller's estimator, else ``ctxkit.context.tokens.estimate_tokens``, else chars/4.
-
-    Resolved at call time so this module does not depend on ``ctxkit.context.tokens`` being
-    importable when it is loaded.
-    """
-    if estimate is not None:
-        return estimate
-    try:
-        from ctxkit.context.tokens import estimate_tokens
-    except ImportError:
-        return lambda text: max(1, len(text) // 4)
-    return estimate_tokens
-
+from ctxkit.context.tokens import Estimate, resolve_estimate
+from ctxkit.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
 
 # --------------------------------------------------------------------------- #
 # Records

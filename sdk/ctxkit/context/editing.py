@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ctxkit.context.compaction import ClearResult, Estimate, Record, placeholder, resolve_estimate
+from ctxkit.context.compaction import ClearResult, Record, placeholder
+from ctxkit.context.tokens import Estimate, resolve_estimate
 
 THINKING = "thinking"
 

@@ -18,15 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ctxkit.record.manifest import MAX_SEGMENTS, Prefix
+from ctxkit.context.prefix_lines import prefix_segment
+from ctxkit.context.tokens import Estimate, resolve_estimate
+from ctxkit.manifest import MAX_SEGMENTS, Prefix
 
 Zone = Literal["head", "middle", "tail"]
 ZONES: tuple[Zone, ...] = ("head", "middle", "tail")
-Estimate = Callable[[str], int]
 
 # Default zone of each manifest item kind; ``Block.zone`` or ``Block.current`` override it.
 _HEAD_KINDS = frozenset({"system", "task", "constraint", "tools"})
@@ -35,18 +36,6 @@ _TAIL_KINDS = frozenset({"user", "state"})
 _HEAD_RANK = {"system": 0, "task": 1, "constraint": 1, "tools": 2}
 # Order inside TAIL: current work, evidence next to the question, the question, restated constraints.
 _TAIL_RANK = {"state": 0, "tool_result": 0, "retrieval": 1, "user": 2, "constraint": 3, "task": 3}
-
-
-def _resolve_estimate(estimate: Estimate | None) -> Estimate:
-    # Same resolution as ctxkit.context.compaction.resolve_estimate; kept local so the layout does
-    # not import the compaction module.
-    if estimate is not None:
-        return estimate
-    try:
-        from ctxkit.context.tokens import estimate_tokens
-    except ImportError:
-        return lambda text: max(1, len(text) // 4)
-    return estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +160,6 @@ class Layout:
     def to_prefix(self, *, include_text: bool = True) -> Prefix:
         """The manifest's prefix: per segment its hash, tokens and line hashes, and its text
         when ``include_text`` (the server then shows the changed line itself, not only its number)."""
-        from ctxkit.record.prefix_lines import prefix_segment
-
         segments = [
             prefix_segment(name=s.name, hash=s.hash, tokens=s.tokens, text=s.text, include_text=include_text)
             for s in self.segments
@@ -189,7 +176,7 @@ def arrange(blocks: Iterable[Block], *, estimate: Estimate | None = None, restat
     ``restate_constraints`` each HEAD ``constraint`` block (or any block with
     ``restate=True``) is repeated verbatim at the end of TAIL from the same string.
     """
-    estimate = _resolve_estimate(estimate)
+    estimate = resolve_estimate(estimate)
     blocks = list(blocks)
     ids = [b.id for b in blocks]
     if len(set(ids)) != len(ids):

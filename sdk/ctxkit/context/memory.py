@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.manifest import MAX_REASON, Item, Manifest
+from ctxkit.manifest import MAX_REASON, Item, Manifest
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Segment

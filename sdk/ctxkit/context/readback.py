@@ -11,7 +11,7 @@ API notes
   ``outputs`` order) that does. Matching is on the dedupe normal form (NFKC, casefold, collapsed
   whitespace), and a literal that starts or ends with a letter or digit must not touch another
   ASCII letter or digit there: ``429`` is not found in ``14290`` and ``0.0321`` not in ``0.03215``.
-- ``to_evidence(results) -> list[ctxkit.record.manifest.Evidence]`` (key, label, literal,
+- ``to_evidence(results) -> list[ctxkit.manifest.Evidence]`` (key, label, literal,
   expected_item, present, found_in).
 - ``summarize(results) -> str`` ("6/10 kept; missing: a, b") and ``format_readback(results)``
   (one ``[OK  ]`` / ``[MISS]`` line per field).
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxkit.context.operators import normalize
-from ctxkit.record.manifest import Evidence
+from ctxkit.manifest import Evidence
 
 
 @dataclass(frozen=True, slots=True)

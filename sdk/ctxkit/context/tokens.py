@@ -140,6 +140,14 @@ def count_cjk_many(texts: Sequence[str]) -> list[int]:
     return counts
 
 
+Estimate = Callable[[str], int]
+
+
+def resolve_estimate(estimate: Estimate | None) -> Estimate:
+    """The caller's estimator, else ``estimate_tokens``."""
+    return estimate if estimate is not None else estimate_tokens
+
+
 def estimate_tokens(text: str) -> int:
     """Deterministic token estimate: 1 per CJK char + ceil(other chars / 4)."""
     if not text:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ctxkit.instrumentation import anthropic, openai
 from ctxkit.instrumentation.recorder import CallRecord
-from ctxkit.record.manifest import Manifest
+from ctxkit.manifest import Manifest
 
 __all__ = ["APIS", "ProviderError", "manifest_from_bodies", "well_formed"]
 

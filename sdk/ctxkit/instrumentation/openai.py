@@ -17,8 +17,8 @@ from typing import Any
 from ctxkit.context.layout import canonical_json
 from ctxkit.instrumentation.recorder import CallRecord
 from ctxkit.instrumentation.wrap import field, plain
+from ctxkit.manifest import Builder, Manifest, Outcome
 from ctxkit.record.call_items import Part, call_manifest, text_of
-from ctxkit.record.manifest import Builder, Manifest, Outcome
 from ctxkit.record.summaries import summary_strategy
 from ctxkit.record.usage import normalize_usage
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
+from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.runs import SUBAGENT_TOOLS, Delegation, RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.proxy.sse import json_events
-from ctxkit.record.manifest import MAX_EVIDENCE, Builder, Manifest
 from ctxkit.version import __version__
 
 logger = logging.getLogger("ctxkit.proxy")

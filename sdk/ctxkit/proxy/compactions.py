@@ -11,7 +11,7 @@ compaction when, in the same run:
   Code's summary opening, a generic ``Summary:`` opening, Anthropic's ``compaction`` block,
   OpenAI's ``compaction`` item; see ctxkit.record.summaries).
 
-The :class:`~ctxkit.record.manifest.Compaction` goes on that call: ``tokens_before`` is the
+The :class:`~ctxkit.manifest.Compaction` goes on that call: ``tokens_before`` is the
 previous call's input tokens (normalised usage, else the sum of its items' tokens),
 ``tokens_after`` this call's, ``kept_turns`` the user turns kept after the summary message
 (the prompt just added is not one), ``trigger`` ``manual`` / ``auto`` when readable, and the
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxkit.context.compaction import survival_checks
+from ctxkit.manifest import MAX_EVIDENCE, MAX_NAME, MAX_REASON, Compaction, Invariant, Manifest
 from ctxkit.proxy.runs import conversation_of
-from ctxkit.record.manifest import MAX_EVIDENCE, MAX_NAME, MAX_REASON, Compaction, Invariant, Manifest
 from ctxkit.record.summaries import summary_strategy, summary_trigger
 
 __all__ = ["CompactionWatch"]

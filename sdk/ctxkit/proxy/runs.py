@@ -154,7 +154,7 @@ def conversation_of(api: str, request: dict[str, Any]) -> list[Any]:
 # Lines shorter than this ("Summary:", "3. Pending Tasks: none.") are too common to link runs by.
 MIN_LINKING_LINE = 24
 MAX_ANSWER_LINES = 64  # lines of one answer remembered for linking
-MAX_RUN_ID = 200  # ctxkit.record.manifest.MAX_ID
+MAX_RUN_ID = 200  # ctxkit.manifest.MAX_ID
 
 
 def _texts(content: Any) -> list[str]:

@@ -32,19 +32,7 @@ import msgspec
 
 from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.record.items import (
-    UNTRUSTED_KINDS,
-    block_items,
-    clamp_tokens,
-    clip,
-    layout_items,
-    opt_id,
-    plan_items,
-    record_items,
-    sanitize_item,
-    short_id,
-)
-from ctxkit.record.manifest import (
+from ctxkit.manifest import (
     MAX_COMPACTIONS,
     MAX_EDITS,
     MAX_EVIDENCE,
@@ -67,6 +55,18 @@ from ctxkit.record.manifest import (
     Prefix,
     Usage,
     convert_manifest,
+)
+from ctxkit.record.items import (
+    UNTRUSTED_KINDS,
+    block_items,
+    clamp_tokens,
+    clip,
+    layout_items,
+    opt_id,
+    plan_items,
+    record_items,
+    sanitize_item,
+    short_id,
 )
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used, not at import time

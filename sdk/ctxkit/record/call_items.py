@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxkit.context.layout import canonical_json
+from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.context.tokens import estimate_tokens
-from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
-from ctxkit.record.manifest import (
+from ctxkit.manifest import (
     MAX_EVIDENCE,
     MAX_ITEMS,
     MAX_NAME,
@@ -43,7 +43,7 @@ from ctxkit.record.manifest import (
     Usage,
     Zone,
 )
-from ctxkit.record.prefix_lines import prefix_segment
+from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
 
 __all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "memory_files", "DEFAULT_WINDOW"]
 

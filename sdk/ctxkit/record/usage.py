@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxkit import figures
-from ctxkit.record.manifest import MAX_TOKENS, ContextEdit, Usage
+from ctxkit.manifest import MAX_TOKENS, ContextEdit, Usage
 
 PROVIDERS = ("anthropic", "openai_chat", "openai_responses", "gemini", "otel")
 _ALIASES = {

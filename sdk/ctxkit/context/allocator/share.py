@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxkit.context.alloc_types import Allocation
+    from ctxkit.context.allocator.types import Allocation
 
 
 def order_key(a: Allocation) -> tuple[int, str]:

@@ -10,8 +10,8 @@ import json
 import re
 from typing import Any
 
-from ctxkit.context.ops_common import OpRecord
-from ctxkit.context.ops_dedupe import content_key
+from ctxkit.context.operators.common import OpRecord
+from ctxkit.context.operators.dedupe import content_key
 from ctxkit.context.tokens import Estimator, clip, estimate_tokens
 
 # --------------------------------------------------------------------------- #

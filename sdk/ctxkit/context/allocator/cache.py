@@ -23,7 +23,7 @@ import threading
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
-from ctxkit.context.ops_dedupe import content_key, key_and_repeats, keys_and_repeats
+from ctxkit.context.operators.dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
 
 # About 4 MB-16 MB of text, depending on the script: a long agent context several times over.

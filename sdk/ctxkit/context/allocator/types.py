@@ -1,7 +1,7 @@
 """The allocator's two records: a candidate (:class:`Segment`) and what was done with it (:class:`Allocation`).
 
 Their own module so that :mod:`ctxkit.context.allocator` and the modules it delegates to
-(:mod:`ctxkit.context.alloc_apply`, :mod:`ctxkit.context.alloc_share`) all import them from
+(:mod:`ctxkit.context.allocator.apply`, :mod:`ctxkit.context.allocator.share`) all import them from
 here, and none of those imports another in a circle. ``ctxkit.context.allocator`` re-exports
 both; the allocator's docstring describes their fields.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxkit.context.ops_common import OpRecord
-from ctxkit.record.manifest import ITEM_KINDS, POLICIES, Item, ItemAllocation, Policy
+from ctxkit.context.operators.common import OpRecord
+from ctxkit.manifest import ITEM_KINDS, POLICIES, Item, ItemAllocation, Policy
 
 
 @dataclass(frozen=True, slots=True)

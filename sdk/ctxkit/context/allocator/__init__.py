@@ -60,22 +60,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxkit import figures
-from ctxkit.context import alloc_cache
-from ctxkit.context.alloc_apply import (  # noqa: F401  (POLICY_ACTION, apply_policy: re-exported)
+from ctxkit.context.allocator import cache as alloc_cache
+from ctxkit.context.allocator.apply import (  # noqa: F401  (POLICY_ACTION, apply_policy: re-exported)
     POLICY_ACTION,
     apply_policies,
     apply_policy,
 )
-from ctxkit.context.alloc_share import share, whole_or_nothing
-from ctxkit.context.alloc_types import Allocation, Segment
+from ctxkit.context.allocator.share import share, whole_or_nothing
+from ctxkit.context.allocator.types import Allocation, Segment
 from ctxkit.context.operators import (
     memo,
     merge_near_duplicate_lines,
     merge_near_duplicates,
     score_line,
 )
-from ctxkit.context.ops_dedupe import dedupe_record
-from ctxkit.context.ops_schema import pinned_tools_tokens
+from ctxkit.context.operators.dedupe import dedupe_record
+from ctxkit.context.operators.schema import pinned_tools_tokens
 from ctxkit.context.tokens import (
     Estimator,
     clip,
@@ -84,7 +84,7 @@ from ctxkit.context.tokens import (
     memo_estimator,
     tokens_from_cjk,
 )
-from ctxkit.record.manifest import POLICIES, Budget, Policy
+from ctxkit.manifest import POLICIES, Budget, Policy
 
 __all__ = ["POLICIES", "Allocation", "Plan", "Policy", "Segment", "allocate"]
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.tokens import (
     Estimator,
     clip,

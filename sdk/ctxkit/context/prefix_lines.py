@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ctxkit.record.manifest import MAX_LINES, MAX_TEXT, PrefixSegment
+from ctxkit.manifest import MAX_LINES, MAX_TEXT, PrefixSegment
 
 __all__ = ["line_hash", "line_hashes", "prefix_segment"]
 

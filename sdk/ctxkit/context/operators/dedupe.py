@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxkit.context.ops_common import OpRecord
+from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 # Fullwidth punctuation common in Chinese text, and the ideographic space, with their NFKC

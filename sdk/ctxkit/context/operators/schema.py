@@ -11,9 +11,9 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ctxkit.context.ops_common import OpRecord
-from ctxkit.context.ops_extract import extract_lines
-from ctxkit.context.ops_truncate import compact_json
+from ctxkit.context.operators.common import OpRecord
+from ctxkit.context.operators.extract import extract_lines
+from ctxkit.context.operators.truncate import compact_json
 from ctxkit.context.tokens import Estimator, estimate_tokens
 
 

@@ -50,8 +50,8 @@ This module only re-exports: the code lives in ``ops_common`` (OpRecord, SAFE_OR
 
 from __future__ import annotations
 
-from ctxkit.context.ops_common import SAFE_ORDER, OpRecord, memo
-from ctxkit.context.ops_dedupe import (
+from ctxkit.context.operators.common import SAFE_ORDER, OpRecord, memo
+from ctxkit.context.operators.dedupe import (
     Merged,
     content_key,
     dedupe_items,
@@ -65,7 +65,7 @@ from ctxkit.context.ops_dedupe import (
     normalize,
     shingles,
 )
-from ctxkit.context.ops_extract import (
+from ctxkit.context.operators.extract import (
     CONSTRAINT_HINTS,
     FAIL_HINTS,
     UNIT_HINTS,
@@ -80,8 +80,8 @@ from ctxkit.context.ops_extract import (
     sliding_window,
     summarize_lines,
 )
-from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
-from ctxkit.context.ops_truncate import MARKER_RE, ref_replace, truncate_head_tail
+from ctxkit.context.operators.schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.operators.truncate import MARKER_RE, ref_replace, truncate_head_tail
 
 __all__ = [
     "CONSTRAINT_HINTS",

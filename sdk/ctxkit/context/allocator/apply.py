@@ -2,7 +2,7 @@
 
 Used by :mod:`ctxkit.context.allocator`. The budget-independent half
 of ``extract``, ``summarize`` and ``schema`` (lines ranked and costed, schema steps rendered)
-is kept across calls in :mod:`ctxkit.context.alloc_cache` when the estimator is the default one, so
+is kept across calls in :mod:`ctxkit.context.allocator.cache` when the estimator is the default one, so
 only the cut at this call's grant is redone.
 """
 
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ctxkit.context import alloc_cache
-from ctxkit.context.ops_common import OpRecord
-from ctxkit.context.ops_extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
-from ctxkit.context.ops_schema import SchemaPlan, compress_schema, cut_schema, plan_schema
-from ctxkit.context.ops_truncate import ref_replace, truncate_head_tail
+from ctxkit.context.allocator import cache as alloc_cache
+from ctxkit.context.operators.common import OpRecord
+from ctxkit.context.operators.extract import LinePlan, Scorer, cut_lines, plan_extract, plan_summary, sliding_window
+from ctxkit.context.operators.schema import SchemaPlan, compress_schema, cut_schema, plan_schema
+from ctxkit.context.operators.truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
 
 if TYPE_CHECKING:
-    from ctxkit.context.alloc_types import Allocation, Segment
+    from ctxkit.context.allocator.types import Allocation, Segment
 
 # The manifest action a policy produces when it has to shrink its segment.
 POLICY_ACTION = {
