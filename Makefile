@@ -30,7 +30,7 @@ browser: $(STAMP)
 # The Node clients the proxy tests drive (the official @anthropic-ai/sdk and the Claude Code CLI),
 # pinned by their committed package-lock.json files; installed only when absent.
 node-clients:
-	@for dir in tests/node tests/claude_code; do \
+	@for dir in tests/clients/node tests/clients/claude_code; do \
 	  test -d $$dir/node_modules || npm ci --prefix $$dir --no-audit --no-fund --loglevel=error; \
 	done
 

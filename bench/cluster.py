@@ -27,7 +27,8 @@ Throughput of a phase: manifests / seconds from the first send until every call 
 The exactly-once check (all three phases, :func:`exactly_once`): every sent call stored once
 and analysed (0 lost, 0 unanalysed, 0 quarantined); one figures row per call; each call's
 attributions equal to those the reference derives from its raw manifest
-(tests/figures_reference.py): cause and step lost at; the prefix registry counting each call once; every hour and day
+(tests/analysis/figures_reference.py): cause and step lost at; the prefix registry counting each
+call once; every hour and day
 rollup equal to the raw aggregate the reference computes from the manifests. From the worker
 logs: tasks redelivered (received twice) and what their second run analysed (0: the calls were
 done), tasks cut by the kill. The sweep runs every 5 s for calls older than 10 s, the
@@ -310,7 +311,7 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
     from django.db.models import Count, Sum
 
     from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Project
-    from tests import figures_reference as reference
+    from tests.analysis import figures_reference as reference
 
     flush_rollups()
     project = Project.objects.get(name=project_name)
@@ -338,7 +339,7 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
         for key in set(expected) | set(actual):
             want, got = dict(expected.get(key, {})), dict(actual.get(key, {}))
             cost, stored_cost = want.pop("cost", 0.0), got.pop("cost", 0.0)
-            # Costs are float sums rounded to a millionth (as tests/figures_reference.py compares them).
+            # Costs are float sums rounded to a millionth (as tests/analysis/figures_reference.py compares them).
             wrong_buckets += abs(stored_cost - cost) > 1e-6 * max(1.0, cost) + 1e-6 or want != got
     return {
         "lost (sent, not stored)": len(set(call_ids) - stored),

@@ -3,7 +3,7 @@
     .venv/bin/python bench/instrument.py [--calls 1000] [--rounds 5]
 
 The real openai client (Chat Completions) calls the local stand-in provider
-(tests/provider_standin.py, TCP_NODELAY) with a realistic request: a 3 KB system prompt,
+(tests/proxy/provider_standin.py, TCP_NODELAY) with a realistic request: a 3 KB system prompt,
 four tools and a ten-message conversation. ctxkit's Client points at a closed port, so every
 send fails and is retried in the background, the worst case for the agent. Measured, in the
 same run and in alternating rounds (median of rounds):
@@ -36,7 +36,7 @@ from ctxkit import Client  # noqa: E402
 from ctxkit.instrumentation.openai import chat_manifest  # noqa: E402
 from ctxkit.instrumentation.recorder import Recorder  # noqa: E402
 from ctxkit.instrumentation.wrap import wrap  # noqa: E402
-from tests.provider_standin import StandIn  # noqa: E402
+from tests.proxy.provider_standin import StandIn  # noqa: E402
 
 SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))
 TOOLS = [{"type": "function", "function": {"name": f"tool_{n}", "parameters": {"type": "object"}}} for n in range(4)]

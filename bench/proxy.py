@@ -4,7 +4,7 @@
                                     [--first-byte-ms 50] [--event-gap-ms 2]
 
 Four processes on this machine: a paced stand-in provider (the Anthropic events of
-tests/provider_standin.py, chunked, the first after ``--first-byte-ms``, then one every
+tests/proxy/provider_standin.py, chunked, the first after ``--first-byte-ms``, then one every
 ``--event-gap-ms``) with an accept-all ctxview sink beside it; ``python -m ctxkit.proxy`` in
 front of it, recording (every call mapped to a manifest and sent in batches to the sink); a
 second proxy recording nothing (no ctxview key), to tell forwarding from recording; and this
@@ -63,7 +63,7 @@ def serve_upstreams(provider_port: int, sink_port: int, first_byte_ms: float, ev
     """The paced stand-in provider and an accept-all ctxview sink, in this (separate) process."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from tests.provider_standin import anthropic_events
+    from tests.proxy.provider_standin import anthropic_events
 
     class Provider(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

@@ -4,7 +4,7 @@ redis-server), each in its own process group and logging to a file, the CPU time
 its PostgreSQL backends spent, and an HTTP client
 with ctxkit's retry rules that can fail over between web nodes.
 
-Not a test helper: the benches print figures, tests/ has its own (tests/pipeline_support.py).
+Not a test helper: the benches print figures, tests/ has its own (tests/pipeline/support.py).
 """
 
 from __future__ import annotations

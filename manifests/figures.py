@@ -3,7 +3,7 @@
 Every query that counts tokens in context, hit rate, uncached tokens, cost, the input cap,
 the input read, headroom, a share of the window, the saving of a cache miss or the MCP tools of the
 window breakdown (ctxkit.breakdown) builds on these, so the database and
-Python agree (tests/test_figures_agree.py checks it on generated data, on PostgreSQL and
+Python agree (tests/analysis/test_figures_agree.py checks it on generated data, on PostgreSQL and
 SQLite). The field lists of the rollups and of an item live here too, written once.
 Callers that write raw SQL (bench/scale_columns.py's ``INSERT ... SELECT`` generator) take
 these same expressions as SQL text through :func:`as_sql`, never a hand-written copy.

@@ -199,8 +199,8 @@ def api(key) -> Api:
 
 @pytest.fixture
 def standin() -> Iterator[Any]:
-    """The local stand-in for the Anthropic and OpenAI APIs (tests/provider_standin.py)."""
-    from tests.provider_standin import StandIn
+    """The local stand-in for the Anthropic and OpenAI APIs (tests/proxy/provider_standin.py)."""
+    from tests.proxy.provider_standin import StandIn
 
     with StandIn() as server:
         yield server

@@ -183,7 +183,7 @@ def _serialise_runs(calls: list[Call]) -> None:
     but it cannot see a later step that another worker is analysing at that moment (not
     committed yet), and that worker read the run before the earlier step was stored: both
     commit, and the later step keeps a cause traced without the earlier one (seen with two
-    worker nodes, tests/test_pipeline_worker.py). A transaction-level advisory lock per run,
+    worker nodes, tests/pipeline/test_worker.py). A transaction-level advisory lock per run,
     taken in one global order after the claim and before anything is read, makes the second
     chunk wait until the first committed, and then see its calls. Only locks of this kind
     are waited for before it, so it cannot close a cycle. SQLite serialises writers already."""

@@ -1,6 +1,6 @@
 """The demo's Claude Code session, recorded by ``ctxkit proxy``: the real Claude Code CLI
-(``@anthropic-ai/claude-code``, pinned in tests/claude_code) over five ``claude -p`` turns with
-``--continue``, against a stand-in of the Messages API (tests/claude_code_standin.py).
+(``@anthropic-ai/claude-code``, pinned in tests/clients/claude_code) over five ``claude -p`` turns with
+``--continue``, against a stand-in of the Messages API (tests/proxy/claude_code_standin.py).
 
 The session: the model has the CLI's Read tool read a note ("The refund rate is 0.0321."), two
 more turns follow (the second launched with a line appended to the system prompt), then
@@ -15,7 +15,7 @@ sent; loading shifts their times so the session ends at ``now`` and stores them 
 (after a change to the proxy's mapping or a new pinned CLI)::
 
     npm ci --prefix tests/claude_code
-    PYTHONPATH=sdk:. .venv/bin/python -m tests.record_claude_code_session
+    PYTHONPATH=sdk:. .venv/bin/python -m tests.proxy.record_claude_code_session
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Django's ``QuerySet.delete()`` would load every call (raw manifest included) to 
 by hand; here each table is cleared with one ``DELETE ... WHERE <fk> IN (subquery)``
 statement, children first. The tables are found from the models' own relations
 (``_meta.get_fields``), so a table added later is deleted too, without a list to
-keep up to date (tests/test_retention.py checks that nothing is left behind).
+keep up to date (tests/storage/test_retention.py checks that nothing is left behind).
 
 On PostgreSQL the raw tables are partitioned by day (manifests/storage/partitions.py): a day older
 than every project's retention is expired by dropping its partitions (a catalog operation,
@@ -92,7 +92,7 @@ def _delete_where(
         elif (child.__name__, rel.field.name) in RUN_COPIES:
             continue  # deleted with the call it belongs to, through that call's relation
         else:
-            # Every other relation here is CASCADE or SET_NULL (tests/test_retention.py checks it).
+            # Every other relation here is CASCADE or SET_NULL (tests/storage/test_retention.py checks it).
             # A PROTECT or DO_NOTHING added later must decide its own rule: refuse rather than guess.
             raise ValueError(f"{child.__name__}.{rel.field.name}: on_delete={rel.on_delete.__name__} "
                              "has no set-based delete rule in manifests/storage/retention.py")

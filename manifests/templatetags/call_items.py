@@ -3,7 +3,7 @@
 A call has up to a few hundred items and each row has a dozen cells; through the template
 language they would be most of the call view's server time (docs/performance.md, "Dashboard
 pages"). This writes the same markup as a template, escaping every value as the
-template's autoescape does; tests/test_views_call.py checks what each cell shows and the fold.
+template's autoescape does; tests/views/test_call.py checks what each cell shows and the fold.
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""Per-call figures and the price table."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from django.apps import apps as django_apps
+
+from ctxkit.manifest import Evidence, Usage
+from manifests.analysis.prices import DEFAULT_PRICE, Price, PriceBook
+from manifests.models import CallFigures, ModelPrice
+from tests.analysis.support import as_dict, item, manifest, store_and_analyse
+
+pytestmark = pytest.mark.django_db
+
+
+def figures_of(project, **kwargs) -> CallFigures:
+    return store_and_analyse(project, [manifest("c1", **kwargs)])[0].figures
+
+
+def test_it_computes_token_and_window_figures(project):
+    items = [
+        item("system", kind="system", tokens=300, zone="head"),
+        item("tools", kind="tools", tokens=900, zone="head"),
+        item("page", kind="retrieval", tokens=500, trust="untrusted"),
+        item("log", kind="tool_result", action="truncate", tokens=300, requested=1200, trust="untrusted"),
+        item("old", kind="history", action="drop", tokens=400),
+    ]
+    f = figures_of(project, items=items, window=8000,
+                   usage=Usage(input_tokens=2000, cache_read_tokens=1200, cache_write_tokens=300, output_tokens=250))
+    assert f.context_tokens == 300 + 900 + 500 + 300  # the dropped item takes no room
+    assert f.uncached_input_tokens == 2000 - 1200 - 300
+    assert f.cache_hit_ratio == pytest.approx(0.6)
+    assert f.window_utilization == pytest.approx(2000 / 8000)
+    assert f.effective_limit == 2000  # a quarter of the window by default
+    assert f.effective_share == pytest.approx(1.0)
+    assert f.headroom_tokens == 8000 - 2000  # ctxkit records no reserve without a plan
+    assert f.reserve_share == 0
+    assert f.tool_tokens == 900 and f.tool_share == pytest.approx(900 / 2000)
+    assert f.untrusted_tokens == 800
+    # Relative units: 500 uncached x 1 + 1200 read x 0.1 + 300 written x 1.25 + 250 out x 4, per 1k.
+    assert f.cost == pytest.approx((500 * 1 + 1200 * 0.1 + 300 * 1.25 + 250 * 4) / 1000)
+    assert f.evidence_coverage is None  # no required evidence: no coverage, not 0 or 1
+    assert f.started_at == f.call.started_at
+
+
+def test_it_measures_the_reserve_and_headroom_from_the_budget(project):
+    body = as_dict(manifest("c1", items=[item("a", tokens=100)], usage=Usage(input_tokens=6000)))
+    body["budget"] = {"window": 8000, "output_reserve": 1000, "safety_margin": 200}
+    f = store_and_analyse(project, [body])[0].figures
+    assert f.reserve_share == pytest.approx(1000 / 8000)
+    assert f.headroom_tokens == 6800 - 6000
+    assert f.effective_share == pytest.approx(6000 / 2000)  # three times the effective limit
+
+
+def test_it_counts_duplicates_among_the_candidates(project):
+    items = [
+        item("a", tokens=100, content_hash="h1"),
+        item("b", tokens=100, content_hash="h1"),  # same content, reached the model too
+        item("c", action="dedupe", tokens=200, content_hash="h2"),
+        item("d", tokens=600, content_hash="h3"),
+    ]
+    f = figures_of(project, items=items)
+    assert f.duplicate_ratio == pytest.approx((100 + 200) / 1000)
+    assert f.duplicate_context_tokens == 100
+
+
+def test_it_computes_evidence_coverage_and_positions(project):
+    items = [item("head", kind="system", tokens=100), item("doc", tokens=200), item("tail", kind="user", tokens=100)]
+    evidence = [
+        Evidence(key="in-doc", expected_item="doc", present=True, found_in="doc"),
+        Evidence(key="in-tail", expected_item="tail", present=True, found_in="tail"),
+        Evidence(key="missing", expected_item="doc", present=False),
+    ]
+    f = figures_of(project, items=items, evidence=evidence)
+    assert f.evidence_coverage == pytest.approx(2 / 3)
+    # By token offset of the item's middle: doc spans 100..300 of 400, tail 300..400.
+    assert f.evidence_positions == {"in-doc": 0.5, "in-tail": 0.875}
+
+
+def test_it_uses_the_most_specific_price_row(project):
+    ModelPrice.objects.create(model_pattern="claude-*", input_per_1k=3, output_per_1k=15, effective_limit_ratio=0.5)
+    ModelPrice.objects.create(model_pattern="claude-sonnet-4-5", input_per_1k=2, output_per_1k=10,
+                              effective_limit_ratio=0.1)
+    f = figures_of(project, items=[item("a")], usage=Usage(input_tokens=1000, output_tokens=100))
+    assert f.cost == pytest.approx((1000 * 2 + 100 * 10) / 1000)
+    assert f.effective_limit == 800
+    other = store_and_analyse(project, [manifest("c2", model="claude-haiku-4-5", items=[item("a")],
+                                                 usage=Usage(input_tokens=1000, output_tokens=100))])[0].figures
+    assert other.cost == pytest.approx((1000 * 3 + 100 * 15) / 1000)
+    assert other.effective_limit == 4000
+
+
+def test_it_falls_back_to_the_default_prices_when_no_row_matches():
+    book = PriceBook([("gpt-*", Price(input_per_1k=9))])
+    assert book.for_model("claude-sonnet-4-5") == DEFAULT_PRICE
+    assert book.for_model("gpt-5") == Price(input_per_1k=9)
+    assert DEFAULT_PRICE == Price(1.0, 4.0, 0.1, 1.25, 300, 1024, 0.25)
+
+
+def test_it_ships_a_default_row_in_the_price_table():
+    migration = importlib.import_module("manifests.migrations.0002_analysis")
+    ModelPrice.objects.filter(model_pattern="*").delete()  # a transactional test may have flushed it
+    migration.default_price_row(django_apps, None)
+    row = ModelPrice.objects.get(model_pattern="*")
+    assert (row.input_per_1k, row.output_per_1k, row.cache_read_per_1k, row.cache_write_per_1k) == (1, 4, 0.1, 1.25)
+    assert (row.cache_ttl_seconds, row.min_cacheable_tokens, row.effective_limit_ratio) == (300, 1024, 0.25)
+
+
+def test_it_lets_an_admin_edit_the_price_table(admin_client):
+    row = ModelPrice.objects.create(model_pattern="gpt-5*")
+    page = admin_client.get("/admin/manifests/modelprice/")
+    assert page.status_code == 200 and b"gpt-5*" in page.content
+    form = {
+        "model_pattern": "gpt-5*", "input_per_1k": "1.5", "output_per_1k": "6", "cache_read_per_1k": "0.15",
+        "cache_write_per_1k": "0", "cache_ttl_seconds": "600", "min_cacheable_tokens": "1024",
+        "effective_limit_ratio": "0.2",
+    }
+    response = admin_client.post(f"/admin/manifests/modelprice/{row.pk}/change/", form)
+    assert response.status_code == 302, response.content[:2000]
+    row.refresh_from_db()
+    assert (row.input_per_1k, row.cache_ttl_seconds) == (1.5, 600)

@@ -1,0 +1,468 @@
+"""The call view: the budget and the cache cause, the allocation bar's data, the items, the
+evidence with its cause, the risks, compactions and context edits, the diff against the
+previous call with the prefix lines that changed, the filters carried along every link, and
+hostile text shown as text."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from manifests import analysis, ingest
+from manifests.models import CacheEvent, Call, Evidence, Item, Membership
+from manifests.templatetags.call_items import item_rows
+from tests.conftest import make_manifest
+from tests.views.support import CANARY, demo_world_fixture  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def script_json(body: str, element_id: str):
+    m = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body, flags=re.S)
+    assert m, element_id
+    return json.loads(m.group(1))
+
+
+def get(world, call_id: str) -> str:
+    r = world.client(world.member).get(f"/p/{world.project.slug}/calls/{call_id}/")
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def test_it_draws_the_allocation_in_context_order_with_reserve_and_headroom(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    alloc = script_json(body, "allocation-data")
+    assert (alloc["window"], alloc["reserve"], alloc["input_cap"]) == (800, 160, 640)
+    # Headroom is input cap − input read (the provider's input); what it read beyond the items
+    # (the question, framing) is its own segment, so the bar ends at the cap.
+    assert alloc["input_read"] == alloc["input_tokens"] > alloc["used"]
+    assert alloc["headroom"] == alloc["input_cap"] - alloc["input_read"]
+    assert alloc["used"] + alloc["unitemized"] + alloc["headroom"] == alloc["input_cap"]
+    inside = [r for r in alloc["items"] if r["in_context"]]
+    assert [r["position"] for r in inside] == sorted(r["position"] for r in inside)
+    zones = [r["zone"] for r in inside]
+    assert zones == sorted(zones, key=["head", "middle", "tail"].index)  # grouped head, middle, tail
+    history = next(r for r in alloc["items"] if r["id"] == "history")
+    assert (history["requested"], history["granted"], history["action"]) == (115, 79, "summarize")
+    assert "history got 79 tokens at budget 800" in body
+
+
+def test_it_lists_items_with_trust_reason_and_text(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    row = re.search(r'<tr class="untrusted[^"]*" data-item="tool_result">(.*?)</tr>', body, flags=re.S)
+    assert row and "untrusted" in row.group(1) and "truncate" in row.group(1)
+    assert "log#sha256:4be1c0d2" in row.group(1)  # the ref
+    assert "text sent" in row.group(1)
+
+
+def test_it_shows_missing_evidence_with_the_decision_that_caused_it(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    row = re.search(r'<tr data-evidence="rate_limit">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "missing" in row
+    assert "history" in row and "summarize" in row  # the item and the action that lost it
+    assert "history got 79 tokens at budget 800" in row
+    present = re.search(r'<tr data-evidence="refund_rate">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "present" in present
+
+
+def test_it_shows_the_compaction_invariants_and_what_they_lost(demo_world):
+    body = get(demo_world, "coder-list-endpoint/step-6")
+    card = re.search(r'<div class="card" data-compaction="[^"]+">(.*?)</div>', body, flags=re.S).group(1)
+    assert "user_constraints" in card and "failed" in card
+    assert "do not change public API compatibility" in card
+    assert "r = 0.42" in card  # 474 -> 197 tokens
+
+
+def test_it_says_what_changed_since_the_previous_call(demo_world):
+    body = get(demo_world, "refunds-budget-800/step-6")
+    diff = re.search(r'<table class="grid compact" id="diff">(.*?)</table>', body, flags=re.S).group(1)
+    assert re.search(r"changed</span></td><td>history</td>.*action keep → summarize", diff, flags=re.S)
+    assert re.search(r"evidence</span></td><td>rate_limit</td>.*now missing", diff, flags=re.S)
+    assert 'id="prev-call"' in body and "refunds-budget-800/step-5/" in body
+    assert "First call of the run" in get(demo_world, "refunds-budget-800/step-0")
+
+
+def test_it_answers_404_for_an_unknown_call(demo_world):
+    r = demo_world.client(demo_world.owner).get(f"/p/{demo_world.project.slug}/calls/no-such-call/")
+    assert r.status_code == 404
+
+
+def test_it_answers_the_replay_of_an_unknown_call_with_a_json_404(demo_world):
+    client = demo_world.client(demo_world.member)
+    for call_id in ("no-such-call", f"{CANARY}/step-0"):  # the other project's call is unknown here too
+        r = client.get(f"/p/{demo_world.project.slug}/whatif.json", {"call": call_id})
+        assert (r.status_code, r["Content-Type"], r.json()) == (404, "application/json", {"error": "no such call"})
+
+
+PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+
+
+def test_it_escapes_hostile_text_everywhere(owner, project, api):
+    manifest = make_manifest("evil-1", run_id="evil-run", agent=PAYLOAD[:60], items=6)
+    manifest["items"][4]["reason"] = PAYLOAD
+    manifest["items"][4]["text"] = PAYLOAD
+    manifest["items"][4]["source_ref"] = PAYLOAD
+    manifest["evidence"] = [{"key": "k1", "label": PAYLOAD[:150], "literal": PAYLOAD, "present": False}]
+    manifest["warnings"] = [PAYLOAD]
+    manifest["compactions"][0]["invariants"][0]["lost"] = [PAYLOAD[:150]]
+    assert api.post(manifest).json()["accepted"] == 1
+    assert project.membership_set.filter(user=owner, role=Membership.OWNER).exists()
+    client = Client()
+    client.force_login(owner)
+    for url in (f"/p/{project.slug}/calls/evil-1/", f"/p/{project.slug}/runs/evil-run/", f"/p/{project.slug}/runs/",
+                f"/p/{project.slug}/evidence/?q=k1", f"/p/{project.slug}/compactions/", f"/p/{project.slug}/"):
+        body = client.get(url).content.decode()
+        assert "<script>window.__pwned" not in body, url
+        assert 'onerror="window' not in body, url
+    body = client.get(f"/p/{project.slug}/calls/evil-1/").content.decode()
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in body  # shown, as text
+    data = re.search(r'<script id="allocation-data" type="application/json">(.*?)</script>', body, flags=re.S).group(1)
+    assert "<script" not in data and "\\u003Cscript" in data  # json_script escapes < > &
+
+
+README_CURL = {"schema": "ctxview.manifest/v1", "call_id": "hello-1", "run_id": "hello", "step": 0,
+               "model": "claude-sonnet-4-5", "started_at": "2026-11-29T10:00:00Z",
+               "budget": {"window": 8000, "output_reserve": 1000},
+               "usage": {"input_tokens": 1200, "cache_read_tokens": 800, "output_tokens": 90},
+               "items": [{"id": "system", "kind": "system", "action": "keep", "requested_tokens": 120,
+                          "pinned": True}]}
+
+
+def test_it_counts_the_readme_examples_keep_item_on_the_call_page_the_run_page_and_the_api(owner, project, api):
+    assert api.post({"manifests": [README_CURL]}).status_code == 200
+    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
+    client = Client()
+    client.force_login(owner)
+    call_page = client.get(f"/p/{project.slug}/calls/hello-1/").content.decode()
+    alloc = script_json(call_page, "allocation-data")
+    assert alloc["used"] == 120 and alloc["items"][0]["in_context"] and alloc["items"][0]["used"] == 120
+    run_page = client.get(f"/p/{project.slug}/runs/hello/", {"range": "all"})
+    assert run_page.context["steps"][0]["context_tokens"] == 120
+    assert script_json(run_page.content.decode(), "run-data")["kinds"] == {"system": [120]}
+    body = api.get("/api/v1/calls/hello-1").json()
+    assert body["context_tokens"] == 120 and body["items"][0]["context_tokens"] == 120
+    assert body["cache_hit_ratio"] == pytest.approx(800 / 1200)
+
+
+def test_it_names_the_step_where_the_evidence_was_lost_with_a_link(demo_world):
+    body = get(demo_world, "coder-list-endpoint/step-8")
+    row = re.search(r'<tr data-evidence="api_compat">(.*?)</tr>', body, flags=re.S).group(1)
+    assert "Lost in compaction or summary" in row and "Never a candidate" not in row
+    link = re.search(r'<a class="lost-at" href="([^"]+)">step 6</a>', row)
+    assert link and link.group(1).startswith(f"/p/{demo_world.project.slug}/calls/coder-list-endpoint/step-6/")
+    assert "lost at step 6: compaction" in row
+
+
+def test_it_folds_many_items_that_were_not_sent(demo_world):
+    manifest = make_manifest("folding-run/step-0", run_id="folding-run", items=40)
+    for n, item in enumerate(manifest["items"]):
+        if n >= 5:  # 35 records folded into a summary, recorded as ctxkit does: not sent
+            item.update(action="summarize", position=None, zone=None, used_tokens=0, granted_tokens=0)
+    report = ingest.ingest_body(project=demo_world.project, body=json.dumps(manifest).encode())
+    assert report.count(ingest.ACCEPTED) == 1
+    body = demo_world.client(demo_world.member).get(
+        f"/p/{demo_world.project.slug}/calls/folding-run/step-0/").content.decode()
+    folded = body.split('id="items-folded"', 1)[1].split("</details>\n", 1)[0]
+    assert "35 items not sent" in folded
+    assert folded.count("<tr class=") == 35
+    sent = body.split('id="items"', 1)[1].split('id="items-folded"', 1)[0]
+    assert sent.count("<tr class=") == 5
+    # A call with few such items is not folded.
+    small = demo_world.client(demo_world.member).get(
+        f"/p/{demo_world.project.slug}/calls/refunds-budget-800/step-6/").content.decode()
+    assert 'id="items-folded"' not in small
+
+
+def section(body: str, start: str, end: str) -> str:
+    """The page between the first ``start`` and the next ``end`` after it."""
+    assert start in body, start
+    return body.split(start, 1)[1].split(end, 1)[0]
+
+
+def cells(row: str) -> list[str]:
+    return re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
+
+
+def test_it_renders_every_step_of_the_demo_runs_with_all_their_items_and_evidence(demo_world):
+    client = demo_world.client(demo_world.member)
+    calls = Call.objects.filter(project=demo_world.project, run__run_id__in=(
+        "coder-list-endpoint", "refunds-budget-800", "research-001")).order_by("run__run_id", "step")
+    assert calls.count() > 20
+    for call in calls:
+        body = client.get(f"/p/{demo_world.project.slug}/calls/{call.call_id}/").content.decode()
+        assert f'<span id="call-id">{html.escape(call.call_id)}</span>' in body
+        rows = re.findall(r'<tr class="[^"]*" data-item="([^"]*)">', body)
+        assert sorted(rows) == sorted(Item.objects.filter(call=call).values_list("item_id", flat=True)), call.call_id
+        evidence = re.findall(r'<tr data-evidence="([^"]*)">', body)
+        assert sorted(evidence) == sorted(Evidence.objects.filter(call=call).values_list("key", flat=True))
+        alloc = script_json(body, "allocation-data")
+        assert len(alloc["items"]) == len(rows) and alloc["window"] == call.window
+
+
+@pytest.mark.parametrize("call_id", ["refunds-budget-800/step-6", "research-019/step-1",
+                                     "research-approval/step-4", "ops-refunds-watch/step-0"])
+def test_it_shows_the_budget_the_usage_and_the_cache_cause(demo_world, call_id):
+    body = get(demo_world, call_id)
+    call = Call.objects.get(project=demo_world.project, call_id=call_id)
+    event = CacheEvent.objects.get(call=call)
+    summary = section(body, '<div class="summary-line">', "</div>")
+    alloc = script_json(body, "allocation-data")
+    for label, value in (("window", call.window), ("output reserve", call.output_reserve),
+                         ("safety margin", call.safety_margin), ("input cap", call.input_cap),
+                         ("in context", alloc["used"]), ("headroom", alloc["headroom"]),
+                         ("input", call.input_tokens), ("effective limit", call.figures.effective_limit)):
+        assert re.search(rf"{re.escape(label)} <b[^>]*>{value}</b>", summary), label
+    assert f"({call.cache_read_tokens} cached, {call.cache_write_tokens} written)" in summary
+    cause = f'cache: <b class="cause-{event.cause}">{event.get_cause_display()}</b>'
+    assert cause in summary
+    if event.changed_segment:
+        assert f"{cause} ({event.changed_segment} changed)" in summary
+    after = body.split(summary, 1)[1]
+    assert f'<p class="hint">{html.escape(event.detail)}</p>' in after
+
+
+def test_it_names_each_cache_cause_of_the_demo(demo_world):
+    causes = {"research-019/step-1": "Prefix changed</b> (system changed)", "research-approval/step-4": "TTL expired",
+              "ops-refunds-watch/step-0": "Cold start", "ops-refunds-watch/step-1": "cause-hit",
+              "coder-list-endpoint/step-0": "Below the minimum cacheable prefix"}
+    for call_id, shown in causes.items():
+        assert shown in section(get(demo_world, call_id), '<div class="summary-line">', "</div>"), call_id
+
+
+def test_it_lists_the_risks_apart_from_the_evidence_that_was_lost(demo_world):
+    body = get(demo_world, "research-001/step-1")
+    risks = section(body, '<ul id="risks">', "</ul>")
+    assert "Placed in the middle zone (risk)" in risks and "<b>app_refund_rate</b> in memory" in risks
+    row = section(body, '<tr data-evidence="app_refund_rate">', "</tr>")
+    assert '<span class="present">present</span>' in row
+    assert cells(row)[5] == '<span class="hint">–</span>'  # no cause: it reached the model
+
+
+def test_it_shows_a_compactions_figures_and_each_invariant(demo_world):
+    body = get(demo_world, "coder-list-endpoint/step-6")
+    card = section(body, '<div class="card" data-compaction="', "</table>")
+    assert "· model summary · trigger: occupancy 0.83 &gt;= 0.80 · 474 → 197 tokens" in card
+    assert "r = 0.42 · d = 0.25 · summary item summary-step-6 · kept 1 turns" in card
+    results = dict(re.findall(r"<tr><td>(\w+)</td><td><span class=\"badge \w+\">(\w+)</span>", card))
+    assert results["user_constraints"] == "failed" and results["pending_obligations"] == "ok"
+    assert "No compaction in this call." in get(demo_world, "coder-list-endpoint/step-5")
+
+
+def test_it_shows_the_context_edits(demo_world):
+    body = get(demo_world, "ops-refunds-watch/step-100")
+    edit = section(body, "<p>Context edit ", "</p>")
+    assert edit.startswith("<b>clear_tool_uses_20250919</b>: cleared 96 (2976 tokens), kept 4: poll-76, poll-77")
+
+
+def test_it_shows_the_prefix_segment_and_the_lines_that_changed(demo_world):
+    body = get(demo_world, "research-019/step-1")
+    diff = section(body, '<table class="grid compact" id="diff">', "</table>")
+    assert re.search(r'prefix</span></td><td>segment system</td><td></td><td><code>(\w{13})…</code> → '
+                     r'<code>(\w{13})…</code>', diff)
+    lines = section(body, 'data-testid="prefix-line-diff">', "</div>")
+    line, old, new = re.search(r"<li>line (\d+) of <b>system</b> changed: <code>(Current time: [^<]+)</code> → "
+                               r"<code>(Current time: [^<]+)</code></li>", lines).groups()
+    # The cause names the line the diff shows, with its old and new text.
+    event = CacheEvent.objects.get(call__project=demo_world.project, call__call_id="research-019/step-1")
+    assert event.detail.startswith(f"system prompt line {line} changed: '{old}' → '{new}'")
+    # A call whose prefix stayed the same shows no line diff.
+    assert 'data-testid="prefix-line-diff"' not in get(demo_world, "research-001/step-1")
+
+
+FILTERS = "agent=a%3Cb&amp;range=7d"
+
+
+def test_it_carries_the_filters_along_every_link(demo_world):
+    slug = demo_world.project.slug
+    client = demo_world.client(demo_world.member)
+    body = client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/?range=7d&agent=a%3Cb").content.decode()
+    crumb = section(body, '<p class="crumb">', "</p>")
+    assert f'href="/p/{slug}/runs/coder-list-endpoint/?{FILTERS}" id="run-link"' in crumb
+    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}" id="prev-call"' in crumb
+    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-8/?{FILTERS}" id="next-call"' in crumb
+    assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7&amp;{FILTERS}" id="compare-link"' in body
+    assert f'href="/p/{slug}/evidence/?key=api_compat&amp;run=coder-list-endpoint&amp;{FILTERS}"' in body
+    assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}"' in body
+    hashes = re.findall(r'<a class="hash" href="([^"]+)"', body)
+    assert hashes and all(h.startswith(f"/p/{slug}/evidence/?q=") and h.endswith(f"&amp;{FILTERS}") for h in hashes)
+    # Without filters the links carry none.
+    plain = client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/").content.decode()
+    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-6/" id="prev-call"' in plain
+    assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/"' in plain
+    assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7" id="compare-link"' in plain
+    assert all("&amp;" not in h for h in re.findall(r'<a class="hash" href="([^"]+)"', plain))
+
+
+def _item(item_id: str, position: int | None, **fields: Any) -> dict[str, Any]:
+    item = {"id": item_id, "kind": "tool_result", "action": "keep", "requested_tokens": 50, "used_tokens": 50,
+            "zone": "middle", "position": position, "content_hash": f"{len(item_id):064x}", "reason": "kept"}
+    item.update(fields)
+    return {k: v for k, v in item.items() if v is not None}
+
+
+def _ingest(project, manifests: list[dict]) -> None:
+    report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
+    assert report.count(ingest.ACCEPTED) == len(manifests), [r.errors for r in report.results if r.errors]
+    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
+
+
+def _page(owner, project, call_id: str) -> str:
+    client = Client()
+    client.force_login(owner)
+    r = client.get(f"/p/{project.slug}/calls/{call_id}/")
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
+    before = make_manifest("diff-run/step-0", run_id="diff-run", step=0)
+    before["items"] = [
+        _item("stays", 0), _item("goes", 1), _item("was-dropped", None, action="drop", used_tokens=0),
+        _item("moves", 2), _item("shrinks", 3, used_tokens=40), _item("squeezed", 4), _item("pushed-out", 5),
+        _item("rewritten", 6), _item("<b>x</b>", 7),
+    ]
+    before["evidence"] = [{"key": "lost-key", "label": "l", "present": True},
+                          {"key": "found-key", "label": "f", "present": False}]
+    after = make_manifest("diff-run/step-1", run_id="diff-run", step=1)
+    after["items"] = [
+        _item("stays", 0), _item("was-dropped", 1), _item("moves", 2, zone="tail"),
+        _item("shrinks", 3, used_tokens=None, granted_tokens=None), _item("squeezed", 4, action="summarize"),
+        _item("pushed-out", None, action="drop", used_tokens=0), _item("rewritten", 6, content_hash="f" * 64),
+        _item("fresh", 8),
+    ]
+    after["evidence"] = [{"key": "lost-key", "label": "l", "present": False},
+                         {"key": "found-key", "label": "f", "present": True}]
+    segments = after["prefix"]["segments"]
+    segments[0]["hash"] = "d" * 64  # system changed
+    del segments[1]  # tools gone
+    segments.append({"name": "extra", "hash": "e" * 64, "tokens": 10})  # a new segment
+    _ingest(project, [before, after])
+
+    diff = section(_page(owner, project, "diff-run/step-1"), '<table class="grid compact" id="diff">', "</table>")
+    rows = {(change, item): what for change, item, what in re.findall(
+        r'<tr><td><span class="badge \w+">(\w+)</span></td><td>(.*?)</td><td>[^<]*</td><td>(.*?)</td></tr>', diff)}
+    assert rows == {
+        ("entered", "was-dropped"): "was drop",
+        ("entered", "fresh"): "new candidate",
+        ("left", "goes"): "no longer a candidate",
+        ("left", "pushed-out"): "drop",
+        ("left", "&lt;b&gt;x&lt;/b&gt;"): "no longer a candidate",
+        ("changed", "moves"): "zone middle → tail",
+        ("changed", "shrinks"): "used 40 → –",
+        ("changed", "squeezed"): "action keep → summarize",
+        ("changed", "rewritten"): "content changed",
+        ("prefix", "segment system"): "<code>bbbbbbbbbbbbb…</code> → <code>ddddddddddddd…</code>",
+        ("prefix", "segment extra"): "<code>–</code> → <code>eeeeeeeeeeeee…</code>",
+        ("prefix", "segment tools"): "<code>ccccccccccccc…</code> → <code>–</code>",
+        ("evidence", "lost-key"): "now missing",
+        ("evidence", "found-key"): "now present",
+    }
+    assert "stays" not in diff
+    # The badges say which way each change went.
+    assert '<span class="badge ok">entered</span>' in diff and '<span class="badge bad">left</span>' in diff
+    assert re.search(r'<span class="badge bad">evidence</span></td><td>lost-key<', diff)
+    assert re.search(r'<span class="badge ok">evidence</span></td><td>found-key<', diff)
+
+
+def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):
+    first = make_manifest("same-run/step-0", run_id="same-run", step=0)
+    second = make_manifest("same-run/step-1", run_id="same-run", step=1)
+    _ingest(project, [first, second])
+    body = _page(owner, project, "same-run/step-1")
+    assert 'id="diff"' not in body
+    assert (f'Nothing entered, left or changed since <a href="/p/{project.slug}/calls/same-run/step-0/">step 0</a>.'
+            in body)
+    first_page = _page(owner, project, "same-run/step-0")
+    assert "First call of the run." in first_page and 'id="compare-link"' not in first_page
+
+
+def test_it_colours_the_allocation_by_what_was_done_to_each_item(owner, project):
+    m = make_manifest("alloc-1", run_id="alloc-run")
+    m["budget"] = {"window": 1000, "output_reserve": 200, "safety_margin": 50}
+    m["items"] = [
+        _item("whole", 0, zone="head", requested_tokens=100, granted_tokens=100, used_tokens=100),
+        _item("short", 1, requested_tokens=100, granted_tokens=60, used_tokens=60),
+        _item("cut", 2, action="truncate", requested_tokens=100, used_tokens=30, zone="tail"),
+        _item("folded", 3, action="summarize", requested_tokens=100, used_tokens=20, zone="tail"),
+        _item("dropped", None, action="drop", requested_tokens=80, used_tokens=0, zone=None),
+        _item("not-sent", None, requested_tokens=70, granted_tokens=0, used_tokens=0, zone=None),
+    ]
+    m["evidence"] = []
+    m["usage"] = {"input_tokens": 260, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 10}
+    _ingest(project, [m])
+    alloc = script_json(_page(owner, project, "alloc-1"), "allocation-data")
+    groups = {r["id"]: (r["group"], r["zone"], r["used"], r["in_context"]) for r in alloc["items"]}
+    assert groups == {
+        "whole": ("whole", "head", 100, True), "short": ("cut", "middle", 60, True),
+        "cut": ("cut", "tail", 30, True), "folded": ("summarized", "tail", 20, True),
+        "dropped": ("dropped", "not sent", 0, False), "not-sent": ("dropped", "not sent", 0, False),
+    }
+    assert [r["id"] for r in alloc["items"]] == ["whole", "short", "cut", "folded", "dropped", "not-sent"]
+    assert alloc["zones"] == {"head": 100, "middle": 60, "tail": 50}
+    # Headroom is measured from the input the provider read: 210 tokens of items and 50 more.
+    assert (alloc["used"], alloc["input_read"], alloc["unitemized"]) == (210, 260, 50)
+    assert (alloc["input_cap"], alloc["headroom"], alloc["margin"]) == (750, 490, 50)
+    assert alloc["groups"]["cut"] == "compressed or cut"
+
+
+EVIDENCE_URL = "/p/x/evidence/"
+
+
+def _rows(items: list[Item], qs_amp: str = "") -> list[str]:
+    for i in items:
+        i.in_context = i.action not in ("drop", "dedupe", "clear")
+    out = str(item_rows(items, None, 0, EVIDENCE_URL, qs_amp))
+    return re.findall(r"<tr .*?</tr>", out, flags=re.S)
+
+
+def test_it_writes_each_item_row_with_every_field_shown_and_escaped():
+    hostile = Item(item_id="<b>x</b>&'\"", kind="<k>", action="a&b", priority=7, requested_tokens=12,
+                   granted_tokens=None, used_tokens=None, position=None, zone="<z>", trust="untrusted", pinned=True,
+                   group="g<1>", reason="keep: <ok> & fine", text="t<x>\n&y", source_ref="r<" + "x" * 60,
+                   source_version="v<2>", content_hash="a b/c?d&e=" + "f" * 30)
+    (row,) = _rows([hostile], "&range=7d&agent=a<b")
+    assert row.startswith('<tr class="untrusted" data-item="&lt;b&gt;x&lt;/b&gt;&amp;&#x27;&quot;">')
+    position, zone, name, kind, action, priority, requested, granted, used, trust, reason, ref = cells(row)
+    assert (position, granted, used) == ("–", "–", "–")  # none recorded
+    assert (priority, requested) == ("7", "12")
+    assert zone == '<span class="zone zone-&lt;z&gt;">&lt;z&gt;</span>'
+    assert name == ('&lt;b&gt;x&lt;/b&gt;&amp;&#x27;&quot; '
+                    '<span class="badge" title="pinned: always kept">pinned</span>'
+                    '<br><span class="hint">group g&lt;1&gt;</span>')
+    assert kind == "&lt;k&gt;" and action == '<span class="action action-a&amp;b">a&amp;b</span>'
+    assert "⚠ untrusted" in trust
+    assert reason == ('keep: &lt;ok&gt; &amp; fine<details class="text"><summary>text sent (7 chars)</summary>'
+                      "<pre>t&lt;x&gt;\n&amp;y</pre></details>")
+    code, link = re.match(r"<code>(.*?)</code> <span class=\"hint\">v&lt;2&gt;</span><br>(.*)", ref).groups()
+    assert html.unescape(code) == ("r<" + "x" * 60)[:47] + "…"  # cut to 48 characters
+    href, shown = re.match(r'<a class="hash" href="([^"]+)" title="find this content elsewhere">(.*)</a>',
+                           link).groups()
+    assert html.unescape(href) == f"{EVIDENCE_URL}?q=a%20b/c%3Fd%26e%3D{'f' * 30}&range=7d&agent=a<b"
+    assert shown == "a b/c?d&amp;e=fff…"  # cut to 14 characters
+
+
+def test_it_marks_the_items_not_sent_and_leaves_out_what_was_not_recorded():
+    plain = Item(item_id="memory", kind="memory", action="keep", priority=0, requested_tokens=5, granted_tokens=4,
+                 used_tokens=3, position=2, zone="", trust="trusted", pinned=False, group=None, reason="",
+                 text=None, source_ref=None, source_version="v9", content_hash=None)
+    dropped = Item(item_id="old", kind="history", action="drop", priority=1, requested_tokens=9, granted_tokens=0,
+                   used_tokens=0, position=None, zone=None, trust="trusted", pinned=False, group=None,
+                   reason="over budget", text="", source_ref="kb://a", source_version=None, content_hash="abc")
+    sent, absent = _rows([plain, dropped])
+    assert sent.startswith('<tr class="" data-item="memory">')
+    position, zone, name, _, _, _, _, granted, used, trust, reason, ref = cells(sent)
+    assert (position, granted, used) == ("2", "4", "3")
+    assert zone == '<span class="zone zone-">–</span>' and name == "memory"
+    assert trust == '<span class="hint">trusted</span>'
+    assert reason == "" and ref == ""  # no text, no ref (its version alone is not shown), no hash
+    assert absent.startswith('<tr class=" absent" data-item="old">')
+    _, zone, _, _, _, _, _, _, _, _, reason, ref = cells(absent)
+    assert zone == '<span class="hint">not sent</span>'
+    assert reason == 'over budget<details class="text"><summary>text sent (0 chars)</summary><pre></pre></details>'
+    assert ref == (f'<code>kb://a</code><br><a class="hash" href="{EVIDENCE_URL}?q=abc" '
+                   'title="find this content elsewhere">abc</a>')

@@ -1,0 +1,74 @@
+"""The call view's window panel (ctxkit.breakdown): a Claude Code call ingested through the API
+shows its system prompt, built-in and MCP tools, memory file, messages, tool results and free
+space against the model's window, and the memory file's hostile path as text."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from ctxkit.breakdown import window_breakdown
+from ctxkit.manifest import convert_manifest
+from tests.views.window_support import HOSTILE_DIR, claude_code_manifest
+
+pytestmark = pytest.mark.django_db
+
+
+def _page(project, member, call_id: str) -> str:
+    client = Client()
+    client.force_login(member)
+    r = client.get(f"/p/{project.slug}/calls/{call_id}/")
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def _row(body: str, category: str) -> list[str]:
+    m = re.search(rf'<tr data-category="{category}">(.*?)</tr>', body, flags=re.S)
+    assert m, category
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", m.group(1))]
+
+
+def test_it_shows_the_window_by_category_of_a_claude_code_call(api, project, member):
+    manifest = claude_code_manifest(2, input_tokens=3000)
+    assert api.post(manifest).status_code in (200, 201, 202)
+    expected = window_breakdown(convert_manifest(manifest)[0].items, 200_000, 3000)
+    assert expected.tokens["mcp_tools"] and expected.tokens["memory"] and expected.tokens["tool_results"]
+    body = _page(project, member, "cc-step-2")
+    assert 'id="window-heading">Window</h2>' in body
+    assert _row(body, "system")[:3] == ["System prompt", str(expected.tokens["system"]),
+                                        f"{expected.tokens['system'] / 200_000:.1%}"]
+    assert _row(body, "tools") == ["Built-in tools", str(expected.tokens["tools"]),
+                                   f"{expected.tokens['tools'] / 200_000:.1%}", "2"]
+    assert _row(body, "mcp_tools")[1:] == [str(expected.tokens["mcp_tools"]),
+                                           f"{expected.tokens['mcp_tools'] / 200_000:.1%}", "1"]
+    assert _row(body, "memory")[1] == str(expected.tokens["memory"])
+    assert _row(body, "messages")[1] == str(expected.tokens["messages"])
+    assert _row(body, "tool_results")[1] == str(expected.tokens["tool_results"])
+    # Free space: the window less the provider's input; what it read beyond the items is its own row.
+    assert _row(body, "free")[:3] == ["Free space", "197000", "98.5%"]
+    assert _row(body, "unitemized")[1] == str(3000 - expected.counted)
+    assert "Tool definitions: built-in 2, MCP 1." in body
+    bar = re.search(r'<div class="winbar"[^>]*>(.*?)</div>', body, flags=re.S)
+    assert bar and re.findall(r'data-segment="(\w+)"', bar.group(1)) == [
+        "system", "tools", "mcp_tools", "memory", "messages", "tool_results", "unitemized", "free"]
+    assert 'style="width:98.500%"' in bar.group(1)
+
+
+def test_it_names_the_memory_file_as_text(api, project, member):
+    assert api.post(claude_code_manifest(0, input_tokens=0)).status_code in (200, 201, 202)
+    body = _page(project, member, "cc-step-0")
+    assert "<img src=x" not in body
+    assert "Memory files: <code>/srv/&lt;img src=x onerror=&quot;alert(1)&quot;&gt;/CLAUDE.md</code>" in body
+    assert HOSTILE_DIR not in body
+    # Nothing reported: the input read is the items' tokens, and nothing is left unitemized.
+    assert _row(body, "unitemized")[1:3] == ["0", "0.0%"]
+
+
+def test_it_shows_no_window_panel_for_a_call_without_items(api, project, member):
+    manifest = claude_code_manifest(0, input_tokens=100)
+    manifest.update(call_id="bare", items=[], evidence=[], prefix=None)
+    assert api.post(manifest).status_code in (200, 201, 202)
+    body = _page(project, member, "bare")
+    assert 'id="window-heading"' not in body

@@ -1,0 +1,249 @@
+"""Overview, runs, run, evidence triage, cache and compaction review on the demo data."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.test import Client
+
+from manifests import analysis, ingest
+from manifests.models import Call, Item
+from manifests.selectors import cache as cache_sel
+from manifests.selectors import compactions as compaction_sel
+from tests.conftest import make_manifest
+from tests.views.support import demo_world_fixture  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def body_of(world, path: str) -> str:
+    r = world.client(world.owner).get(f"/p/{world.project.slug}/{path}")
+    assert r.status_code == 200, path
+    return r.content.decode()
+
+
+def script_json(body: str, element_id: str):
+    return json.loads(re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body,
+                                flags=re.S).group(1))
+
+
+def card(body: str, key: str) -> str:
+    return re.search(rf'data-card="{key}">(.*?)</div>\s*</div>', body, flags=re.S).group(1)
+
+
+def test_it_shows_headline_figures_and_links_to_the_three_questions(demo_world):
+    body = body_of(demo_world, "")
+    calls = Call.objects.filter(project=demo_world.project).count()
+    assert re.search(rf'class="value">{calls:,}<', card(body, "calls"))  # 1,274: thousands separated
+    assert re.search(r'class="value">\d+\.\d%<', card(body, "hit_rate"))
+    assert "vs" in card(body, "calls")  # against the previous period
+    # Question 1: a missing evidence links to its call.
+    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
+    assert "/calls/" in q1 and "Evidence triage" in q1
+    # Question 2: the regression, with the segment that changed, links to its call.
+    q2 = re.search(r'id="q-cache">(.*?)</div>', body, flags=re.S).group(1)
+    assert "prefix_changed: system changed" in q2 and "/calls/research-" in q2
+    # Question 3: the failed invariant links to the filtered compaction review.
+    q3 = re.search(r'id="q-compactions">(.*?)</div>', body, flags=re.S).group(1)
+    assert "compactions/?failed=user_constraints" in q3
+
+
+def test_it_passes_the_chart_data_of_the_overview(demo_world):
+    data = script_json(body_of(demo_world, "?range=24h"), "overview-data")
+    assert data["bucket"] == "hour" and len(data["x"]) >= 10
+    assert {"system", "tools", "history"} <= set(data["by_kind"])
+    rates = [r for r in data["hit_rate"] if r is not None]
+    assert max(rates) > 0.7 and rates[-1] < 0.1  # the release broke the cache
+    assert data["regressions"] and data["regressions"][0]["segment"] == "system"
+    assert any(data["prefix_changes"])
+    assert "compaction" in data["causes"]
+
+
+def test_it_lists_runs_with_their_figures(demo_world):
+    body = body_of(demo_world, "runs/")
+    row = re.search(r'<tr data-run="refunds-budget-800">(.*?)</tr>', body, flags=re.S).group(1)
+    assert ">7<" in row  # calls
+    assert 'class="missing"' in row  # evidence missing
+    row = re.search(r'<tr data-run="coder-list-endpoint">(.*?)</tr>', body, flags=re.S).group(1)
+    assert re.search(r'<span class="missing">1</span>', row)  # one failed compaction
+    runs = script_json(body, "runs-data")
+    assert all(r["url"].startswith(f"/p/{demo_world.project.slug}/runs/") for r in runs)
+
+
+def test_it_draws_each_step_of_a_run(demo_world):
+    body = body_of(demo_world, "runs/coder-list-endpoint/")
+    data = script_json(body, "run-data")
+    assert data["steps"] == list(range(9))
+    assert data["window"] == [3000] * 9 and data["input_cap"] == [2400] * 9
+    assert all(v > 0 for v in data["effective_limit"])
+    assert [c["step"] for c in data["compactions"]] == [6] and "1 invariant(s) failed" in data["compactions"][0]["text"]
+    assert data["urls"][6].endswith("/calls/coder-list-endpoint/step-6/")
+    approval = script_json(body_of(demo_world, "runs/research-approval/"), "run-data")
+    assert approval["cause"][4] == "ttl_expired"  # after the approval pause
+    assert approval["cause"][5] == "hit"
+
+
+def test_it_finds_evidence_by_key_label_ref_and_content_hash(demo_world):
+    body = body_of(demo_world, "evidence/?q=rate_limit")
+    assert re.search(r'id="search-keys">.*rate_limit', body, flags=re.S)
+    assert "rate_limit" in body_of(demo_world, "evidence/?q=429 rate")  # by label
+    assert "refunds-budget-800/step-6" in body_of(demo_world, "evidence/?q=log%23sha256:4be1c0d2")  # by ref
+    digest = Item.objects.filter(project=demo_world.project, item_id="web_page").values_list(
+        "content_hash", flat=True).first()
+    found = body_of(demo_world, f"evidence/?q={digest}")
+    assert re.search(r'id="search-items">.*research-vendor-page', found, flags=re.S)
+
+
+def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
+    body = body_of(demo_world, "evidence/?key=rate_limit&run=refunds-budget-800")
+    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    assert "not declared" in rows["2"]  # the 429 happened at step 3
+    assert 'class="present">yes' in rows["3"]
+    assert 'class="missing">no' in rows["6"] and "summarize" in rows["6"]
+    chart = script_json(body, "timeline-data")
+    assert chart["steps"] == [3, 4, 5, 6] and chart["z"][chart["stages"].index("present")] == [1, 1, 1, 0]
+    # Without a run, the latest run where it went missing is shown.
+    assert "across run <a" in body_of(demo_world, "evidence/?key=rate_limit")
+
+
+def test_it_breaks_the_causes_down_with_example_calls(demo_world):
+    body = body_of(demo_world, "evidence/")
+    causes = dict(re.findall(r'<tr data-cause="(\w+)">(.*?)</tr>', body, flags=re.S))
+    assert "compaction" in causes and "/calls/" in causes["compaction"]
+    assert "most-missing" in body
+
+
+def test_it_shows_the_cache_by_agent_and_model_and_the_regression_diff(demo_world):
+    body = body_of(demo_world, "cache/")
+    table = re.search(r'id="by-agent-model">(.*?)</table>', body, flags=re.S).group(1)
+    assert "researcher" in table and "claude-sonnet-4-5" in table and "refund-analyst" in table
+    reg = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
+    assert '<b class="changed-segment">system</b>' in reg
+    assert re.search(r"<td>system</td>.*?changed", reg, flags=re.S)
+    assert re.search(r"<td>tools</td>.*?same", reg, flags=re.S)
+    assert float(re.search(r'id="miss-total">([\d.]+)<', body).group(1)) > 0
+    assert re.search(r'id="prefixes">.*<code>', body, flags=re.S)
+    data = script_json(body, "cache-data")
+    assert data["points"] and {"hit", "prefix_changed"} <= {p["cause"] for p in data["points"]}
+
+
+def test_it_filters_compactions_by_failed_invariant(demo_world):
+    body = body_of(demo_world, "compactions/?failed=user_constraints")
+    assert 'data-compaction="' in body and "coder-list-endpoint/step-6" in body
+    assert "do not change public API compatibility" in body
+    assert "No compactions match" in body_of(demo_world, "compactions/?failed=pending_obligations")
+    r = demo_world.client(demo_world.owner).get(f"/p/{demo_world.project.slug}/compactions/?failed=bogus")
+    assert r.status_code == 400
+    points = script_json(body, "compactions-data")["points"]
+    assert points and points[0]["failed"] and points[0]["url"].endswith("/calls/coder-list-endpoint/step-6/")
+
+
+def test_it_shows_only_real_losses_in_the_missing_box_and_chart_and_risks_apart(demo_world):
+    body = body_of(demo_world, "?range=all")
+    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
+    assert "Present but not used" not in q1 and "middle zone" not in q1.split("risk flag")[0]
+    assert re.search(r'<b>api_compat</b> in <a href="[^"]+coder-list-endpoint/step-8/[^"]*">[^<]+</a>, lost at '
+                     r'<a href="[^"]+coder-list-endpoint/step-6/', q1)
+    assert "risk flag" in q1
+    data = script_json(body, "overview-data")
+    assert set(data["causes"]) <= {"never_candidate", "left_candidates", "budget", "truncated", "compaction"}
+    assert "middle_zone" in data["risks"] and "not_used" not in data["causes"]
+
+
+def test_it_traces_the_timeline_to_the_compaction_that_lost_the_constraint(demo_world):
+    body = body_of(demo_world, "evidence/?key=api_compat&run=coder-list-endpoint")
+    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    for step in ("6", "7", "8"):
+        assert "Lost in compaction or summary" in rows[step] and "Never a candidate" not in rows[step]
+    assert 'class="lost-at"' not in rows["6"]  # lost here
+    assert re.search(r'class="lost-at" href="[^"]+coder-list-endpoint/step-6/[^"]*">step 6</a>', rows["8"])
+
+
+def test_it_gives_the_same_cause_in_the_api(demo_world):
+    from manifests import services
+    from tests.conftest import Api
+
+    api = Api(services.create_api_key(project=demo_world.project, can_ingest=False, can_read=True)[1])
+    body = api.get("/api/v1/calls/coder-list-endpoint/step-8").json()
+    missing = [a for a in body["attributions"] if not a["is_risk"]]
+    assert [(a["evidence_key"], a["cause"], a["lost_at_call_id"], a["lost_at_step"]) for a in missing] == [
+        ("api_compat", "compaction", "coder-list-endpoint/step-6", 6)]
+
+
+def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world):
+    from manifests.models import Regression
+
+    regression = Regression.objects.get(project=demo_world.project)
+    assert regression.first_call.call_id == "research-019/step-0" and regression.call.call_id == "research-019/step-6"
+    body = body_of(demo_world, "cache/?range=all")
+    card_html = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
+    assert re.search(r'<a class="first-call" href="[^"]+research-019/step-0/[^"]*">First call with the new prefix',
+                     card_html)
+    assert re.search(r'<a class="crossed-call" href="[^"]+research-019/step-6/[^"]*">the call where it crossed',
+                     card_html)
+    # The sentence and the table name the same hashes of the changed segment.
+    before, after = re.search(r"Segment system: <code>([^<]+)</code> → <code>([^<]+)</code>", card_html).groups()
+    row = re.search(r"<td>system</td><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", card_html).groups()
+    assert (before, after) == row
+    # The card, the overview box and the chart markers give the same rates.
+    rates = f"{regression.baseline_rate * 100:.0f}% → "
+    assert rates in card_html
+    overview = body_of(demo_world, "?range=all")
+    assert rates in re.search(r'id="q-cache">(.*?)</div>', overview, flags=re.S).group(1)
+    marker = script_json(body, "cache-data")["regressions"][0]
+    assert (marker["baseline"], marker["current"]) == (regression.baseline_rate, regression.current_rate)
+    assert script_json(overview, "overview-data")["regressions"][0] == marker
+
+
+def _pager(body: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
+    """The pager's text and its links by label, each link's query parsed."""
+    nav = re.search(r'<nav class="pager" aria-label="Pages">(.*?)</nav>', body, flags=re.S).group(1)
+    links = {html.unescape(label): parse_qs(urlsplit(html.unescape(href)).query)
+             for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', nav)}
+    return re.search(r"<span>(.*?)</span>", nav).group(1), links
+
+
+def _three_calls(project, **fields) -> None:
+    manifests = [make_manifest(f"pager-{n}", run_id=f"pager-run-{n}", step=n, **fields) for n in range(3)]
+    for n, m in enumerate(manifests):
+        m["prefix"]["hash"] = f"{n + 1:064x}"
+    report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
+    assert report.count(ingest.ACCEPTED) == 3
+    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
+
+
+@pytest.mark.parametrize(("path", "params", "row"), [
+    ("cache/", {"range": "all", "agent": "researcher"}, r"<tr><td><code>0{17}…</code>"),
+    ("compactions/", {"range": "all", "failed": "user_constraints", "only_failed": "1"}, r'<tr data-compaction="'),
+])
+def test_it_pages_the_prefix_registry_and_the_compactions_with_the_shared_pager(
+    owner, project, monkeypatch, path, params, row
+):
+    monkeypatch.setattr(cache_sel, "PREFIXES_PER_PAGE", 1)
+    monkeypatch.setattr(compaction_sel, "PER_PAGE", 1)
+    _three_calls(project)
+    client = Client()
+    client.force_login(owner)
+    url = f"/p/{project.slug}/{path}"
+    pages = [client.get(url, {**params, "page": n}).content.decode() for n in (1, 2, 3)]
+    expected = {k: [v] for k, v in params.items()}  # the page's filters are kept on every link
+    text, links = _pager(pages[1])
+    assert text == "page 2 of 3 (2–2 of 3)"
+    assert links == {"« first": {**expected, "page": ["1"]}, "← previous": {**expected, "page": ["1"]},
+                     "next →": {**expected, "page": ["3"]}, "last »": {**expected, "page": ["3"]}}
+    assert 'rel="next" class="next-page"' in pages[1] and 'rel="prev"' in pages[1]
+    text, links = _pager(pages[0])
+    assert text == "page 1 of 3 (1–1 of 3)" and set(links) == {"next →", "last »"}
+    text, links = _pager(pages[2])
+    assert text == "page 3 of 3 (3–3 of 3)" and set(links) == {"« first", "← previous"}
+    # Each page shows its own row: newest first, one per page.
+    shown = [re.findall(row + r".*?</tr>", p, flags=re.S) for p in pages]
+    assert all(len(s) == 1 for s in shown) and len({s[0] for s in shown}) == 3
+    # One page of results: no pager.
+    monkeypatch.setattr(cache_sel, "PREFIXES_PER_PAGE", 25)
+    monkeypatch.setattr(compaction_sel, "PER_PAGE", 50)
+    assert 'class="pager"' not in client.get(url, params).content.decode()

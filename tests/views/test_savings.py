@@ -1,0 +1,209 @@
+"""What fixing each cause is worth, on the demo: the regression card, the cache page's miss
+causes, the evidence page's causes and the overview's top fixes (docs/analysis.md, "The
+saving of a fix"). Each figure is recomputed here from the stored calls' usage and the
+price book, with the arithmetic written out, not through ctxview's own functions."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from html import unescape
+
+import pytest
+from django.db import connection
+from django.template.defaultfilters import floatformat
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from manifests.analysis.prices import PriceBook
+from manifests.models import Attribution, CacheEvent, Call, Regression
+from manifests.selectors import savings
+from manifests.selectors.filters import Filters
+from manifests.storage import partitions
+from tests.analysis.support import store_and_analyse
+from tests.conftest import make_manifest
+from tests.views.support import demo_world_fixture  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+DAYS = 7
+FIXABLE_MISSES = ("prefix_changed", "ttl_expired", "cold_start")
+MISSING = ("never_candidate", "left_candidates", "budget", "truncated", "compaction")
+
+
+def miss_saving(call: Call, book: PriceBook) -> float:
+    """Paid for the prefix not read from the cache, less reading it: the tokens it wrote
+    at (write − read) price, then the ones it sent uncached at (input − read) price."""
+    price = book.for_model(call.model)
+    missed = max(0, call.prefix_tokens - call.cache_read_tokens)
+    written = min(call.cache_write_tokens, missed)
+    uncached = max(0, call.input_tokens - call.cache_read_tokens - call.cache_write_tokens)
+    sent = min(uncached, missed - written)
+    return (written * (price.cache_write_per_1k - price.cache_read_per_1k)
+            + sent * (price.input_per_1k - price.cache_read_per_1k)) / 1000
+
+
+def paid(call: Call, book: PriceBook) -> float:
+    price = book.for_model(call.model)
+    uncached = max(0, call.input_tokens - call.cache_read_tokens - call.cache_write_tokens)
+    return (uncached * price.input_per_1k + call.cache_read_tokens * price.cache_read_per_1k
+            + call.cache_write_tokens * price.cache_write_per_1k + call.output_tokens * price.output_per_1k) / 1000
+
+
+def week() -> datetime:
+    return timezone.now() - timedelta(days=DAYS)
+
+
+def misses(project, since: datetime | None = None, **where) -> list[Call]:
+    since = max(week(), since) if since is not None else week()
+    events = CacheEvent.objects.filter(project=project, cause__in=FIXABLE_MISSES, started_at__gte=since, **where)
+    return list(Call.objects.filter(pk__in=[e.call_id for e in events]))
+
+
+def expected(calls: list[Call], amount) -> dict[str, str]:
+    return {"cost": floatformat(sum(amount(c) for c in calls) / DAYS, 2),
+            "calls": floatformat(len(calls) / DAYS, 1),
+            "runs": floatformat(len({c.run_id for c in calls}) / DAYS, 1)}
+
+
+def shown(fragment: str) -> dict[str, str]:
+    """The saving figures in one card or row of a page."""
+    return {name: re.search(rf'class="[^"]*saving-{name}[^"]*">([^<]*)<', fragment).group(1)
+            for name in ("cost", "calls", "runs")}
+
+
+def block(body: str, start: str, end: str) -> str:
+    at = body.index(start)
+    return body[at:body.index(end, at)]
+
+
+def page(client: Client, slug: str, name: str) -> str:
+    return client.get(reverse(name, args=[slug])).content.decode()
+
+
+def test_it_states_what_fixing_the_regression_is_worth_on_its_card(demo_world):
+    project, book = demo_world.project, PriceBook.load()
+    regression = Regression.objects.get(project=project, agent="researcher")
+    first = regression.first_call or regression.call
+    calls = [c for c in misses(project, first.started_at, cause=regression.cause)
+             if (c.agent, c.model) == (regression.agent, regression.model)]
+    assert calls, "the demo's regression has misses after its first bad call"
+    want = expected(calls, lambda c: miss_saving(c, book))
+    assert float(want["cost"]) > 0
+    client = demo_world.client(demo_world.member)
+    cache = block(page(client, project.slug, "cache"), f'data-regression="{regression.pk}"', "</table>")
+    assert shown(cache) == want
+    overview = block(page(client, project.slug, "overview"), f'data-regression="{regression.pk}"', "</li>")
+    assert shown(overview) == want
+
+
+def test_it_states_what_fixing_each_cache_miss_cause_is_worth(demo_world):
+    project, book = demo_world.project, PriceBook.load()
+    body = page(demo_world.client(demo_world.member), project.slug, "cache")
+    table = block(body, 'id="miss-savings"', "</table>")
+    causes = set(re.findall(r'<tr data-cause="([^"]+)">', table))
+    assert "prefix_changed" in causes and "ttl_expired" in causes
+    for cause in causes:
+        row = block(table, f'data-cause="{cause}"', "</tr>")
+        assert shown(row) == expected(misses(project, cause=cause), lambda c: miss_saving(c, book)), cause
+
+
+def test_it_states_what_fixing_each_cause_of_missing_evidence_is_worth(demo_world):
+    project, book = demo_world.project, PriceBook.load()
+    body = page(demo_world.client(demo_world.member), project.slug, "evidence")
+    table = block(body, 'id="evidence-savings"', "</table>")
+    causes = set(re.findall(r'<tr data-cause="([^"]+)">', table))
+    assert "compaction" in causes and len(causes) >= 2
+    for cause in causes:
+        pks = Attribution.objects.filter(project=project, cause=cause, is_risk=False, started_at__gte=week()
+                                         ).values_list("call_id", flat=True)
+        calls = list(Call.objects.filter(pk__in=set(pks)))
+        row = block(table, f'data-cause="{cause}"', "</tr>")
+        assert shown(row) == expected(calls, lambda c: paid(c, book)), cause
+
+
+def test_it_lists_the_top_fixes_by_saving_each_linking_to_its_first_bad_call(demo_world):
+    project, book = demo_world.project, PriceBook.load()
+    fixes = []
+    for cause in FIXABLE_MISSES:
+        calls = misses(project, cause=cause)
+        if calls:
+            fixes.append((f"cache:{cause}", sum(miss_saving(c, book) for c in calls) / DAYS, len(calls) / DAYS,
+                          min(calls, key=lambda c: (c.started_at, c.pk)).call_id))
+    for cause in MISSING:
+        pks = set(Attribution.objects.filter(project=project, cause=cause, is_risk=False,
+                                             started_at__gte=week()).values_list("call_id", flat=True))
+        calls = list(Call.objects.filter(pk__in=pks))
+        if calls:
+            fixes.append((f"evidence:{cause}", 0.0, len(calls) / DAYS,
+                          min(calls, key=lambda c: (c.started_at, c.pk)).call_id))
+    fixes.sort(key=lambda f: (-f[1], -f[2]))
+    body = page(demo_world.client(demo_world.member), project.slug, "overview")
+    listed = re.findall(r'<li data-fix="([^"]+)">.*?class="first-bad-call" href="([^"]+)"',
+                        block(body, 'id="top-fixes"', "</ol>"), flags=re.S)
+    assert len(listed) == min(5, len(fixes)) >= 3
+    assert [name for name, _ in listed] == [f[0] for f in fixes[:len(listed)]]
+    for (_, href), fix in zip(listed, fixes, strict=False):
+        assert unescape(href).split("?")[0] == reverse("call-detail", args=[project.slug, fix[3]])
+    assert fixes[0][1] > fixes[1][1] > 0  # ordered by a saving that differs, not by chance
+
+
+PAYLOAD = '<script>window.__pwned=1</script>'
+
+
+def test_it_escapes_hostile_text_in_the_fixes(owner, project):
+    now = datetime.now(UTC)
+    calls = []
+    for step in range(2):
+        m = make_manifest(f"{PAYLOAD}/{step}", run_id=f"{PAYLOAD}-run", step=step, agent=PAYLOAD, items=6)
+        m["started_at"] = (now - timedelta(minutes=10 - step)).isoformat()
+        # A new prefix above the provider's minimum: the second call misses the cache.
+        m["prefix"].update(hash=f"{step}" * 64, tokens=1500)
+        m["prefix"]["segments"][0].update(hash=f"{step + 2}" * 64, tokens=1100)
+        m["usage"] = {"input_tokens": 2000, "cache_read_tokens": 0, "cache_write_tokens": 1500, "output_tokens": 10}
+        m["evidence"] = [{"key": PAYLOAD, "label": PAYLOAD, "expected_item": "item-5", "present": False}]
+        calls.append(m)
+    store_and_analyse(project, calls)
+    assert CacheEvent.objects.filter(project=project, cause__in=FIXABLE_MISSES).count() == 2
+    client = Client()
+    client.force_login(owner)
+    for name in ("overview", "cache", "evidence"):
+        body = page(client, project.slug, name)
+        assert "<script>window.__pwned" not in body, name
+    overview = page(client, project.slug, "overview")
+    assert "first bad call: &lt;script&gt;window.__pwned=1&lt;/script&gt;/0" in overview
+
+
+
+def test_it_reads_only_the_seven_days_and_bounds_every_partitioned_read_by_time(project):
+    now = datetime.now(UTC)
+
+    def run(run_id: str, start: datetime) -> list[dict]:
+        out = []
+        for step in range(2):
+            m = make_manifest(f"{run_id}/{step}", run_id=run_id, step=step, items=6)
+            m["started_at"] = (start + timedelta(minutes=step)).isoformat()
+            m["prefix"].update(hash=f"{step}" * 64, tokens=1500)
+            m["prefix"]["segments"][0].update(hash=f"{step + 2}" * 64, tokens=1100)
+            m["usage"] = {"input_tokens": 2000, "cache_read_tokens": 0, "cache_write_tokens": 1500,
+                          "output_tokens": 10}
+            m["evidence"] = [{"key": "k", "expected_item": "item-5", "present": False}]
+            out.append(m)
+        return out
+
+    store_and_analyse(project, run("old", now - timedelta(days=DAYS, hours=3)))
+    store_and_analyse(project, run("new", now - timedelta(hours=1)))
+    assert CacheEvent.objects.filter(project=project, cause__in=FIXABLE_MISSES).count() == 4
+    with CaptureQueriesContext(connection) as ctx:
+        cache, evidence = savings.cache_causes(project, Filters()), savings.evidence_causes(project, Filters())
+    # Only the recent run's two calls count, however many older ones the tables hold.
+    assert sum(f.calls for f in cache) * DAYS == pytest.approx(2)
+    assert {f.first_call_id for f in cache} | {f.first_call_id for f in evidence} <= {"new/0", "new/1"}
+    assert sum(f.runs for f in evidence) * DAYS == pytest.approx(len(evidence))
+    for table in partitions.PARTITIONED_TABLES:
+        for sql in (q["sql"] for q in ctx.captured_queries if f'"{table}"' in q["sql"]):
+            # A range, or the exact times of the rows read: either lets PostgreSQL prune.
+            assert (f'"{table}"."started_at" >= ' in sql and f'"{table}"."started_at" < ' in sql) or \
+                f'"{table}"."started_at" IN (' in sql, sql
