@@ -102,3 +102,13 @@ def test_it_finds_wire_formats_and_agent_habits_only_in_providers_and_agents():
     assert seam_breaches() == []
     assert any("anthropic.messages" in (ROOT / s / "anthropic.py").read_text(encoding="utf-8")
                for s in SEAM[:1]), "the walk looks for what the providers name"
+
+
+def test_it_names_every_module_of_ctxkit_in_the_readme():
+    named = named_in(layout_section())
+    sdk = ROOT / "sdk" / "ctxkit"
+    missing = [path.relative_to(sdk).as_posix() for path in sorted(sdk.rglob("*.py"))
+               if not path.stem.startswith("_") and path.stem not in named]
+    missing += [path.relative_to(sdk).as_posix() + "/" for path in sorted(sdk.rglob("*"))
+                if path.is_dir() and (path / "__init__.py").exists() and path.name not in named]
+    assert missing == []
