@@ -64,3 +64,13 @@ def private_imports() -> list[str]:
 
 def test_it_finds_no_private_name_imported_from_another_module():
     assert private_imports() == []
+
+
+def test_it_names_every_module_of_ctxkit_in_the_readme():
+    named = named_in(layout_section())
+    sdk = ROOT / "sdk" / "ctxkit"
+    missing = [path.relative_to(sdk).as_posix() for path in sorted(sdk.rglob("*.py"))
+               if not path.stem.startswith("_") and path.stem not in named]
+    missing += [path.relative_to(sdk).as_posix() + "/" for path in sorted(sdk.rglob("*"))
+                if path.is_dir() and (path / "__init__.py").exists() and path.name not in named]
+    assert missing == []
