@@ -43,33 +43,10 @@ from ctxkit.manifest import (
     Usage,
     Zone,
 )
+from ctxkit.models import DEFAULT_WINDOW, WINDOW_ASSUMED, window_for
 from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
 
 __all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "DEFAULT_WINDOW"]
-
-DEFAULT_WINDOW = 128_000
-# Context windows by model family, longest prefix first wins; a caller's window= overrides.
-_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("claude-sonnet-4-5", 200_000),
-    ("claude", 200_000),
-    ("gpt-4.1", 1_047_576),
-    ("gpt-5", 400_000),
-    ("gpt-4o", 128_000),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4", 200_000),
-    ("gemini", 1_048_576),
-)
-
-
-def window_for(model: str) -> tuple[int, bool]:
-    """(window, known) for a model name."""
-    name = (model or "").lower().split("/")[-1]
-    for prefix, window in _WINDOWS:
-        if name.startswith(prefix):
-            return window, True
-    return DEFAULT_WINDOW, False
-
 
 @dataclass
 class Part:
@@ -214,9 +191,10 @@ def call_manifest(
 
     known = window is not None
     if window is None:
-        window, known = window_for(model)
+        window, known = window_for(model, provider)
     if not known:
-        notes.append(f"context window of {model or 'this model'} unknown; {window} assumed (pass window=)")
+        notes.append(f"{WINDOW_ASSUMED}: {window} tokens; the model table does not know {model or 'this model'}"
+                     " (pass window=)")
     window = max(1, clamp_tokens(window))
     reserve = min(clamp_tokens(output_reserve), window)
     return Manifest(
