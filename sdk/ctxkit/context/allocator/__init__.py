@@ -197,8 +197,8 @@ def allocate(
                 raw = tokens_from_cjk(len(text), f.cjk)
                 if not text.isascii():
                     known[text] = raw
-                    if f.deduped_cjk:
-                        deduped = f.repeats[0]  # type: ignore[index]
+                    if f.deduped_cjk and f.repeats is not None:
+                        deduped = f.repeats[0]
                         known[deduped] = tokens_from_cjk(len(deduped), f.deduped_cjk)
             else:
                 raw = estimate(text)
