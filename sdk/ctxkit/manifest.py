@@ -155,6 +155,9 @@ class Usage(_Struct, kw_only=True):
     cache_write_tokens: Tokens = 0
     output_tokens: Tokens = 0
     reasoning_tokens: Tokens | None = None
+    # Optional (additive to v1): the part of cache_write_tokens written with a 1-hour TTL, which
+    # providers price above a 5-minute write (Anthropic's cache_creation.ephemeral_1h_input_tokens).
+    cache_write_1h_tokens: Tokens = 0
 
 
 # --- Replay settings (optional, additive to v1): how ctxkit's allocator treated the call, so the
@@ -447,6 +450,9 @@ def semantic_errors(m: Manifest) -> list[FieldError]:
         )
     if u.reasoning_tokens is not None and u.reasoning_tokens > u.output_tokens:
         errors.append(FieldError(path="$.usage.reasoning_tokens", message="reasoning_tokens exceed output_tokens"))
+    if u.cache_write_1h_tokens > u.cache_write_tokens:
+        errors.append(FieldError(path="$.usage.cache_write_1h_tokens",
+                                 message="cache_write_1h_tokens exceed cache_write_tokens (they are part of them)"))
     items = m.items
     seen = {item.id for item in items}
     if len(seen) == len(items) and not _any_overused(items):

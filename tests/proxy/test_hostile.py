@@ -323,3 +323,18 @@ def test_ctxview_down_changes_nothing_for_the_agent(upstream):
         proxy.capture.flush(5)
     assert down.stats()["sent"] == 0
     down.shutdown(timeout=1)
+
+
+def test_it_forwards_secrets_unchanged_and_records_them_masked(proxy, upstream, kept):
+    env = "DB_PASSWORD=ViSZ7uO7GJ,8aAHecM\npassword: correct horse battery staple\npassword=hunter2"
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": f"the .env reads:\n{env}"}]}).encode()
+    status, _, _ = raw_request(proxy.url, "POST", "/v1/messages", body, _headers("secret-shapes"))
+    assert status == 200 and upstream.received[-1][2] == body  # the provider gets the original bytes
+    (call,) = _run(proxy, kept, "secret-shapes")
+    texts = "\n".join(item.text or "" for item in call.items)
+    assert "the .env reads:\nDB_PASSWORD=[masked:secret]\npassword: [masked:secret]\npassword=[masked:secret]" \
+        in texts
+    (recorded,) = [data for data in kept.encoded if b'"secret-shapes"' in data]
+    for secret in (b"ViSZ7uO7GJ", b"8aAHecM", b"correct horse", b"hunter2"):
+        assert secret not in recorded

@@ -1,10 +1,9 @@
 """The proxy's HTTP side (aiohttp): forward every request to the provider, keep a copy of the
 model calls for ctxkit.proxy.capture.
 
-One port serves both APIs. A request goes to the Anthropic upstream when its path is under
-``/v1/messages`` or ``/v1/complete`` or it carries an ``anthropic-version`` header (every
-Anthropic client sends one; ``/v1/models`` and ``/v1/files`` exist in both APIs); everything
-else goes to the OpenAI upstream. The path and query are forwarded exactly as received.
+One port serves every API. Which upstream a request goes to, and whether it is a recorded model
+call, its provider says (ctxkit.providers: routing by path and headers; OpenAI's upstream takes
+what no other provider claims). The path and query are forwarded exactly as received.
 
 Forwarding is transparent: the method, path, query, body and end-to-end headers go upstream
 unchanged (hop-by-hop headers, ``Host`` and the proxy's own ``X-Ctxview-*`` headers are
@@ -15,16 +14,16 @@ and body come back unchanged, the body chunk by chunk as it arrives (compressed 
 compressed), with no header the provider did not send (aiohttp's own ``Date``, ``Server`` and
 default ``Content-Type`` are taken out again; only the framing, ``Content-Length`` or
 ``Transfer-Encoding`` and ``Connection``, is the proxy's). Bodies stream both ways on every
-request. Recorded calls (``POST /v1/messages``, ``/v1/chat/completions``, ``/v1/responses``, and
-``GET /v1/responses/{id}`` with ``stream=true``) keep a copy of the request body as it goes
+request. Recorded calls (the providers' model calls: ``POST /v1/messages``,
+``/v1/chat/completions``, ``/v1/responses``, ...) keep a copy of the request body as it goes
 upstream (up to ``max_record_bytes``; a larger one is forwarded unrecorded) and of the response
 as it comes back; the copies are handed to the recorder once the agent has the whole answer, so
 forwarding never waits for recording.
 
 Failures, as the agent sees them:
 - the upstream cannot be reached (refused, DNS, TLS, connect timeout): ``502`` with a JSON body
-  in the provider's error shape naming the upstream and the cause (the SDKs retry a 502 as they
-  retry a connection error);
+  in the provider's error shape (its module's ``error_body``) naming the upstream and the cause
+  (the SDKs retry a 502 as they retry a connection error);
 - the upstream cuts a response short: the proxy closes the agent's connection at the same point,
   without ending the body, so the agent sees a truncated response as it would directly;
 - the agent disconnects: the upstream request is closed at once (cancelling generation).
@@ -34,7 +33,6 @@ The proxy itself never answers a request with an error of its own otherwise.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -47,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from ctxkit import providers
 from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange, Recorder
 from ctxkit.proxy.config import ProxyConfig
 
@@ -62,19 +61,9 @@ MAX_KEPT_RESPONSE = 64 * 1024 * 1024  # a copy longer than this is not kept whol
 
 
 def route(method: str, path: str, query: str, headers: Any) -> tuple[str, str]:
-    """(upstream: "anthropic" or "openai", recorded API or "") of one request."""
-    anthropic = path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers
-    if method == "POST":
-        if path == "/v1/messages":
-            return "anthropic", "anthropic.messages"
-        if path == "/v1/chat/completions" and not anthropic:
-            return "openai", "openai.chat"
-        if path == "/v1/responses" and not anthropic:
-            return "openai", "openai.responses"
-    elif method == "GET" and path.startswith("/v1/responses/") and "/" not in path[len("/v1/responses/"):] \
-            and "stream=true" in query.lower() and not anthropic:
-        return "openai", "openai.responses.resumed"
-    return ("anthropic" if anthropic else "openai"), ""
+    """(the upstream, e.g. "anthropic" or "openai"; the recorded API or "") of one request."""
+    provider, api = providers.route(method, path, query, headers)
+    return provider.UPSTREAM, api
 
 
 def _connection_tokens(headers: Any) -> set[str]:
@@ -91,14 +80,6 @@ def _decodable_encodings(values: list[str]) -> str:
     kept = [part.strip() for value in values for part in value.split(",")
             if part.split(";")[0].strip().lower() in DECODABLE]
     return ", ".join(p for p in kept if p)
-
-
-def _error_body(upstream: str, status: int, message: str) -> bytes:
-    if upstream == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
-    else:
-        body = {"error": {"message": message, "type": "server_error", "param": None, "code": "proxy_upstream_error"}}
-    return json.dumps(body).encode()
 
 
 # What aiohttp puts in a response that has none: taken out again unless the response set it.
@@ -183,8 +164,7 @@ class Proxy:
     def __init__(self, config: ProxyConfig, capture: Recorder | None) -> None:
         self.config = config
         self.capture = capture
-        self.upstreams = {"anthropic": URL(config.anthropic_upstream.rstrip("/")),
-                          "openai": URL(config.openai_upstream.rstrip("/"))}
+        self.upstreams = {name: URL(config.upstream(name).rstrip("/")) for name in providers.UPSTREAMS}
         self.session: aiohttp.ClientSession | None = None
 
     async def start_session(self) -> None:
@@ -237,7 +217,8 @@ class Proxy:
         if recording:
             lowered = {k.lower(): v for k, v in request.headers.items()}
             exchange = Exchange(api=api, request_body=b"", started=time.time(),
-                                headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered})
+                                headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered},
+                                path=request.path)
             tee = _Tee(request, self.config.max_record_bytes)
             data = tee.chunks() if request.body_exists else None
         elif request.body_exists:
@@ -271,7 +252,7 @@ class Proxy:
             if exchange is not None and tee is not None:
                 exchange.failure = message
                 await tee.drain()  # the call is recorded with the request the agent sent
-            return _OwnAnswer(502, _error_body(upstream, 502, message))
+            return _OwnAnswer(502, providers.error_body(upstream, message))
         try:
             return await self._relay(request, up, exchange)
         finally:
