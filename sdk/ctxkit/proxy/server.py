@@ -1,10 +1,9 @@
 """The proxy's HTTP side (aiohttp): forward every request to the provider, keep a copy of the
 model calls for ctxkit.proxy.capture.
 
-One port serves both APIs. A request goes to the Anthropic upstream when its path is under
-``/v1/messages`` or ``/v1/complete`` or it carries an ``anthropic-version`` header (every
-Anthropic client sends one; ``/v1/models`` and ``/v1/files`` exist in both APIs); everything
-else goes to the OpenAI upstream. The path and query are forwarded exactly as received.
+One port serves every API. Which upstream a request goes to, and whether it is a recorded model
+call, its provider says (ctxkit.providers: routing by path and headers; OpenAI's upstream takes
+what no other provider claims). The path and query are forwarded exactly as received.
 
 Forwarding is transparent: the method, path, query, body and end-to-end headers go upstream
 unchanged (hop-by-hop headers, ``Host`` and the proxy's own ``X-Ctxview-*`` headers are
@@ -12,16 +11,15 @@ dropped; nothing is added: no ``Accept-Encoding``, ``User-Agent`` or ``Via`` of 
 own; on recorded calls ``Accept-Encoding`` keeps only gzip, deflate and identity, the encodings
 the proxy can read back for the manifest); the provider's status, reason, end-to-end headers
 and body come back unchanged, the body chunk by chunk as it arrives (compressed bodies stay
-compressed). Recorded calls (``POST
-/v1/messages``, ``/v1/chat/completions``, ``/v1/responses``, and ``GET /v1/responses/{id}``
-with ``stream=true``) have their request body read first (up to ``max_record_bytes``; a larger
-one is streamed through unrecorded) and a copy of the response kept; all other requests stream
-their bodies both ways.
+compressed). Recorded calls (the providers' model calls: ``POST /v1/messages``,
+``/v1/chat/completions``, ``/v1/responses``, ...) have their request body read first (up to
+``max_record_bytes``; a larger one is streamed through unrecorded) and a copy of the response
+kept; all other requests stream their bodies both ways.
 
 Failures, as the agent sees them:
 - the upstream cannot be reached (refused, DNS, TLS, connect timeout): ``502`` with a JSON body
-  in the provider's error shape naming the upstream and the cause (the SDKs retry a 502 as they
-  retry a connection error);
+  in the provider's error shape (its module's ``error_body``) naming the upstream and the cause
+  (the SDKs retry a 502 as they retry a connection error);
 - the upstream cuts a response short: the proxy closes the agent's connection at the same point,
   without ending the body, so the agent sees a truncated response as it would directly;
 - the agent disconnects: the upstream request is closed at once (cancelling generation).
@@ -31,7 +29,6 @@ The proxy itself never answers a request with an error of its own otherwise.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -44,6 +41,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from ctxkit import providers
 from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange, Recorder
 from ctxkit.proxy.config import ProxyConfig
 
@@ -59,19 +57,9 @@ MAX_KEPT_RESPONSE = 64 * 1024 * 1024  # a copy longer than this is not kept whol
 
 
 def route(method: str, path: str, query: str, headers: Any) -> tuple[str, str]:
-    """(upstream: "anthropic" or "openai", recorded API or "") of one request."""
-    anthropic = path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers
-    if method == "POST":
-        if path == "/v1/messages":
-            return "anthropic", "anthropic.messages"
-        if path == "/v1/chat/completions" and not anthropic:
-            return "openai", "openai.chat"
-        if path == "/v1/responses" and not anthropic:
-            return "openai", "openai.responses"
-    elif method == "GET" and path.startswith("/v1/responses/") and "/" not in path[len("/v1/responses/"):] \
-            and "stream=true" in query.lower() and not anthropic:
-        return "openai", "openai.responses.resumed"
-    return ("anthropic" if anthropic else "openai"), ""
+    """(the upstream, e.g. "anthropic" or "openai"; the recorded API or "") of one request."""
+    provider, api = providers.route(method, path, query, headers)
+    return provider.UPSTREAM, api
 
 
 def _connection_tokens(headers: Any) -> set[str]:
@@ -90,22 +78,13 @@ def _decodable_encodings(values: list[str]) -> str:
     return ", ".join(p for p in kept if p)
 
 
-def _error_body(upstream: str, status: int, message: str) -> bytes:
-    if upstream == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
-    else:
-        body = {"error": {"message": message, "type": "server_error", "param": None, "code": "proxy_upstream_error"}}
-    return json.dumps(body).encode()
-
-
 class Proxy:
     """The request handler and its upstream session; ``capture`` is None when nothing is recorded."""
 
     def __init__(self, config: ProxyConfig, capture: Recorder | None) -> None:
         self.config = config
         self.capture = capture
-        self.upstreams = {"anthropic": URL(config.anthropic_upstream.rstrip("/")),
-                          "openai": URL(config.openai_upstream.rstrip("/"))}
+        self.upstreams = {name: URL(config.upstream(name).rstrip("/")) for name in providers.UPSTREAMS}
         self.session: aiohttp.ClientSession | None = None
 
     async def start_session(self) -> None:
@@ -179,7 +158,8 @@ class Proxy:
             if body is not None:
                 lowered = {k.lower(): v for k, v in request.headers.items()}
                 exchange = Exchange(api=api, request_body=body, started=time.time(),
-                                    headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered})
+                                    headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered},
+                                    path=request.path)
         elif request.body_exists:
             data = self._stream_body(request)
         skip = [h for h in AUTO_HEADERS if h not in headers]
@@ -208,7 +188,7 @@ class Proxy:
             logger.warning("%s %s: %s", request.method, request.path, message)
             if exchange is not None:
                 exchange.failure = message
-            return web.Response(status=502, body=_error_body(upstream, 502, message),
+            return web.Response(status=502, body=providers.error_body(upstream, message),
                                 content_type="application/json")
         try:
             return await self._relay(request, up, exchange)

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
+from ctxkit.providers.sse import json_events, parse_events
 from ctxkit.proxy.capture import Exchange
 from ctxkit.proxy.options import add_arguments
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
-from ctxkit.proxy.sse import json_events, parse_events
 from ctxkit.proxy.worker import CaptureProcess
 
 SECRETS = {
