@@ -29,6 +29,7 @@ THRESHOLDS: dict[str, tuple[str, float | None]] = {
     AlertRule.INVARIANT_FAILURES: ("a count of failed invariants (0: any failure)", 0.0),
     AlertRule.EVIDENCE_LOST: ("a count of losses (0: any loss)", 0.0),
     AlertRule.COST_PER_SUCCESS_ABOVE: ("cost units per verified success", None),
+    AlertRule.COST_USD_PER_SUCCESS_ABOVE: ("US dollars per verified success", None),
 }
 
 
@@ -123,7 +124,8 @@ def parse_rule(data: Any, *, root: str = "$.", from_form: bool = False) -> RuleS
             threshold < 0 or threshold != int(threshold) or threshold > 1_000_000
         ):
             bad("threshold", f"must be a whole number, 0 to 1000000: {unit}")
-        elif kind == AlertRule.COST_PER_SUCCESS_ABOVE and not 0 < threshold <= 1e12:
+        elif kind in (AlertRule.COST_PER_SUCCESS_ABOVE, AlertRule.COST_USD_PER_SUCCESS_ABOVE) \
+                and not 0 < threshold <= 1e12:
             bad("threshold", f"must be above 0: {unit}")
 
     if errors:

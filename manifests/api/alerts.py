@@ -21,7 +21,8 @@ _rule_input = inline_serializer("AlertRuleInput", {
     "kind": serializers.ChoiceField(_KINDS),
     "threshold": serializers.FloatField(
         required=False, help_text="hit_rate_below: 0..1; invariant_failures and evidence_lost: a count "
-                                  "(default 0: any); cost_per_success_above: cost units"),
+                                  "(default 0: any); cost_usd_per_success_above: US dollars; "
+                                  "cost_per_success_above: cost units"),
     "window_hours": serializers.IntegerField(required=False, min_value=1, max_value=168, default=1),
     "agent": serializers.CharField(required=False, max_length=200, allow_blank=True, help_text="empty: every agent"),
     "model": serializers.CharField(required=False, max_length=200, allow_blank=True, help_text="empty: every model"),
