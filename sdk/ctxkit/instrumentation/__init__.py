@@ -32,7 +32,7 @@ import os
 from typing import Any, TypeVar
 
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
-from ctxkit.instrumentation.wrap import Adapter
+from ctxkit.providers import sdk_resources
 
 logger = logging.getLogger("ctxkit")
 __all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
@@ -67,35 +67,11 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
-
-
-def _resources(client: Any) -> list[Resource]:
-    """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
-    client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
-    module = type(client).__module__.split(".")[0]
-    if module == "anthropic":
-        from ctxkit.instrumentation import anthropic
-
-        out: list[Resource] = [("messages", client.messages, ("/v1/messages",), anthropic.manifest, None)]
-        beta = getattr(getattr(client, "beta", None), "messages", None)
-        if beta is not None:
-            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), anthropic.manifest, None))
-        return out
-    if module == "openai":
-        from ctxkit.instrumentation import openai
-
-        return [("chat.completions", client.chat.completions, ("/chat/completions",), openai.chat_manifest, None),
-                ("responses", client.responses, ("/responses",), openai.responses_manifest,
-                 ("/responses/", openai.resumed_manifest))]
-    raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
-
-
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
     from ctxkit.instrumentation.wrap import warn_once, wrap
 
-    for name, resource, paths, adapter, resumed in _resources(client):
+    for name, resource, paths, adapter, resumed in sdk_resources(client):
         if not wrap(resource, paths, recorder, adapter, resumed):
             warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
                       "unrecorded", type(client).__name__, name)
@@ -177,7 +153,7 @@ class Instrument:
             if not key and ctxkit_client is None:
                 logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
                 return client
-            _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
+            sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
             recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
                                  agent, run_id, include_text, window)
             _hook(client, recorder)

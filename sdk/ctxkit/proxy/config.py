@@ -26,3 +26,7 @@ class ProxyConfig:
     max_record_bytes: int = 32 * 1024 * 1024
     connect_timeout: float = 30.0
     read_timeout: float = 600.0
+
+    def upstream(self, name: str) -> str:
+        """The URL of a provider's upstream (``name``: its ``UPSTREAM``, ctxkit.providers)."""
+        return str(getattr(self, f"{name}_upstream"))
