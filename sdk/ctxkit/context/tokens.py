@@ -287,18 +287,18 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
 
         enc = tiktoken_offline.get_encoding(encoding)
         return _bpe_counter(enc, encoding)
-    except Exception:  # noqa: BLE001 - any failure means "not available"
+    except Exception:  # any failure means "not available"
         pass
     try:
         import tiktoken
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     cached = _tiktoken_cache_file(encoding)
     if cached is None or not os.path.isfile(cached):
         return None
     try:
         enc = tiktoken.get_encoding(encoding)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     return _bpe_counter(enc, encoding)
 

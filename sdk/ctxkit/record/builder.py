@@ -189,7 +189,7 @@ def _usage(usage: Any, provider: str, warnings: list[str]) -> Usage:
         pass
     try:
         return normalize_usage(usage)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         warnings.append(clip(f"usage not recorded: {exc}", MAX_REASON))
         return Usage()
 
