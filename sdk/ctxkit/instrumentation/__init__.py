@@ -69,12 +69,15 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
 
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
-    from ctxkit.instrumentation.wrap import warn_once, wrap
+    from ctxkit.instrumentation.wrap import warn_once, wrap, wrap_api_client
 
-    for name, resource, paths, adapter, resumed in sdk_resources(client):
-        if not wrap(resource, paths, recorder, adapter, resumed):
-            warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
-                      "unrecorded", type(client).__name__, name)
+    for provider, (name, resource, paths, adapter, resumed) in sdk_resources(client):
+        api_client = provider.HOOK == "api_client"
+        ok = wrap_api_client(resource, paths, recorder, adapter, provider.with_path) if api_client \
+            else wrap(resource, paths, recorder, adapter, resumed)
+        if not ok:
+            warn_once("ctxkit.instrument: %s.%s has no %s to hook (another SDK version?); its calls run "
+                      "unrecorded", type(client).__name__, name, "request" if api_client else "_post")
     for name in _DERIVES:
         _derive(client, name, recorder)
     try:
