@@ -76,7 +76,8 @@ def _inline(data: Any) -> str:
             size = len(base64.b64decode(raw, validate=False))
         except (binascii.Error, ValueError):
             size = len(raw)
-    return canonical_json({"inlineData": {"mimeType": info.get("mimeType"), "bytes": size}})
+    mime = info.get("mimeType") or info.get("mime_type")  # the Python SDK leaves the blob's keys as it got them
+    return canonical_json({"inlineData": {"mimeType": mime, "bytes": size}})
 
 
 def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:

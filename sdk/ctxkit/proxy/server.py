@@ -67,7 +67,7 @@ def route(method: str, path: str, query: str, headers: Any) -> tuple[str, str]:
 _URL_KEY = re.compile(r"([?&](?:key|api_key|access_token)=)[^&#\s'\"]*", re.IGNORECASE)
 
 
-def _without_keys(text: str) -> str:
+def without_keys(text: str) -> str:
     return _URL_KEY.sub(r"\1[masked]", text)
 
 
@@ -192,7 +192,7 @@ class Proxy:
             up = await self.session.request(request.method, target, headers=headers, data=data,
                                             skip_auto_headers=skip, allow_redirects=False, compress=None)
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-            message = _without_keys(f"ctxkit proxy: the upstream {self.upstreams[upstream]} did not answer "
+            message = without_keys(f"ctxkit proxy: the upstream {self.upstreams[upstream]} did not answer "
                                     f"({type(exc).__name__}: {exc})")[:500]
             logger.warning("%s %s: %s", request.method, request.path, message)
             if exchange is not None:
