@@ -1,4 +1,4 @@
-"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
+"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic, OpenAI or Google GenAI client.
 
 This package implements it; ``ctxkit`` exports the entry point as ``ctxkit.instrument``.
 
@@ -16,7 +16,10 @@ it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (An
 ``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
 through (``ctxkit.instrumentation.wrap``); every style gives the manifest the plain ``create`` would. Per
 call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
-the keyword arguments before the SDK sees them.
+the keyword arguments before the SDK sees them. A ``google-genai`` client's ``generate_content``
+and ``generate_content_stream`` (sync and ``client.aio``) are recorded through its API client's
+``request`` methods (``wrap.wrap_api_client``). Which resources to hook, and how, each provider's
+module says (ctxkit.providers).
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
