@@ -202,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._sse([(None, c) for c in chunks]) if "alt=sse" in query else self._json_array(chunks)
         return self._send(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         path, _, query = self.path.partition("?")
         self.server.requests.append((path, body))
@@ -233,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._sse(response_events(body)) if stream else self._send(200, response(body))
         return self._send(404, {"error": {"message": f"no route {path}"}})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         # GET /v1/responses/<id>: the last Responses request's response (a stored response), as
         # JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
         path, _, query = self.path.partition("?")

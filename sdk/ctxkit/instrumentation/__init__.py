@@ -47,7 +47,7 @@ _exit_hook = False
 
 
 def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
-              include_text: bool, window: int | None) -> Recorder:
+              include_text: bool, window: int | None, spool_dir: str | os.PathLike[str] | bool | None) -> Recorder:
     if ctxkit_client is not None:
         recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
     else:
@@ -57,7 +57,7 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
             return cached
         from ctxkit.record.client import Client
 
-        shared = cached.client if cached is not None else Client(api_key, host)
+        shared = cached.client if cached is not None else Client(api_key, host, spool_dir=spool_dir)
         recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
         _recorders.setdefault((api_key, host), recorder)
     _last.append(recorder)
@@ -143,6 +143,7 @@ class Instrument:
         include_text: bool = True,
         window: int | None = None,
         ctxkit_client: Any = None,
+        spool_dir: str | os.PathLike[str] | bool | None = True,
     ) -> ClientT:
         """Record every call of ``client``; returns the same client object.
 
@@ -150,7 +151,9 @@ class Instrument:
         run is one per process). ``include_text=False`` records tokens and hashes, never text.
         ``window``: the model's context window when ctxkit's table does not know it.
         ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
-        the one made from ``api_key`` / ``host``.
+        the one made from ``api_key`` / ``host``. ``spool_dir``: where manifests wait while ctxview
+        is away (``True``, the default: a per-user folder for this host and key; ``None``: nowhere,
+        they are dropped); the first ``instrument()`` call for a host and key decides.
         """
         try:
             if getattr(client, "__ctxkit_instrumented__", False):
@@ -161,7 +164,7 @@ class Instrument:
                 return client
             sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
             recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
-                                 agent, run_id, include_text, window)
+                                 agent, run_id, include_text, window, spool_dir)
             _hook(client, recorder)
         except Exception:
             logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)

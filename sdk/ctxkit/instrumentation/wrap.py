@@ -218,6 +218,11 @@ def _resumes(path: Any, prefix: str, kwargs: dict[str, Any]) -> bool:
         and "/" not in path[len(prefix):]
 
 
+def _mark_wrapped(fn: Callable[..., Any]) -> None:
+    """Mark ``fn`` as ctxkit's wrapper (``__ctxkit_wrapped__``), so a resource hooked twice is wrapped once."""
+    fn.__dict__["__ctxkit_wrapped__"] = True
+
+
 def _hook(resource: Any, attr: str, paths: Collection[str], recorder: Recorder, adapter: Adapter,
           resumes: str = "") -> bool:
     """Hook ``resource.<attr>`` (``_post``, or ``_get`` with ``resumes``); False if it cannot be
@@ -261,7 +266,7 @@ def _hook(resource: Any, attr: str, paths: Collection[str], recorder: Recorder, 
         _finish(record, recorder, result, stream, t0)
         return result
 
-    post.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
+    _mark_wrapped(post)
     try:
         setattr(resource, attr, post)
         # A property in another SDK version may refuse the instance attribute, or ignore it.
@@ -329,7 +334,7 @@ def _take_ctxview(resource: Any, name: str) -> None:
         except Exception:
             return result
 
-    method.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
+    _mark_wrapped(method)
     try:
         setattr(resource, name, method)
     except Exception:  # ctxview={...} then reaches the SDK, which rejects it: as without ctxkit

@@ -13,7 +13,7 @@ import pytest
 
 from ctxkit.providers.sse import json_events, parse_events
 from ctxkit.proxy.capture import Exchange
-from ctxkit.proxy.options import add_arguments
+from ctxkit.proxy.options import add_arguments, config_from_args
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
@@ -253,6 +253,17 @@ def test_the_help_documents_every_option():
     module = subprocess.run([sys.executable, "-m", "ctxkit.proxy", "--help"], capture_output=True, text=True,
                             check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     assert module.split("options:")[1] == out.split("options:")[1]
+
+
+@pytest.mark.parametrize("argv, spool_dir", [
+    ([], True),  # the per-user default folder of the ctxview host and key
+    (["--spool-dir", "/var/spool/agent"], "/var/spool/agent"),
+    (["--no-spool"], None),
+])
+def test_the_proxy_spools_to_the_per_user_folder_unless_told_otherwise(argv, spool_dir):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(argv)).spool_dir == spool_dir
 
 
 def test_the_recorder_process_bounds_what_waits_for_it_in_bytes():
