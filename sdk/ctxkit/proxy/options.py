@@ -125,8 +125,9 @@ def run(config: ProxyConfig) -> int:
         import signal
 
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None  # a coroutine run by asyncio.run
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(signum, task.cancel)
         try:
             await serve(config, capture, ready)
         except asyncio.CancelledError:

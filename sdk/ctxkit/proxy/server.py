@@ -241,10 +241,10 @@ class Proxy:
                 exchange.failure = "the client disconnected before the response ended"
             raise
         finally:
-            if exchange is not None and tee is not None and tee.whole:
+            if exchange is not None and tee is not None and tee.whole and self.capture is not None:
                 exchange.duration = time.perf_counter() - t0
                 exchange.request_body = b"".join(tee.kept)  # one chunk: that chunk, not a copy
-                self.capture.submit(exchange)  # type: ignore[union-attr]  # recording: not None
+                self.capture.submit(exchange)
 
     async def _exchange(self, request: web.Request, upstream: str, headers: CIMultiDict[str], data: Any,
                         skip: list[str], exchange: Exchange | None, tee: _Tee | None,
