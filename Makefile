@@ -27,10 +27,11 @@ browser: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "Debian's chromium is missing: the browser tests cannot run" >&2; exit 1; }
 	@SECRET_KEY=$${SECRET_KEY:-vendor-step-only} $(PY) manage.py vendor_plotly
 
-# The Node clients the proxy tests drive (the official @anthropic-ai/sdk and the Claude Code CLI),
-# pinned by their committed package-lock.json files; installed only when absent.
+# The Node clients the proxy tests drive (the official @anthropic-ai/sdk, the Claude Code CLI, the
+# Codex CLI and the Gemini CLI), pinned by their committed package-lock.json files; installed only
+# when absent.
 node-clients:
-	@for dir in tests/clients/node tests/clients/claude_code; do \
+	@for dir in tests/clients/node tests/clients/claude_code tests/clients/codex tests/clients/gemini_cli; do \
 	  test -d $$dir/node_modules || npm ci --prefix $$dir --no-audit --no-fund --loglevel=error; \
 	done
 

@@ -15,6 +15,8 @@ its modules spread over the processes like any other.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,12 @@ BROWSER_DIR = ROOT / "tests" / "browser"
 LIVE_FIXTURES = frozenset({"live_server", "server", "workers"})
 # Module-scoped fixtures expensive enough to keep their module's tests together.
 MODULE_WORLDS = frozenset({"site", "seeded"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # ctxkit's proxy and instrument() spool to a per-user folder by default ($XDG_STATE_HOME):
+    # the suite's, and the processes it starts, use a temporary one instead of the user's.
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ctxkit-state-")
 
 
 # First: xdist's own hook reads the xdist_group markers to assign the tests to processes.

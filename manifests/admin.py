@@ -1,5 +1,10 @@
-from django.contrib import admin
+from typing import Any
 
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from manifests import price_rows
 from manifests.models import ApiKey, Call, Membership, Project, Run
 from manifests.storage import retention
 
@@ -87,10 +92,29 @@ from manifests.models import (  # noqa: E402 - appended section, kept apart from
 )
 
 
+class PriceRowForm(forms.ModelForm):
+    """The price table's forms (a row, and the editable list): checked by the price rows'
+    serializer, each bad field named."""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            price_rows.check_row(data, partial=True)
+        except price_rows.PriceRowInputError as exc:
+            for error in exc.errors:
+                self.add_error(error.path if error.path in self.fields else None, error.message)
+        return data
+
+
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
     """Relative prices per 1k tokens and cache facts per model pattern (docs/analysis.md).
     A change applies to calls analysed afterwards; re-run the analysis for older ones."""
+
+    form = PriceRowForm
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
+        return super().get_changelist_form(request, form=PriceRowForm, **kwargs)
 
     list_display = [
         "model_pattern",
@@ -118,10 +142,10 @@ class ModelPriceAdmin(admin.ModelAdmin):
 class _ReadOnlyAdmin(admin.ModelAdmin):
     """Derived rows: recomputed by the analysis, so never edited by hand."""
 
-    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
 

@@ -121,3 +121,24 @@ def test_it_lets_an_admin_edit_the_price_table(admin_client):
     assert response.status_code == 302, response.content[:2000]
     row.refresh_from_db()
     assert (row.input_per_1k, row.cache_ttl_seconds) == (1.5, 600)
+
+
+def test_it_refuses_a_bad_price_row_in_the_admin_naming_the_field(admin_client):
+    row = ModelPrice.objects.create(model_pattern="gpt-5*")
+    form = {
+        "model_pattern": "gpt-5*", "input_per_1k": "-1", "output_per_1k": "6", "cache_read_per_1k": "0.15",
+        "cache_write_per_1k": "0", "cache_ttl_seconds": "600", "min_cacheable_tokens": "1024",
+        "effective_limit_ratio": "0",
+    }
+    response = admin_client.post(f"/admin/manifests/modelprice/{row.pk}/change/", form)
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "must be a price per 1k tokens in relative units, 0 to" in body and "must be a share of the window" in body
+    listed = {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-0-id": str(row.pk), "_save": "Save",
+              "form-0-input_per_1k": "2", "form-0-output_per_1k": "6", "form-0-cache_read_per_1k": "0.1",
+              "form-0-cache_write_per_1k": "1", "form-0-cache_ttl_seconds": "600",
+              "form-0-min_cacheable_tokens": "1024", "form-0-effective_limit_ratio": "5"}
+    response = admin_client.post("/admin/manifests/modelprice/", listed)
+    assert response.status_code == 200 and "must be a share of the window" in response.content.decode()
+    row.refresh_from_db()
+    assert (row.input_per_1k, row.effective_limit_ratio) == (1.0, 0.25)

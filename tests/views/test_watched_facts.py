@@ -115,3 +115,4 @@ def test_it_shows_a_lost_fact_on_the_call_evidence_and_compaction_pages(project,
     assert "fact:deploy-target" in evidence_page
     compactions_page = c.get(f"/p/{project.slug}/compactions/?range=all").content.decode()
     assert "required_evidence" in compactions_page and "<code>deploy-target</code>" in compactions_page
+
