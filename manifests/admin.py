@@ -126,6 +126,8 @@ class ModelPriceAdmin(admin.ModelAdmin[ModelPrice]):
         "cache_ttl_seconds",
         "min_cacheable_tokens",
         "effective_limit_ratio",
+        "input_usd_per_mtok",
+        "output_usd_per_mtok",
         "updated",
     ]
     list_editable = [

@@ -16,6 +16,7 @@ from manifests.models import ModelPrice
 
 MAX_PATTERN = ModelPrice._meta.get_field("model_pattern").max_length or 200
 MAX_PRICE = 1_000_000.0  # relative units per 1k tokens
+MAX_USD = 1_000_000.0  # US dollars per million tokens
 MAX_TTL_SECONDS = 7 * 24 * 3600
 MIN_RATIO = 0.01
 
@@ -36,9 +37,15 @@ def _price(name: str, what: str) -> Number:
                   says=f"must be a price per 1k tokens in relative units, 0 to {MAX_PRICE:g}")
 
 
+def _usd(what: str) -> Number:
+    return Number(allow_null=True, default=None, min_value=0, max_value=MAX_USD,
+                  help_text=f"{what}, USD per million tokens; empty: the model's price in genai-prices' table",
+                  says=f"must be a price in US dollars per million tokens, 0 to {MAX_USD:g}, or empty")
+
+
 class PriceRowSerializer(InputSerializer):
-    """A row of the price table: the model names it applies to, its relative prices and the
-    model's cache facts."""
+    """A row of the price table: the model names it applies to, its relative prices, its USD
+    prices where they replace the table's, and the model's cache facts."""
 
     noun = "price row"
 
@@ -49,6 +56,11 @@ class PriceRowSerializer(InputSerializer):
     output_per_1k = _price("output_per_1k", "Output")
     cache_read_per_1k = _price("cache_read_per_1k", "Input read from the prompt cache")
     cache_write_per_1k = _price("cache_write_per_1k", "Input written to the prompt cache")
+    input_usd_per_mtok = _usd("Uncached input")
+    output_usd_per_mtok = _usd("Output")
+    cache_read_usd_per_mtok = _usd("Input read from the prompt cache")
+    cache_write_usd_per_mtok = _usd("Input written to the prompt cache with a 5-minute TTL")
+    cache_write_1h_usd_per_mtok = _usd("Input written to the prompt cache with a 1-hour TTL")
     cache_ttl_seconds = Whole(default=_default("cache_ttl_seconds"), min_value=0, max_value=MAX_TTL_SECONDS,
                               help_text="The provider's prompt-cache TTL",
                               says=f"must be a whole number of seconds, 0 to {MAX_TTL_SECONDS}")

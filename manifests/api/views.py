@@ -312,7 +312,7 @@ class RunCallListView(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[Call]:
         run = generics.get_object_or_404(Run, project=key_of(self.request).project, run_id=self.kwargs["run_id"])
-        return Call.objects.filter(run=run).select_related("run").order_by("step", "started_at", "pk")
+        return Call.objects.filter(run=run).select_related("run", "figures").order_by("step", "started_at", "pk")
 
 
 class CallDetailView(generics.RetrieveAPIView):
@@ -332,7 +332,7 @@ class CallDetailView(generics.RetrieveAPIView):
         if key is None:
             raise Http404("No Call matches the given query.")  # as get_object_or_404 words it
         pk, at = key
-        qs = Call.objects.filter(started_at=at).select_related("run").prefetch_related(
+        qs = Call.objects.filter(started_at=at).select_related("run", "figures").prefetch_related(
             Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
             Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
             Prefetch("compactions", queryset=Compaction.objects.filter(started_at=at).prefetch_related(

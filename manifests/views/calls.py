@@ -6,6 +6,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from ctxkit.models import WINDOW_ASSUMED
 from manifests import replay
 from manifests.models import Attribution, Project
 from manifests.selectors import calls as calls_sel
@@ -65,6 +66,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         "cache_event": cache_event,
         "allocation": allocation,
         "window_panel": window_sel.call_window(call, items),
+        "window_assumed": any(str(w).startswith(WINDOW_ASSUMED) for w in call.warnings or ()),
         "diff": diff,
         "next_call": calls_sel.next_call(call),
         "whatif": whatif,

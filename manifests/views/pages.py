@@ -154,7 +154,8 @@ def run_detail(request: HttpRequest, project: Project, filters: Filters, run_id:
         request.GET.get("page"))
     return page(request, "manifests/run.html", project, filters, "runs", {"run": run, "steps": steps,
                                                                          "table": table, "sort": sort,
-                                                                         "chart": chart},
+                                                                         "chart": chart,
+                                                                         "run_cost": runs_sel.run_cost(steps)},
                 keep={"sort": request.GET.get("sort", "")})
 
 
