@@ -54,7 +54,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         # About 250 stops along the slider; the number box beside it takes any token count.
         "step": max(1, max(call.window * 3, 2000) // 250),
     }
-    return page(request, "manifests/call.html", project, filters, "runs", {
+    return page(request, "manifests/call.html", project, filters, "call", {
         "call": call,
         "items": ordered,
         "fold_at": fold_at,

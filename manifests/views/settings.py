@@ -23,13 +23,13 @@ from manifests.analysis import notify
 from manifests.models import AlertRule, ApiKey, Membership, Project, WatchedFact
 from manifests.selectors.facts import facts_of
 from manifests.selectors.projects import project_for, project_settings
-from manifests.views.common import NAV
+from manifests.views.common import nav
 
 Handler = Callable[..., HttpResponse]
 
 
 def _forbidden(request: HttpRequest, project: Project, message: str) -> HttpResponse:
-    return render(request, "manifests/forbidden.html", {"project": project, "nav": NAV, "message": message},
+    return render(request, "manifests/forbidden.html", {"project": project, **nav("settings"), "message": message},
                   status=403)
 
 
@@ -53,8 +53,7 @@ def settings_access(*, owner_only: bool) -> Callable[[Handler], Handler]:
 def _page(request: HttpRequest, project: Project, *, status: int = 200, **context: Any) -> HttpResponse:
     base = {
         "project": project,
-        "nav": NAV,
-        "active": "settings",
+        **nav("settings"),
         "is_owner": project.role == Membership.OWNER,
         "roles": Membership.ROLES,
         "key_form": forms.ApiKeyForm(),
