@@ -27,7 +27,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.expressions import Combinable
+from django.db.models.expressions import Combinable, CombinedExpression
 from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least, StrIndex
 from django.db.models.lookups import GreaterThan
 
@@ -111,21 +111,19 @@ def hit_rate(cache_read: Combinable, input_tokens: Combinable) -> Case:
 
 
 def _cost(uncached: Combinable, read: Combinable, write: Combinable, write_1h: Combinable | None,
-          output: Combinable, weights: Mapping[str, float]) -> ExpressionWrapper:
+          output: Combinable, weights: Mapping[str, float]) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.cost_units over the token expressions. ``write_1h`` (the part of ``write``
     with a 1-hour TTL) is read only when the weights price it apart (USD prices): relative
     weights price every write alike, so their expression never names the column."""
-    writes = Cast(write, FloatField()) * Value(weights["cache_write"])
+    # Added left to right in ctxkit.figures.cost_units' order, so both sum the same floats.
+    total = (Cast(uncached, FloatField()) * Value(weights["input"])
+             + Cast(read, FloatField()) * Value(weights["cache_read"]))
     if "cache_write_1h" in weights and write_1h is not None:
-        writes = (Cast(write - write_1h, FloatField()) * Value(weights["cache_write"])
-                  + Cast(write_1h, FloatField()) * Value(weights["cache_write_1h"]))
-    return ExpressionWrapper(
-        Cast(uncached, FloatField()) * Value(weights["input"])
-        + Cast(read, FloatField()) * Value(weights["cache_read"])
-        + writes
-        + Cast(output, FloatField()) * Value(weights["output"]),
-        output_field=FloatField(),
-    )
+        total = (total + Cast(write - write_1h, FloatField()) * Value(weights["cache_write"])
+                 + Cast(write_1h, FloatField()) * Value(weights["cache_write_1h"]))
+    else:
+        total = total + Cast(write, FloatField()) * Value(weights["cache_write"])
+    return ExpressionWrapper(total + Cast(output, FloatField()) * Value(weights["output"]), output_field=FloatField())
 
 
 def cache_write_1h_tokens(prefix: str = "") -> Least:
@@ -133,14 +131,14 @@ def cache_write_1h_tokens(prefix: str = "") -> Least:
     return Least(_f(prefix, "cache_write_1h_tokens"), _f(prefix, "cache_write_tokens"))
 
 
-def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
+def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.cost_units: each kind of token at its weight."""
     write_1h = cache_write_1h_tokens(prefix) if "cache_write_1h" in weights else None
     return _cost(uncached_tokens(prefix), _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens"),
                  write_1h, _f(prefix, "output_tokens"), weights)
 
 
-def cost_usd(prices: UsdPrices, prefix: str = "") -> ExpressionWrapper:
+def cost_usd(prices: UsdPrices, prefix: str = "") -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.cost_usd: cost_units at the model's USD prices per token (a model with no
     USD price has no expression: its cost in USD is null)."""
     return cost_units(prefix, prices.weights)
@@ -160,7 +158,7 @@ def cache_saving(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) 
     return Greatest(Value(0.0), cost_units(prefix, weights) - cached, output_field=FloatField())
 
 
-def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper:
+def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper[CombinedExpression]:
     return ExpressionWrapper(Cast(numerator, FloatField()) / Cast(denominator, FloatField()),
                              output_field=FloatField())
 
@@ -177,17 +175,17 @@ def input_read(input_tokens: Combinable, context_tokens: Combinable) -> Case:
                 output_field=BigIntegerField())
 
 
-def headroom(cap: Combinable, read: Combinable) -> ExpressionWrapper:
+def headroom(cap: Combinable, read: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.headroom: input cap − input read (negative: over the cap)."""
     return ExpressionWrapper(cap - read, output_field=BigIntegerField())
 
 
-def window_utilization(read: Combinable, window: Combinable) -> ExpressionWrapper:
+def window_utilization(read: Combinable, window: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.window_utilization: input read over the window (at least 1)."""
     return _ratio(read, Greatest(Value(1), window))
 
 
-def reserve_share(output_reserve: Combinable, window: Combinable) -> ExpressionWrapper:
+def reserve_share(output_reserve: Combinable, window: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.reserve_share: output reserve over the window (at least 1)."""
     return _ratio(output_reserve, Greatest(Value(1), window))
 
@@ -205,7 +203,7 @@ def effective_limit(window: Combinable, ratio: float) -> Greatest:
     return Greatest(Value(1), Cast(scaled, BigIntegerField()), output_field=BigIntegerField())
 
 
-def effective_share(read: Combinable, limit: Combinable) -> ExpressionWrapper:
+def effective_share(read: Combinable, limit: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.effective_share: input read over the effective limit (at least 1)."""
     return _ratio(read, Greatest(Value(1), limit))
 
@@ -223,7 +221,8 @@ def as_sql(expression: Any, model: type[Model], alias: str) -> str:
     resolved = expression.resolve_expression(query, allow_joins=False)
     resolved = resolved.relabeled_clone({model._meta.db_table: alias})
     sql, params = query.get_compiler(connection=connection).compile(resolved)
-    return sql % tuple(_literal(p) for p in params)
+    text: str = sql % tuple(_literal(p) for p in params)
+    return text
 
 
 def _literal(value: Any) -> str:

@@ -14,7 +14,7 @@ from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidenc
 from manifests.selectors import window as window_selectors
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(serializers.ModelSerializer[Run]):
     call_count = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -22,7 +22,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = ["run_id", "agent", "model", "parent_run_id", "first_seen", "last_seen", "call_count"]
 
 
-class CallSummarySerializer(serializers.ModelSerializer):
+class CallSummarySerializer(serializers.ModelSerializer[Call]):
     run_id = serializers.CharField(source="run.run_id", read_only=True)
     uncached_input_tokens = serializers.IntegerField(read_only=True)
     # ctxkit.figures.hit_rate: null when the call had no input.
@@ -73,7 +73,7 @@ class CallSummarySerializer(serializers.ModelSerializer):
         ]
 
 
-class ItemSerializer(serializers.ModelSerializer):
+class ItemSerializer(serializers.ModelSerializer[Item]):
     id = serializers.CharField(source="item_id")
     in_context = serializers.SerializerMethodField()
     context_tokens = serializers.SerializerMethodField()
@@ -89,13 +89,13 @@ class ItemSerializer(serializers.ModelSerializer):
         return figures.context_tokens(item)
 
 
-class EvidenceSerializer(serializers.ModelSerializer):
+class EvidenceSerializer(serializers.ModelSerializer[Evidence]):
     class Meta:
         model = Evidence
         fields = ["key", "label", "literal", "expected_item", "present", "found_in", "used"]
 
 
-class AttributionSerializer(serializers.ModelSerializer):
+class AttributionSerializer(serializers.ModelSerializer[Attribution]):
     """A cause of missing evidence (is_risk false) or a risk flag on present evidence."""
 
     # Null unless the evidence was lost at an earlier call of the run (the cause was traced there).
@@ -108,13 +108,13 @@ class AttributionSerializer(serializers.ModelSerializer):
                   "lost_at_step"]
 
 
-class InvariantSerializer(serializers.ModelSerializer):
+class InvariantSerializer(serializers.ModelSerializer[Invariant]):
     class Meta:
         model = Invariant
         fields = ["name", "ok", "detail", "lost"]
 
 
-class CompactionSerializer(serializers.ModelSerializer):
+class CompactionSerializer(serializers.ModelSerializer[Compaction]):
     id = serializers.CharField(source="event_id")
     invariants = InvariantSerializer(many=True, read_only=True)
 
@@ -133,7 +133,7 @@ class CompactionSerializer(serializers.ModelSerializer):
         ]
 
 
-class ContextEditSerializer(serializers.ModelSerializer):
+class ContextEditSerializer(serializers.ModelSerializer[ContextEdit]):
     class Meta:
         model = ContextEdit
         fields = ["type", "cleared_count", "cleared_tokens", "kept", "item_ids"]
