@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typing
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, TypeGuard, get_args
 
 import msgspec
 
@@ -77,6 +77,11 @@ ItemKind = Literal[
 ]
 ITEM_KINDS: tuple[str, ...] = get_args(ItemKind)
 
+
+def is_item_kind(kind: str) -> TypeGuard[ItemKind]:
+    """Whether ``kind`` is one of the manifest's item kinds (a block or a record may hold others)."""
+    return kind in ITEM_KINDS
+
 Action = Literal[
     "keep",
     "compress",
@@ -89,15 +94,20 @@ Action = Literal[
     "hard_cut",
     "clear",
 ]
-ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
+ACTIONS: tuple[str, ...] = get_args(Action)
 # Actions after which nothing of the item reaches the model.
 ABSENT_ACTIONS = frozenset({"drop", "dedupe", "clear"})
+
+
+def is_action(action: str) -> TypeGuard[Action]:
+    """Whether ``action`` is one of the manifest's actions (a stored row holds it as a string)."""
+    return action in ACTIONS
 
 Zone = Literal["head", "middle", "tail"]
 Trust = Literal["trusted", "untrusted"]
 Verified = Literal["yes", "no", "unknown"]
 InvariantName = Literal["pending_obligations", "active_operations", "user_constraints", "required_evidence"]
-INVARIANT_NAMES: tuple[str, ...] = InvariantName.__args__  # type: ignore[attr-defined]
+INVARIANT_NAMES: tuple[str, ...] = get_args(InvariantName)
 
 
 class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -164,7 +174,7 @@ class Usage(_Struct, kw_only=True):
 # what-if replay can run it again and reproduce it exactly (docs/manifest.md, "Replay settings").
 
 Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
-POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 class ItemAllocation(_Struct, kw_only=True):
@@ -384,10 +394,8 @@ def _hints(struct_type: type[msgspec.Struct]) -> dict[str, tuple[Any, bool]]:
     if struct_type not in _HINTS:
         annotations = typing.get_type_hints(struct_type, include_extras=True)
         info = msgspec.inspect.type_info(struct_type)
-        _HINTS[struct_type] = {
-            f.encode_name: (annotations[f.name], f.required)
-            for f in info.fields  # type: ignore[attr-defined]
-        }
+        assert isinstance(info, msgspec.inspect.StructType)  # the type of a Struct class
+        _HINTS[struct_type] = {f.encode_name: (annotations[f.name], f.required) for f in info.fields}
     return _HINTS[struct_type]
 
 

@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any, cast
 
 import msgspec
 import pytest
 
 from conftest import API_KEY, IngestServer, make_manifest, wait_until
 from ctxkit.record.client import Client, backoff_delay, parse_retry_after
-from ctxkit.record.spool import Spool
+from ctxkit.record.spool import Spool, default_spool_dir
 
 
 def dead_url() -> str:
@@ -58,9 +59,9 @@ def test_it_delivers_captured_manifests_and_counts_them(server: IngestServer, cl
 
 def test_capture_never_raises_on_garbage_and_bad_items_do_not_sink_the_batch(server: IngestServer, clients) -> None:
     client = clients(server.url, flush_interval=5.0)
-    garbage = [None, 42, object(), {"x": object()}, b"not json", b"[1, 2]"]
+    garbage: list[Any] = [None, 42, object(), {"x": object()}, b"not json", b"[1, 2]"]  # none of them a manifest
     for thing in garbage:
-        client.capture(thing)  # type: ignore[arg-type]
+        client.capture(thing)
     client.capture({"schema": "ctxview.manifest/v1", "call_id": "bad"})  # valid JSON, invalid manifest
     client.capture(make_manifest("good"))
     client.capture(b'{"a": 1}')  # a JSON object, but not a manifest
@@ -244,7 +245,8 @@ def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
     assert parse_retry_after("120") == 120.0
     assert parse_retry_after(" 0.5 ") == 0.5
     future = format_datetime(datetime.fromtimestamp(now, UTC) + timedelta(seconds=30), usegmt=True)
-    assert 28 <= parse_retry_after(future, now=now) <= 31  # type: ignore[operator]
+    retry = parse_retry_after(future, now=now)
+    assert retry is not None and 28 <= retry <= 31
     past = format_datetime(datetime.fromtimestamp(now, UTC) - timedelta(seconds=30), usegmt=True)
     assert parse_retry_after(past, now=now) == 0.0
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None and parse_retry_after("nan") is None
@@ -271,6 +273,52 @@ def test_spools_during_an_outage_and_replays_after_restart(server: IngestServer,
     assert server.duplicates == 0
     assert wait_until(lambda: client.stats()["replayed"] == 50)
     assert wait_until(lambda: not Spool(tmp_path).has_pending())
+
+
+def test_it_replays_the_spool_as_soon_as_the_server_answers_not_on_its_timer(server: IngestServer, clients,
+                                                                               tmp_path) -> None:
+    server.stop()
+    # The default replay timer (30 s) is far longer than this test waits: only the probe can do it.
+    client = clients(server.url, spool_dir=tmp_path, replay_interval=30.0, probe_interval=0.2)
+    for n in range(20):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.flush(5) is True
+    # No answer at all: to disk after one try each, not held in memory through the retries.
+    assert client.stats()["spooled"] == 20 and client.stats()["retries"] == 0
+    server.start()  # same port; nothing new is captured
+    assert server.wait_for(20, timeout=3.0)
+    assert server.ids() == {f"c{n}" for n in range(20)} and server.duplicates == 0
+
+
+def test_a_server_that_answers_with_errors_is_retried_with_backoff_not_spooled_at_once(server: IngestServer,
+                                                                                       clients, tmp_path) -> None:
+    server.fail_next(2, 503)
+    client = clients(server.url, spool_dir=tmp_path, max_retries=3)
+    client.capture(make_manifest("c0"))
+    assert client.flush(5) is True
+    assert server.ids() == {"c0"} and client.stats()["retries"] == 2 and client.stats()["spooled"] == 0
+
+
+def test_spool_dir_true_is_the_per_user_folder_of_its_host_and_key(server: IngestServer, clients, tmp_path,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    client = clients(server.url, spool_dir=True)
+    assert client.spool is not None
+    folder = client.spool.directory
+    assert folder == default_spool_dir(server.url, API_KEY)
+    assert os.path.dirname(folder) == str(tmp_path / "ctxkit" / "spool") and API_KEY not in folder
+    # Another key or host: another folder, so nothing is replayed into the wrong project.
+    assert default_spool_dir(server.url, "other-key") != folder != default_spool_dir("http://10.0.0.1:8000", API_KEY)
+    assert clients(server.url, spool_dir=None).spool is None and clients(server.url, spool_dir=False).spool is None
+
+
+def test_shutdown_says_how_many_manifests_wait_on_disk(clients, tmp_path, caplog) -> None:
+    client = clients(dead_url(), spool_dir=tmp_path)
+    for n in range(7):
+        client.capture(make_manifest(f"c{n}"))
+    with caplog.at_level(logging.WARNING, logger="ctxkit"):
+        assert client.shutdown(2.0) is True
+    assert f"7 manifests wait on disk in {tmp_path}" in caplog.text
 
 
 def test_a_new_client_sends_what_the_previous_process_spooled(server: IngestServer, clients, tmp_path) -> None:
@@ -342,7 +390,7 @@ def test_counters_add_up(server: IngestServer, clients, tmp_path) -> None:
     client.capture(make_manifest("a"))
     client.capture(make_manifest("b"))  # batch 1: refused with 400
     assert client.flush(5)
-    client.capture(None)  # type: ignore[arg-type]
+    client.capture(cast(Any, None))  # not a manifest
     client.capture(make_manifest("c"))
     assert client.flush(5)
     server.fail_next(1, 503)

@@ -43,7 +43,7 @@ class Receiver:
         received = self.requests
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 received.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(200)

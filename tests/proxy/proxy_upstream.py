@@ -75,11 +75,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(chunk)
         self.wfile.write(b"0\r\n\r\n")
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.server.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, b""))
         self._send(200, json.dumps({"data": [{"id": "claude-x", "type": "model"}]}).encode())
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if "trickle" in self.path:
             raw = self.rfile.read(length // 2)

@@ -1,4 +1,4 @@
-"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
+"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic, OpenAI or Google GenAI client.
 
 This package implements it; ``ctxkit`` exports the entry point as ``ctxkit.instrument``.
 
@@ -16,7 +16,10 @@ it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (An
 ``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
 through (``ctxkit.instrumentation.wrap``); every style gives the manifest the plain ``create`` would. Per
 call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
-the keyword arguments before the SDK sees them.
+the keyword arguments before the SDK sees them. A ``google-genai`` client's ``generate_content``
+and ``generate_content_stream`` (sync and ``client.aio``) are recorded through its API client's
+``request`` methods (``wrap.wrap_api_client``). Which resources to hook, and how, each provider's
+module says (ctxkit.providers).
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
@@ -44,7 +47,7 @@ _exit_hook = False
 
 
 def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
-              include_text: bool, window: int | None) -> Recorder:
+              include_text: bool, window: int | None, spool_dir: str | os.PathLike[str] | bool | None) -> Recorder:
     if ctxkit_client is not None:
         recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
     else:
@@ -54,7 +57,7 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
             return cached
         from ctxkit.record.client import Client
 
-        shared = cached.client if cached is not None else Client(api_key, host)
+        shared = cached.client if cached is not None else Client(api_key, host, spool_dir=spool_dir)
         recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
         _recorders.setdefault((api_key, host), recorder)
     _last.append(recorder)
@@ -69,12 +72,15 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
 
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
-    from ctxkit.instrumentation.wrap import warn_once, wrap
+    from ctxkit.instrumentation.wrap import warn_once, wrap, wrap_api_client
 
-    for name, resource, paths, adapter, resumed in sdk_resources(client):
-        if not wrap(resource, paths, recorder, adapter, resumed):
-            warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
-                      "unrecorded", type(client).__name__, name)
+    for provider, (name, resource, paths, adapter, resumed) in sdk_resources(client):
+        api_client = provider.HOOK == "api_client"
+        ok = wrap_api_client(resource, paths, recorder, adapter, provider.with_path) if api_client \
+            else wrap(resource, paths, recorder, adapter, resumed)
+        if not ok:
+            warn_once("ctxkit.instrument: %s.%s has no %s to hook (another SDK version?); its calls run "
+                      "unrecorded", type(client).__name__, name, "request" if api_client else "_post")
     for name in _DERIVES:
         _derive(client, name, recorder)
     try:
@@ -137,6 +143,7 @@ class Instrument:
         include_text: bool = True,
         window: int | None = None,
         ctxkit_client: Any = None,
+        spool_dir: str | os.PathLike[str] | bool | None = True,
     ) -> ClientT:
         """Record every call of ``client``; returns the same client object.
 
@@ -144,7 +151,9 @@ class Instrument:
         run is one per process). ``include_text=False`` records tokens and hashes, never text.
         ``window``: the model's context window when ctxkit's table does not know it.
         ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
-        the one made from ``api_key`` / ``host``.
+        the one made from ``api_key`` / ``host``. ``spool_dir``: where manifests wait while ctxview
+        is away (``True``, the default: a per-user folder for this host and key; ``None``: nowhere,
+        they are dropped); the first ``instrument()`` call for a host and key decides.
         """
         try:
             if getattr(client, "__ctxkit_instrumented__", False):
@@ -155,7 +164,7 @@ class Instrument:
                 return client
             sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
             recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
-                                 agent, run_id, include_text, window)
+                                 agent, run_id, include_text, window, spool_dir)
             _hook(client, recorder)
         except Exception:
             logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)

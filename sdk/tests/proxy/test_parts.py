@@ -13,7 +13,7 @@ import pytest
 
 from ctxkit.providers.sse import json_events, parse_events
 from ctxkit.proxy.capture import Exchange
-from ctxkit.proxy.options import add_arguments
+from ctxkit.proxy.options import add_arguments, config_from_args
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
@@ -216,6 +216,13 @@ def test_the_agent_is_the_header_then_the_option_then_the_user_agent():
     ("GET", "/v1/responses/resp_1", "", {}, ("openai", "")),
     ("POST", "/v1/embeddings", "", {}, ("openai", "")),
     ("POST", "/v1/files", "", {}, ("openai", "")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:generateContent", "", {}, ("gemini", "gemini.generate")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:streamGenerateContent", "alt=sse", {}, ("gemini", "gemini.stream")),
+    ("POST", "/v1/models/gemini-2.5-pro:streamGenerateContent", "key=AIza", {}, ("gemini", "gemini.stream")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:countTokens", "", {}, ("gemini", "")),
+    ("GET", "/v1beta/models", "", {}, ("gemini", "")),
+    ("GET", "/v1/models", "", {"x-goog-api-key": "AIza"}, ("gemini", "")),
+    ("POST", "/upload/v1beta/files", "", {}, ("gemini", "")),
 ])
 def test_requests_are_routed_and_only_model_calls_recorded(method, path, query, headers, expected):
     assert route(method, path, query, headers) == expected
@@ -246,6 +253,17 @@ def test_the_help_documents_every_option():
     module = subprocess.run([sys.executable, "-m", "ctxkit.proxy", "--help"], capture_output=True, text=True,
                             check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     assert module.split("options:")[1] == out.split("options:")[1]
+
+
+@pytest.mark.parametrize("argv, spool_dir", [
+    ([], True),  # the per-user default folder of the ctxview host and key
+    (["--spool-dir", "/var/spool/agent"], "/var/spool/agent"),
+    (["--no-spool"], None),
+])
+def test_the_proxy_spools_to_the_per_user_folder_unless_told_otherwise(argv, spool_dir):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(argv)).spool_dir == spool_dir
 
 
 def test_the_recorder_process_bounds_what_waits_for_it_in_bytes():
