@@ -12,6 +12,8 @@ per module rather than once per module and process.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,12 @@ BROWSER_DIR = ROOT / "tests" / "browser"
 LIVE_FIXTURES = frozenset({"live_server", "server", "workers"})
 # Module-scoped fixtures expensive enough to keep their module's tests together.
 MODULE_WORLDS = frozenset({"demo_world"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # ctxkit's proxy and instrument() spool to a per-user folder by default ($XDG_STATE_HOME):
+    # the suite's, and the processes it starts, use a temporary one instead of the user's.
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="ctxkit-state-")
 
 
 # First: xdist's own hook reads the xdist_group markers to assign the tests to processes.

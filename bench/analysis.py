@@ -210,7 +210,7 @@ class Worker:
 
         from manifests import tasks
 
-        self.log = open(Path(tempfile.gettempdir()) / f"celery-bench-{os.getpid()}-{concurrency}.log", "w")  # noqa: SIM115
+        self.log = open(Path(tempfile.gettempdir()) / f"celery-bench-{os.getpid()}-{concurrency}.log", "w")
         self.process = subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "celery"), "-A", "ctxview", "worker", "--pool=prefork",
              f"--concurrency={concurrency}", "--loglevel=WARNING", "--without-gossip", "--without-mingle",

@@ -55,7 +55,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.support import (  # noqa: E402
+from bench.support import (
     PG,
     Client,
     Processes,

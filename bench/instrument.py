@@ -33,9 +33,9 @@ import openai  # noqa: E402
 
 import ctxkit  # noqa: E402
 from ctxkit import Client  # noqa: E402
-from ctxkit.instrumentation.openai import chat_manifest  # noqa: E402
 from ctxkit.instrumentation.recorder import Recorder  # noqa: E402
 from ctxkit.instrumentation.wrap import wrap  # noqa: E402
+from ctxkit.providers.openai_chat import chat_manifest  # noqa: E402
 from tests.proxy.provider_standin import StandIn  # noqa: E402
 
 SYSTEM = "\n".join(f"Rule {n}: answer with the order id and never promise refunds above 200 EUR." for n in range(40))
@@ -88,14 +88,14 @@ def main() -> None:
 
     bare, wrapped = Resource(), Resource()
     sink = Recorder(down, agent="bench", run_id="bench", include_text=True, window=None, max_queue=10**7)
-    sink._thread = threading.current_thread()  # records pile up unbuilt: no builder thread competes
+    sink.background._thread = threading.current_thread()  # records pile up unbuilt: no builder thread competes
     wrap(wrapped, ("/chat/completions",), sink, chat_manifest)
     n, bare_runs, wrap_runs = 2000, [], []
     for _ in range(args.rounds * 4):  # min of many short rounds: the least disturbed by a busy machine
         bare_runs.append(per_call(lambda: bare.create(**request), n))
         wrap_runs.append(per_call(lambda: wrapped.create(**request), n))
-        assert len(sink._buffer) == n, "every wrapped call must have been recorded"
-        sink._buffer.clear()
+        assert len(sink.background.buffer) == n, "every wrapped call must have been recorded"
+        sink.background.buffer.clear()
     bare_t, wrap_t = min(bare_runs), min(wrap_runs)
     down.shutdown(timeout=1)
 

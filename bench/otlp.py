@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.support import (  # noqa: E402
+from bench.support import (
     PG,
     Processes,
     create_database,

@@ -71,7 +71,7 @@ def serve_upstreams(provider_port: int, sink_port: int, first_byte_ms: float, ev
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             time.sleep(first_byte_ms / 1000)  # the model thinking before its first token
@@ -93,7 +93,7 @@ def serve_upstreams(provider_port: int, sink_port: int, first_byte_ms: float, ev
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(202)
             self.send_header("Content-Length", "0")

@@ -29,11 +29,11 @@ from pathlib import Path
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sdk_capture  # noqa: E402  (the client author's benchmark: dummy server, restart check)
+import sdk_capture  # the client author's benchmark: dummy server, restart check
 
-from ctxkit import Client, ContextBuilder, KeyField, Segment, allocate, build_manifest  # noqa: E402
-from ctxkit.context.allocator import cache as alloc_cache  # noqa: E402
-from ctxkit.fixtures import SYSTEM, TASK, TOOLS  # noqa: E402
+from ctxkit import Client, ContextBuilder, KeyField, Segment, allocate, build_manifest
+from ctxkit.context.allocator import cache as alloc_cache
+from ctxkit.fixtures import SYSTEM, TASK, TOOLS
 
 TARGET_RATIO = 5.0
 TARGET_P99_US = 50.0

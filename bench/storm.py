@@ -44,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.support import PG, Client, Processes, create_database, create_key  # noqa: E402
+from bench.support import PG, Client, Processes, create_database, create_key
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

@@ -94,7 +94,7 @@ class Processes:
         logs.mkdir(parents=True, exist_ok=True)
 
     def spawn(self, name: str, command: list[str], **extra: str) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "a")  # noqa: SIM115 - lives as long as the process
+        log = open(self.logs / f"{name}.log", "a")  # lives as long as the process
         process = subprocess.Popen(
             command, cwd=ROOT, env={**self.env, **extra}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -184,7 +184,7 @@ def discard_interrupted_transactions() -> None:
         try:
             if conn.connection is not None:
                 conn.connection.close()
-        except Exception:  # noqa: BLE001 - it is broken already; we only let go of it
+        except Exception:  # it is broken already; we only let go of it
             pass
         conn.connection = None
         # connect() resets the rest of the transaction state; these two keep it from refusing.

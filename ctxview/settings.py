@@ -300,6 +300,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # 3.1: its schemas are JSON Schema 2020-12, the dialect of the manifest schema (nullable fields).
     "OAS_VERSION": "3.1.0",
+    # A resource's one serializer gives two components: AlertRule (answers, with id and state)
+    # and AlertRuleRequest (what a client sends).
+    "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "manifests.api.openapi.postprocess",

@@ -118,10 +118,10 @@ class ModelPriceAdmin(admin.ModelAdmin):
 class _ReadOnlyAdmin(admin.ModelAdmin):
     """Derived rows: recomputed by the analysis, so never edited by hand."""
 
-    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
 

@@ -1,45 +1,35 @@
-"""Watched facts: what a fact may say (validated with the JSON path of each bad field) and the
-writes that create, update and delete facts. The settings page and the API share both; the
-analysis checks calls for them (manifests/analysis/facts.py, docs/analysis.md "Watched facts").
+"""Watched facts: what a fact may say, stated once as :class:`WatchedFactSerializer` (it
+validates the API's JSON and the settings page's form with the JSON path of each bad field,
+writes the API's answers and documents both), and the writes that create, update and delete
+facts. The analysis checks calls for them (manifests/analysis/facts.py, docs/analysis.md "Watched facts").
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from rest_framework import serializers
 
-from manifests.models import Project, WatchedFact
+from manifests.inputs import FieldError, Flag, InputError, InputSerializer, Text, validated
+from manifests.models import FACT_KEY_PREFIX, Project, WatchedFact
 
 MAX_FACTS_PER_PROJECT = 50
 MAX_LABEL = 100
 MAX_TEXT = 2000  # a manifest evidence literal's limit: the fact's text is its literal
 MAX_REGEX = 500  # a pattern runs over every item's text of every call: kept short
 MAX_AGENT = 200
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
 # A repeated group that itself repeats, as in (a+)+ or (\w*\s?)*: the shape that makes a
 # backtracking engine take exponential time on text that almost matches. Refused, since the
 # analysis runs every pattern over every item text of the project's calls.
 _NESTED_REPEAT = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
 
-FIELDS = ("label", "text", "is_regex", "agent")
 
-
-@dataclass(frozen=True)
-class FieldError:
-    path: str
-    message: str
-
-
-class FactInputError(ValueError):
+class FactInputError(InputError):
     """Bad fact input; ``errors`` name each bad field by its path (``$.text``)."""
-
-    def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__("; ".join(f"{e.path}: {e.message}" for e in errors))
-        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -48,14 +38,6 @@ class FactSpec:
     text: str
     is_regex: bool = False
     agent: str = ""
-
-
-def _flag(value: Any, *, from_form: bool) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if from_form and isinstance(value, str):
-        return value.strip().lower() in ("on", "true", "1", "yes")
-    return None
 
 
 def regex_error(pattern: str) -> str | None:
@@ -75,54 +57,51 @@ def regex_error(pattern: str) -> str | None:
     return None
 
 
+class WatchedFactSerializer(InputSerializer):
+    """A watched fact: what a client sends (the API's JSON, the settings page's form) and what
+    the API answers (with ``id``, ``key`` and ``created``)."""
+
+    noun = "fact"
+
+    id = serializers.IntegerField(read_only=True)
+    key = serializers.CharField(source="evidence_key", read_only=True,
+                                help_text=f"The key of its evidence entries: {FACT_KEY_PREFIX}<label>")
+    text = Text(lines=True, max_length=MAX_TEXT,
+                help_text=f"The exact text, or a regular expression (at most {MAX_REGEX} characters) when is_regex",
+                says="must be the fact's text (or a regular expression with is_regex), not empty",
+                error_messages={"max_length": f"must be at most {MAX_TEXT} characters",
+                                "control": "must not contain NUL"})
+    is_regex = Flag(default=False)
+    agent = Text(default="", allow_blank=True, allow_null=True, max_length=MAX_AGENT, help_text="empty: every agent",
+                 says=f"must be an agent name of at most {MAX_AGENT} characters without control characters")
+    created = serializers.DateTimeField(read_only=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # "label" is added here: as a class attribute it would stand for Field.label.
+        fields = super().get_fields()
+        label = Text(max_length=MAX_LABEL, help_text="A short name, unique in the project",
+                     says=f"must be a name of 1 to {MAX_LABEL} characters without control characters")
+        return {"id": fields.pop("id"), "label": label, **fields}
+
+    def check(self, attrs: dict[str, Any]) -> Iterator[tuple[str, str]]:
+        if attrs.get("agent") is None:
+            attrs["agent"] = ""
+        text = attrs.get("text")
+        if text is None or not attrs.get("is_regex"):
+            return
+        if len(text) > MAX_REGEX:
+            yield "text", f"must be at most {MAX_REGEX} characters for a regular expression"
+        elif (why := regex_error(text)) is not None:
+            yield "text", why
+
+
+FIELDS = WatchedFactSerializer.writable()
+
+
 def parse_fact(data: Any, *, root: str = "$.", from_form: bool = False) -> FactSpec:
     """A fact from a JSON object (the API) or a form's fields (``from_form``: a checkbox
     arrives as "on" or not at all). Raises FactInputError naming every bad field."""
-    if not isinstance(data, Mapping):
-        raise FactInputError([FieldError(root.rstrip("."), "send a JSON object with the fact's fields")])
-    errors: list[FieldError] = []
-
-    def bad(name: str, message: str) -> None:
-        errors.append(FieldError(f"{root}{name}", message))
-
-    if not from_form:
-        for name in data:
-            if name not in FIELDS:
-                bad(str(name)[:MAX_LABEL], f"unknown field; a fact has {', '.join(FIELDS)}")
-
-    label = data.get("label", "")
-    if not isinstance(label, str) or not label.strip() or len(label.strip()) > MAX_LABEL or _CONTROL.search(label):
-        bad("label", f"must be a name of 1 to {MAX_LABEL} characters without control characters")
-        label = ""
-    label = label.strip()
-
-    is_regex = _flag(data.get("is_regex", False), from_form=from_form)
-    if is_regex is None:
-        bad("is_regex", "must be true or false")
-        is_regex = False
-
-    text = data.get("text", "")
-    limit = MAX_REGEX if is_regex else MAX_TEXT
-    if not isinstance(text, str) or not text.strip():
-        bad("text", "must be the fact's text (or a regular expression with is_regex), not empty")
-        text = ""
-    elif len(text) > limit:
-        bad("text", f"must be at most {limit} characters{' for a regular expression' if is_regex else ''}")
-    elif "\x00" in text:
-        bad("text", "must not contain NUL")
-    elif is_regex and (why := regex_error(text)) is not None:
-        bad("text", why)
-
-    agent = data.get("agent", "")
-    if agent is None:
-        agent = ""
-    if not isinstance(agent, str) or len(agent) > MAX_AGENT or _CONTROL.search(agent):
-        bad("agent", f"must be an agent name of at most {MAX_AGENT} characters without control characters")
-        agent = ""
-
-    if errors:
-        raise FactInputError(errors)
-    return FactSpec(label=label, text=text, is_regex=is_regex, agent=agent.strip())
+    return FactSpec(**validated(WatchedFactSerializer, data, root=root, form=from_form, error=FactInputError))
 
 
 def _label_taken(label: str) -> FactInputError:
@@ -166,12 +145,4 @@ def delete_fact(*, project: Project, fact_id: int) -> bool:
 
 def as_dict(fact: WatchedFact) -> dict[str, Any]:
     """A fact as the API answers it."""
-    return {
-        "id": fact.pk,
-        "label": fact.label,
-        "key": fact.evidence_key,
-        "text": fact.text,
-        "is_regex": fact.is_regex,
-        "agent": fact.agent,
-        "created": fact.created.isoformat(),
-    }
+    return dict(WatchedFactSerializer(fact).data)

@@ -39,7 +39,7 @@ from ctxkit.context.allocator import Allocation, Plan, Segment, allocate
 from ctxkit.context.operators import MARKER_RE
 from ctxkit.context.readback import KeyField, read_back
 from ctxkit.context.tokens import Estimator, estimate_tokens, estimator_by_name
-from ctxkit.manifest import MAX_TOKENS, AllocatorSettings, ItemAllocation
+from ctxkit.manifest import MAX_TOKENS, AllocatorSettings, ItemAllocation, Policy, Zone, is_action, is_item_kind
 from manifests.models import Call, Evidence, Item
 
 FILL = "\ue000"  # a private-use character: never in real text, never matched by a literal
@@ -50,10 +50,13 @@ SKIPPED_ACTIONS = {"dedupe": "a duplicate of another item; its content is counte
 NOT_ALLOCATED = "not a candidate of the allocator (placed by the layout, cleared history or added by the agent)"
 
 # Without recorded settings: the policy that best explains the action taken, else the kind's usual one.
-_BY_ACTION = {"summarize": "summarize", "truncate": "truncate", "hard_cut": "truncate", "extract": "extract",
-              "ref": "ref"}
-_BY_KIND = {"tools": "schema", "history": "summarize", "tool_result": "truncate", "retrieval": "extract",
-            "memory": "extract", "summary": "extract", "state": "truncate", "example": "drop"}
+_BY_ACTION: dict[str, Policy] = {
+    "summarize": "summarize", "truncate": "truncate", "hard_cut": "truncate", "extract": "extract", "ref": "ref",
+}
+_BY_KIND: dict[str, Policy] = {
+    "tools": "schema", "history": "summarize", "tool_result": "truncate", "retrieval": "extract",
+    "memory": "extract", "summary": "extract", "state": "truncate", "example": "drop",
+}
 
 
 class ReplayError(ValueError):
@@ -63,7 +66,10 @@ class ReplayError(ValueError):
         self.message = message
 
 
-def assumed_policy(item: Item) -> str:
+_ZONES: dict[str, Zone] = {"head": "head", "middle": "middle", "tail": "tail"}  # a stored zone, typed
+
+
+def assumed_policy(item: Item) -> Policy:
     """For a call without replay settings only: the policy that best explains what was done."""
     if item.pinned:
         return "pin"
@@ -218,14 +224,14 @@ def _segments(
             aging[i.item_id] = max(0, alloc.effective_priority - i.priority)
         segments.append(Segment(
             name=i.item_id,
-            kind=i.kind,
+            kind=i.kind if is_item_kind(i.kind) else "other",  # stored rows passed the manifest's check
             text=text,
             priority=i.priority,
-            policy=(alloc.policy if alloc is not None else assumed_policy(i)),  # type: ignore[arg-type]
+            policy=alloc.policy if alloc is not None else assumed_policy(i),
             min_tokens=alloc.min_tokens if alloc is not None else 0,
-            trust=i.trust,  # type: ignore[arg-type]
+            trust="untrusted" if i.trust == "untrusted" else "trusted",
             source_ref=i.source_ref,
-            zone=i.zone,  # type: ignore[arg-type]
+            zone=_ZONES.get(i.zone or ""),
             dedupe=False,  # the stored request is already after the agent's lossless steps
         ))
     texts = {i.item_id: i.text for i in items}
@@ -256,7 +262,7 @@ def _run(segments: list[Segment], aging: dict[str, int], estimate: Estimator, pa
         alloc = fid.allocations[a.name]
         if a.action == "keep" and alloc.lossless:
             a.action = "compress"
-        elif 0 < a.granted < a.requested and a.granted == item.granted_tokens:
+        elif 0 < a.granted < a.requested and a.granted == item.granted_tokens and is_action(item.action):
             a.action = item.action
             a.used = item.used_tokens if item.used_tokens is not None else a.granted
             a.text = item.text or ""

@@ -49,7 +49,7 @@ def enqueue_notifications(regression_ids: list[int]) -> None:
     for pk in regression_ids:
         try:
             notify_regression.delay(pk)
-        except Exception:  # noqa: BLE001 - broker down: the sweep retries
+        except Exception:  # broker down: the sweep retries
             logger.warning("could not enqueue the webhook of regression %s; the sweep will", pk)
 
 
@@ -146,7 +146,7 @@ def evaluate_alert_rules(self) -> int:
     for pk in alerts.to_deliver(new):
         try:
             notify_alert.delay(pk)
-        except Exception:  # noqa: BLE001 - broker down: the next run enqueues it again
+        except Exception:  # broker down: the next run enqueues it again
             logger.warning("could not enqueue the delivery of alert event %s; the next run will", pk)
     return len(new)
 

@@ -32,10 +32,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn(**env: str) -> Iterator[str]:
+def gunicorn(port: int | None = None, **env: str) -> Iterator[str]:
     """Serve the project on the current test database; yields the base URL. One worker, so
-    the per-process throttle counts (no Redis here: analysis runs eagerly) are exact."""
-    port = free_port()
+    the per-process throttle counts (no Redis here: analysis runs eagerly) are exact. ``port``:
+    a given one (to stop and start the server again where its clients expect it), else a free one."""
+    port = port or free_port()
     environ = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DEBUG"}}
     environ.update(DATABASE_URL=database_url(), SECRET_KEY="live-tests", ALLOWED_HOSTS="127.0.0.1", **env)
     server = subprocess.Popen(

@@ -54,6 +54,8 @@ def private_imports() -> list[str]:
     found = []
     for top in CODE:
         for path in sorted((ROOT / top).rglob("*.py")):
+            if "node_modules" in path.parts:  # the npm packages the proxy tests install (Python 2 among them)
+                continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -64,6 +66,44 @@ def private_imports() -> list[str]:
 
 def test_it_finds_no_private_name_imported_from_another_module():
     assert private_imports() == []
+
+
+# What only ctxkit.providers (wire formats) and ctxkit.agents (agents' habits) may name in code:
+# string literals equal to an API's name, path or header, or holding an agent's own texts.
+WIRE_NAMES = frozenset({"anthropic.messages", "openai.chat", "openai.responses", "openai.responses.resumed",
+                        "/v1/messages", "/v1/chat/completions", "/v1/responses", "/chat/completions", "/responses",
+                        "anthropic-version", "previous_response_id", "x-claude-code-session-id"})
+AGENT_TEXTS = ("This session is being continued", "<system-reminder>", "mcp__", "AGENTS.md instructions",
+               "<command-name>")
+SEAM = ("sdk/ctxkit/providers/", "sdk/ctxkit/agents/")
+# record/usage.py takes provider names from its callers ("openai.chat" among the aliases); the
+# demo plays a provider (its stand-in answers /v1/messages).
+SEAM_EXEMPT = ("sdk/ctxkit/record/usage.py", "manifests/demo/")
+
+
+def seam_breaches() -> list[str]:
+    found = []
+    for top in ("sdk/ctxkit", "manifests", "ctxview"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name.startswith(SEAM + SEAM_EXEMPT) or "migrations" in path.parts:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                          if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                          and node.body and isinstance(node.body[0], ast.Expr)
+                          and isinstance(node.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                        and (node.value in WIRE_NAMES or any(t in node.value for t in AGENT_TEXTS)):
+                    found.append(f"{name}:{node.lineno} {node.value[:60]!r}")
+    return found
+
+
+def test_it_finds_wire_formats_and_agent_habits_only_in_providers_and_agents():
+    assert seam_breaches() == []
+    assert any("anthropic.messages" in (ROOT / s / "anthropic.py").read_text(encoding="utf-8")
+               for s in SEAM[:1]), "the walk looks for what the providers name"
 
 
 def test_it_names_every_module_of_ctxkit_in_the_readme():

@@ -1,27 +1,25 @@
-"""Alert rules: what a rule may say (validated with the JSON path of each bad field) and the
-writes that create and delete rules. The settings page and the API share both.
+"""Alert rules: what a rule may say, stated once as :class:`AlertRuleSerializer` (it validates
+the API's JSON and the settings page's form with the JSON path of each bad field, writes the
+API's answers and documents both), and the writes that create and delete rules.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from rest_framework import serializers
 
+from manifests.inputs import Choice, FieldError, InputError, InputSerializer, Number, Text, Whole, validated
 from manifests.models import AlertRule, Project
 
 MAX_RULES_PER_PROJECT = 50
 MAX_WINDOW_HOURS = 168  # a week of hourly rollup buckets
 MAX_NAME = 200
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-KINDS = dict(AlertRule.KINDS)
-FORMATS = dict(AlertRule.FORMATS)
-FIELDS = ("kind", "threshold", "window_hours", "agent", "model", "evidence_key", "format")
+MAX_COUNT = 1_000_000
+MAX_COST = 1e12
 
 # The threshold's meaning per kind: (unit for messages, default when omitted).
 THRESHOLDS: dict[str, tuple[str, float | None]] = {
@@ -32,18 +30,22 @@ THRESHOLDS: dict[str, tuple[str, float | None]] = {
 }
 
 
-@dataclass(frozen=True)
-class FieldError:
-    path: str
-    message: str
+def threshold_error(kind: str, threshold: float) -> str | None:
+    """Why ``threshold`` cannot be a ``kind`` rule's threshold; None when it can."""
+    unit, _ = THRESHOLDS[kind]
+    if kind == AlertRule.HIT_RATE_BELOW and not 0 < threshold <= 1:
+        return f"must be {unit}, above 0"
+    if kind in (AlertRule.INVARIANT_FAILURES, AlertRule.EVIDENCE_LOST) and (
+        threshold < 0 or threshold != int(threshold) or threshold > MAX_COUNT
+    ):
+        return f"must be a whole number, 0 to {MAX_COUNT}: {unit}"
+    if kind == AlertRule.COST_PER_SUCCESS_ABOVE and not 0 < threshold <= MAX_COST:
+        return f"must be above 0: {unit}"
+    return None
 
 
-class RuleInputError(ValueError):
+class RuleInputError(InputError):
     """Bad rule input; ``errors`` name each bad field by its path (``$.threshold``)."""
-
-    def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__("; ".join(f"{e.path}: {e.message}" for e in errors))
-        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -57,79 +59,62 @@ class RuleSpec:
     format: str = AlertRule.AUTO
 
 
-def _number(value: Any, *, text_allowed: bool) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and text_allowed:
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+class AlertRuleStateSerializer(serializers.Serializer):
+    """A rule's state, written by the evaluation only."""
+
+    firing = serializers.BooleanField(help_text="Whether the condition holds now")
+    episode = serializers.IntegerField(help_text="Episodes started so far; the current one if firing")
+    changed_at = serializers.DateTimeField(allow_null=True, help_text="When firing last changed")
+    last_value = serializers.FloatField(allow_null=True, help_text="The figure at the last evaluation")
+    evaluated_at = serializers.DateTimeField(allow_null=True)
+
+
+_NAME = f"must be text of at most {MAX_NAME} characters without control characters"
+
+
+class AlertRuleSerializer(InputSerializer):
+    """An alert rule: what a client sends (the API's JSON, the settings page's form) and what
+    the API answers (with ``id``, ``created`` and ``state``)."""
+
+    noun = "rule"
+
+    id = serializers.IntegerField(read_only=True)
+    kind = Choice(AlertRule.KINDS)
+    threshold = Number(required=False, says="must be a number", help_text="; ".join(
+        f"{kind}: {unit}" + ("" if default is None else f" (default {default:g})")
+        for kind, (unit, default) in THRESHOLDS.items()))
+    window_hours = Whole(default=1, min_value=1, max_value=MAX_WINDOW_HOURS,
+                         says=f"must be a whole number of hours, 1 to {MAX_WINDOW_HOURS}")
+    agent = Text(default="", allow_blank=True, max_length=MAX_NAME, says=_NAME, help_text="empty: every agent")
+    model = Text(default="", allow_blank=True, max_length=MAX_NAME, says=_NAME, help_text="empty: every model")
+    evidence_key = Text(default="", allow_blank=True, max_length=MAX_NAME, says=_NAME,
+                        help_text="evidence_lost only; empty: any required evidence")
+    format = Choice(AlertRule.FORMATS, default=AlertRule.AUTO,
+                    help_text="auto: Slack or Discord by the webhook URL's host, else JSON")
+    created = serializers.DateTimeField(read_only=True)
+    state = AlertRuleStateSerializer(source="*", read_only=True)
+
+    def check(self, attrs: dict[str, Any]) -> Iterator[tuple[str, str]]:
+        kind = attrs.get("kind")
+        if kind is None:
+            return
+        if kind != AlertRule.EVIDENCE_LOST and attrs.get("evidence_key"):
+            yield "evidence_key", "only an evidence_lost rule watches an evidence key"
+        unit, default = THRESHOLDS[kind]
+        threshold = attrs.setdefault("threshold", default)
+        if threshold is None:
+            yield "threshold", f"must be a number: {unit}"
+        elif (why := threshold_error(kind, threshold)) is not None:
+            yield "threshold", why
+
+
+FIELDS = AlertRuleSerializer.writable()
 
 
 def parse_rule(data: Any, *, root: str = "$.", from_form: bool = False) -> RuleSpec:
     """A rule from a JSON object (the API) or a form's fields (``from_form``: numbers arrive
     as text, empty fields count as omitted). Raises RuleInputError naming every bad field."""
-    if not isinstance(data, Mapping):
-        raise RuleInputError([FieldError(root.rstrip("."), "send a JSON object with the rule's fields")])
-    errors: list[FieldError] = []
-
-    def bad(name: str, message: str) -> None:
-        errors.append(FieldError(f"{root}{name}", message))
-
-    given = {k: v for k, v in data.items() if not (from_form and v in ("", None))}
-    if not from_form:
-        for name in given:
-            if name not in FIELDS:
-                bad(str(name)[:MAX_NAME], f"unknown field; a rule has {', '.join(FIELDS)}")
-
-    kind = given.get("kind")
-    if kind not in KINDS:
-        bad("kind", f"must be one of {', '.join(KINDS)}")
-        kind = None
-
-    texts: dict[str, str] = {}
-    for name in ("agent", "model", "evidence_key"):
-        value = given.get(name, "")
-        if not isinstance(value, str) or len(value) > MAX_NAME or _CONTROL.search(value):
-            bad(name, f"must be text of at most {MAX_NAME} characters without control characters")
-            value = ""
-        texts[name] = value.strip()
-    if kind is not None and kind != AlertRule.EVIDENCE_LOST and texts["evidence_key"]:
-        bad("evidence_key", "only an evidence_lost rule watches an evidence key")
-
-    fmt = given.get("format", AlertRule.AUTO)
-    if fmt not in FORMATS:
-        bad("format", f"must be one of {', '.join(FORMATS)}")
-
-    window = _number(given.get("window_hours", 1), text_allowed=from_form)
-    if window is None or window != int(window) or not 1 <= window <= MAX_WINDOW_HOURS:
-        bad("window_hours", f"must be a whole number of hours, 1 to {MAX_WINDOW_HOURS}")
-        window = 1
-
-    threshold: float | None = None
-    if kind is not None:
-        unit, default = THRESHOLDS[kind]
-        raw = given.get("threshold", default)
-        threshold = None if raw is None else _number(raw, text_allowed=from_form)
-        if threshold is None:
-            bad("threshold", f"must be a number: {unit}")
-        elif kind == AlertRule.HIT_RATE_BELOW and not 0 < threshold <= 1:
-            bad("threshold", f"must be {unit}, above 0")
-        elif kind in (AlertRule.INVARIANT_FAILURES, AlertRule.EVIDENCE_LOST) and (
-            threshold < 0 or threshold != int(threshold) or threshold > 1_000_000
-        ):
-            bad("threshold", f"must be a whole number, 0 to 1000000: {unit}")
-        elif kind == AlertRule.COST_PER_SUCCESS_ABOVE and not 0 < threshold <= 1e12:
-            bad("threshold", f"must be above 0: {unit}")
-
-    if errors:
-        raise RuleInputError(errors)
-    assert kind is not None and threshold is not None
-    return RuleSpec(kind=kind, threshold=threshold, window_hours=int(window), format=fmt, **texts)
+    return RuleSpec(**validated(AlertRuleSerializer, data, root=root, form=from_form, error=RuleInputError))
 
 
 @transaction.atomic
@@ -163,21 +148,4 @@ def rules_of(project: Project) -> list[AlertRule]:
 
 def as_dict(rule: AlertRule) -> dict[str, Any]:
     """A rule as the API answers it: its definition and its state."""
-    return {
-        "id": rule.pk,
-        "kind": rule.kind,
-        "threshold": rule.threshold,
-        "window_hours": rule.window_hours,
-        "agent": rule.agent,
-        "model": rule.model,
-        "evidence_key": rule.evidence_key,
-        "format": rule.format,
-        "created": rule.created.isoformat(),
-        "state": {
-            "firing": rule.firing,
-            "episode": rule.episode,
-            "changed_at": rule.changed_at.isoformat() if rule.changed_at else None,
-            "last_value": rule.last_value,
-            "evaluated_at": rule.evaluated_at.isoformat() if rule.evaluated_at else None,
-        },
-    }
+    return dict(AlertRuleSerializer(rule).data)

@@ -6,8 +6,9 @@ and (when the agent sends it) text, through the prefix line diff (manifests/sele
 
 - ``system`` (and any other segment): the first line that changed, added or removed, with its
   old and new text shortened around their first difference;
-- ``tools`` (one line per tool, its canonical JSON): the tools added, removed or changed, by name,
-  and an MCP server (tools named ``mcp__<server>__<tool>``) connected or disconnected;
+- ``tools`` (one line per tool, its canonical JSON): the tools added, removed or changed, by name
+  (read in the provider's shape, ctxkit.providers), and an MCP server (tools named as an agent
+  names an MCP server's tools, ctxkit.agents) connected or disconnected;
 - ``messages``: earlier messages modified or removed, and what did it when the call records it:
   a context edit, or a compaction (of this call, or the previous call's provider compaction).
 
@@ -23,13 +24,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ctxkit import agents, providers
 from manifests.selectors.prefix_lines import LineChange, line_diff, segment_lines
 
 QUOTE_CHARS = 60  # characters of a line quoted in a detail
 LEAD_CHARS = 20  # characters kept before the first difference of a changed line
 MAX_NAMES = 5  # tools named per group; the rest are counted
 # Builders whose recorded TTL is the one the request's cache_control asked for
-# (sdk/ctxkit/instrumentation/anthropic.py, cache_ttl_seconds).
+# (sdk/ctxkit/providers/anthropic.py, cache_ttl_seconds).
 CAPTURED = ("ctxkit.instrument", "ctxkit.proxy")
 _PLAIN_NAME = re.compile(r"[\w.:-]{1,128}")
 _PLAIN_CALL_ID = re.compile(r"[\w.:/@#-]{1,128}")
@@ -108,15 +110,14 @@ class _Compared:
 
 
 def _tool_name(line: str | None) -> str | None:
-    """The "name" of a tool line (its canonical JSON), or None."""
+    """The name of a tool line (its canonical JSON, in its provider's shape), or None."""
     if line is None:
         return None
     try:
         tool = json.loads(line)
     except (ValueError, RecursionError):  # a hostile line may nest deeper than the parser goes
         return None
-    name = tool.get("name") if isinstance(tool, dict) else None
-    return name if isinstance(name, str) and name else None
+    return providers.tool_name(tool)
 
 
 def _shown(name: str) -> str:
@@ -124,11 +125,11 @@ def _shown(name: str) -> str:
 
 
 def _mcp_servers(names: list[str]) -> list[str] | None:
-    """The MCP servers of tools named mcp__<server>__<tool>, when every name is one; else None."""
-    parts = [n.split("__") for n in names]
-    if not names or any(len(p) < 3 or p[0] != "mcp" or not p[1] for p in parts):
+    """The MCP servers of the tools, when every name is an MCP server's tool; else None."""
+    servers = [agents.mcp_server(n) for n in names]
+    if not names or any(s is None for s in servers):
         return None
-    return sorted({p[1] for p in parts})
+    return sorted({s for s in servers if s is not None})
 
 
 def _tool_group(names: list[str], unnamed: list[int], verb: str, *, across_runs: bool = False) -> str:

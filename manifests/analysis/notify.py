@@ -80,7 +80,7 @@ def payload(regression: Regression) -> dict[str, Any]:
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # A redirect would re-send (or drop) the signed body somewhere else: refuse it.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 

@@ -282,7 +282,7 @@ def _refreshing_rollups() -> Iterator[None]:
     except BaseException:
         try:
             rollups.refresh()
-        except Exception:  # noqa: BLE001 - the analysis error is the one to raise; the marks stay
+        except Exception:  # the analysis error is the one to raise; the marks stay
             logger.exception("refreshing the rollups after a failed analysis failed too")
         raise
     rollups.refresh()

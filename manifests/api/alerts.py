@@ -4,7 +4,7 @@ delete. Validation and writes are manifests/alerts/'s, shared with the settings 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,41 +14,7 @@ from manifests import alerts
 from manifests.api.auth import HasConfigureScope, key_of
 from manifests.models import AlertRule
 
-_KINDS = [k for k, _ in AlertRule.KINDS]
-_FORMATS = [f for f, _ in AlertRule.FORMATS]
-
-_rule_input = inline_serializer("AlertRuleInput", {
-    "kind": serializers.ChoiceField(_KINDS),
-    "threshold": serializers.FloatField(
-        required=False, help_text="hit_rate_below: 0..1; invariant_failures and evidence_lost: a count "
-                                  "(default 0: any); cost_per_success_above: cost units"),
-    "window_hours": serializers.IntegerField(required=False, min_value=1, max_value=168, default=1),
-    "agent": serializers.CharField(required=False, max_length=200, allow_blank=True, help_text="empty: every agent"),
-    "model": serializers.CharField(required=False, max_length=200, allow_blank=True, help_text="empty: every model"),
-    "evidence_key": serializers.CharField(required=False, max_length=200, allow_blank=True,
-                                          help_text="evidence_lost only; empty: any required evidence"),
-    "format": serializers.ChoiceField(_FORMATS, required=False, default="auto",
-                                      help_text="auto: Slack or Discord by the webhook URL's host, else JSON"),
-})
-_rule = inline_serializer("AlertRule", {
-    "id": serializers.IntegerField(),
-    "kind": serializers.ChoiceField(_KINDS),
-    "threshold": serializers.FloatField(),
-    "window_hours": serializers.IntegerField(),
-    "agent": serializers.CharField(),
-    "model": serializers.CharField(),
-    "evidence_key": serializers.CharField(),
-    "format": serializers.ChoiceField(_FORMATS),
-    "created": serializers.DateTimeField(),
-    "state": inline_serializer("AlertRuleState", {
-        "firing": serializers.BooleanField(),
-        "episode": serializers.IntegerField(),
-        "changed_at": serializers.DateTimeField(allow_null=True),
-        "last_value": serializers.FloatField(allow_null=True),
-        "evaluated_at": serializers.DateTimeField(allow_null=True),
-    }),
-})
-_rule_list = inline_serializer("AlertRuleList", {"results": _rule.__class__(many=True)})
+_rule_list = inline_serializer("AlertRuleList", {"results": alerts.AlertRuleSerializer(many=True)})
 
 
 def _invalid(exc: alerts.RuleInputError) -> Response:
@@ -64,8 +30,8 @@ class AlertRuleListView(APIView):
     def get(self, request: Request) -> Response:
         return Response({"results": [alerts.as_dict(r) for r in alerts.rules_of(key_of(request).project)]})
 
-    @extend_schema(summary="Create an alert rule (key with the configure scope)", request=_rule_input,
-                   responses={201: _rule})
+    @extend_schema(summary="Create an alert rule (key with the configure scope)", request=alerts.AlertRuleSerializer,
+                   responses={201: alerts.AlertRuleSerializer})
     def post(self, request: Request) -> Response:
         try:
             rule = alerts.create_rule(project=key_of(request).project, spec=alerts.parse_rule(request.data))
@@ -83,7 +49,8 @@ class AlertRuleDetailView(APIView):
             raise NotFound("no such alert rule in the key's project")
         return rule
 
-    @extend_schema(summary="One alert rule with its state", responses={200: _rule}, operation_id="alert_rule_retrieve")
+    @extend_schema(summary="One alert rule with its state", responses={200: alerts.AlertRuleSerializer},
+                   operation_id="alert_rule_retrieve")
     def get(self, request: Request, rule_id: int) -> Response:
         return Response(alerts.as_dict(self.rule_of(request, rule_id)))
 

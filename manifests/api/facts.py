@@ -4,7 +4,7 @@ change, delete. Validation and writes are manifests/facts.py's, shared with the 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,24 +15,7 @@ from manifests.api.auth import HasConfigureScope, key_of
 from manifests.models import WatchedFact
 from manifests.selectors.facts import facts_of
 
-_fact_input = inline_serializer("WatchedFactInput", {
-    "label": serializers.CharField(max_length=facts.MAX_LABEL, help_text="A short name, unique in the project"),
-    "text": serializers.CharField(max_length=facts.MAX_TEXT, help_text="The exact text, or a regular expression "
-                                  f"(at most {facts.MAX_REGEX} characters) when is_regex"),
-    "is_regex": serializers.BooleanField(required=False, default=False),
-    "agent": serializers.CharField(required=False, max_length=facts.MAX_AGENT, allow_blank=True,
-                                   help_text="empty: every agent"),
-})
-_fact = inline_serializer("WatchedFact", {
-    "id": serializers.IntegerField(),
-    "label": serializers.CharField(),
-    "key": serializers.CharField(help_text="The key of its evidence entries: fact:<label>"),
-    "text": serializers.CharField(),
-    "is_regex": serializers.BooleanField(),
-    "agent": serializers.CharField(),
-    "created": serializers.DateTimeField(),
-})
-_fact_list = inline_serializer("WatchedFactList", {"results": _fact.__class__(many=True)})
+_fact_list = inline_serializer("WatchedFactList", {"results": facts.WatchedFactSerializer(many=True)})
 
 
 def _invalid(exc: facts.FactInputError) -> Response:
@@ -49,7 +32,7 @@ class WatchedFactListView(APIView):
         return Response({"results": [facts.as_dict(f) for f in facts_of(key_of(request).project)]})
 
     @extend_schema(summary="Watch a fact (key with the configure scope); it applies to calls analysed from then on",
-                   request=_fact_input, responses={201: _fact})
+                   request=facts.WatchedFactSerializer, responses={201: facts.WatchedFactSerializer})
     def post(self, request: Request) -> Response:
         try:
             fact = facts.create_fact(project=key_of(request).project, spec=facts.parse_fact(request.data))
@@ -67,12 +50,13 @@ class WatchedFactDetailView(APIView):
             raise NotFound("no such watched fact in the key's project")
         return fact
 
-    @extend_schema(summary="One watched fact", responses={200: _fact}, operation_id="watched_fact_retrieve")
+    @extend_schema(summary="One watched fact", responses={200: facts.WatchedFactSerializer},
+                   operation_id="watched_fact_retrieve")
     def get(self, request: Request, fact_id: int) -> Response:
         return Response(facts.as_dict(self.fact_of(request, fact_id)))
 
     @extend_schema(summary="Change a watched fact (key with the configure scope): every field, as for a new one",
-                   request=_fact_input, responses={200: _fact})
+                   request=facts.WatchedFactSerializer, responses={200: facts.WatchedFactSerializer})
     def put(self, request: Request, fact_id: int) -> Response:
         project = key_of(request).project
         fact_id = self.fact_of(request, fact_id).pk

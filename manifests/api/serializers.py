@@ -1,13 +1,17 @@
 """Read-side serializers (the write side validates with ctxkit.manifest)."""
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ctxkit import figures
+from ctxkit.breakdown import SEGMENTS
 from manifests.analysis.prices import PriceBook
 from manifests.figures import ITEM_FIELDS
 from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
+from manifests.selectors import window as window_selectors
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -126,6 +130,37 @@ class ContextEditSerializer(serializers.ModelSerializer):
         fields = ["type", "cleared_count", "cleared_tokens", "kept", "item_ids"]
 
 
+def _numbers(**described: str) -> dict[str, dict[str, str]]:
+    return {name: {"type": "integer", "description": text} for name, text in described.items()}
+
+
+# The OpenAPI schema of a call's ``window_breakdown`` (manifests.selectors.window.call_breakdown).
+WINDOW_BREAKDOWN_SCHEMA: dict[str, Any] = {
+    "type": "object", "nullable": True,
+    "description": "The window by category, as the call page's window panel shows it (ctxkit.breakdown); "
+                   "null for a call without items.",
+    "properties": {
+        **_numbers(window="the model's context window", input_read="the provider's input, else the items' tokens "
+                   "in context", counted="the items' tokens in context", over="input read beyond the window",
+                   builtin_tools="built-in tool definitions in context", mcp_tools="MCP tool definitions in context"),
+        "utilization": {"type": "number", "description": "input read / window"},
+        "categories": {"type": "array", "description": "one row per segment, in the bar's order", "items": {
+            "type": "object", "properties": {
+                "category": {"type": "string", "enum": list(SEGMENTS)},
+                "label": {"type": "string"},
+                "tokens": {"type": "integer"},
+                "share": {"type": "number", "description": "share of the window, 0..1"},
+                "count": {"type": ["integer", "null"],
+                          "description": "tool definitions (the two tool categories only)"},
+            }, "required": ["category", "label", "tokens", "share", "count"]}},
+        "memory_files": {"type": "array", "items": {"type": "string"},
+                         "description": "where the memory items in context came from (their source_ref)"},
+    },
+    "required": ["window", "input_read", "counted", "over", "utilization", "categories", "builtin_tools",
+                 "mcp_tools", "memory_files"],
+}
+
+
 class CallDetailSerializer(CallSummarySerializer):
     prefix_segments = serializers.JSONField(read_only=True)
     warnings = serializers.JSONField(read_only=True)
@@ -140,6 +175,7 @@ class CallDetailSerializer(CallSummarySerializer):
     input_read = serializers.SerializerMethodField()
     headroom = serializers.SerializerMethodField()
     prices = serializers.SerializerMethodField()
+    window_breakdown = serializers.SerializerMethodField()
 
     class Meta(CallSummarySerializer.Meta):
         fields = CallSummarySerializer.Meta.fields + [
@@ -156,6 +192,7 @@ class CallDetailSerializer(CallSummarySerializer):
             "input_read",
             "headroom",
             "prices",
+            "window_breakdown",
         ]
 
     def get_context_tokens(self, call: Call) -> int:
@@ -169,6 +206,11 @@ class CallDetailSerializer(CallSummarySerializer):
     def get_headroom(self, call: Call) -> int:
         """ctxkit.figures.headroom: how many more input tokens could have gone in."""
         return figures.headroom(call.input_cap, self.get_input_read(call))
+
+    @extend_schema_field(WINDOW_BREAKDOWN_SCHEMA)
+    def get_window_breakdown(self, call: Call) -> dict[str, Any] | None:
+        """The window by category, the call page's panel in numbers (null for a call without items)."""
+        return window_selectors.call_breakdown(call, list(call.items.all()))
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_prices(self, call: Call) -> dict[str, float]:

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from ctxkit.manifest import FieldError, Manifest, decode_manifest, semantic_errors, structural_errors
 from manifests.ingest.dupkeys import no_duplicate_keys
+from manifests.ingest.locate import deep_path, error_offset, first_invalid_utf8, path_at
 
 
 class BadRequest(Exception):
@@ -68,6 +69,23 @@ def _decode_message(exc: BaseException) -> str:
     if isinstance(exc, msgspec.ValidationError):
         return f"number out of range: {exc}"
     return f"malformed JSON: {exc}"
+
+
+def located(raw: bytes, exc: BaseException) -> FieldError:
+    """A decoder's error as a field error: at the JSON path of the string or value holding the
+    bad byte (or nesting too deeply) when the bytes show it, else at ``$`` with the byte offset.
+    Runs only once decoding failed: the scan costs a pass over the bytes."""
+    message = _decode_message(exc)
+    if isinstance(exc, RecursionError):
+        path = deep_path(raw)
+        return FieldError(path=path or "$", message=message)
+    offset = first_invalid_utf8(raw) if isinstance(exc, UnicodeDecodeError) else error_offset(str(exc))
+    if offset is None:
+        return FieldError(path="$", message=message)
+    path = path_at(raw, offset)
+    if path is None or path == "$":
+        return FieldError(path="$", message=message if f"byte {offset}" in message else f"{message} (at byte {offset})")
+    return FieldError(path=path, message=message)
 
 
 def printable(text: str | None) -> str | None:
@@ -131,14 +149,16 @@ def split_body(body: bytes) -> tuple[list[msgspec.Raw] | list[bytes], str]:
     except msgspec.ValidationError:
         raise BadRequest('the body must be a JSON object: one manifest, or {"manifests": [...]}') from None
     except _DECODE_ERRORS as exc:
-        raise BadRequest(_decode_message(exc)) from None
+        error = located(body, exc)
+        raise BadRequest(error.message, path=error.path) from None
     if "manifests" not in top:
         return [body], "$"
     if body.count(b'"manifests"') > 1:
         try:
             obj, duplicated = _strict_loads(body)
         except _DECODE_ERRORS as exc:
-            raise BadRequest(_decode_message(exc)) from None
+            error = located(body, exc)
+            raise BadRequest(error.message, path=error.path) from None
         if duplicated and isinstance(obj, _DuplicateKeys):  # other top-level keys are refused below
             raise BadRequest("duplicate key: each key may appear once", path="$.manifests")
     extra = sorted(set(top) - {"manifests"})
@@ -207,7 +227,7 @@ def decode_owing_proof(
         errors, call_id = _structural(raw)
         return None, errors, call_id, b"", None
     except _DECODE_ERRORS as exc:
-        return None, [FieldError(path="$", message=_decode_message(exc))], None, b"", None
+        return None, [located(raw, exc)], None, b"", None
     errors = semantic_errors(manifest)
     canonical = msgspec.json.encode(manifest)
     if canonical != raw:
@@ -227,7 +247,7 @@ def slow_duplicate_errors(raw: bytes) -> tuple[list[FieldError], bool]:
     try:
         obj, duplicated = _strict_loads(raw)
     except _DECODE_ERRORS as exc:
-        return [FieldError(path="$", message=_decode_message(exc))], True
+        return [located(raw, exc)], True
     return (_duplicate_key_errors(obj, "$", []) if duplicated else []), False
 
 
@@ -236,7 +256,7 @@ def _structural(raw: bytes) -> tuple[list[FieldError], str | None]:
     try:
         obj, duplicated = _strict_loads(raw)
     except _DECODE_ERRORS as exc:
-        return [FieldError(path="$", message=_decode_message(exc))], None
+        return [located(raw, exc)], None
     errors = _duplicate_key_errors(obj, "$", []) if duplicated else []
     call_id = obj.get("call_id") if isinstance(obj, dict) else None
     return errors + structural_errors(obj), call_id if isinstance(call_id, str) else None

@@ -239,7 +239,7 @@ def _store_with_retries(
     lock_timeouts = 0
     attempt = 0
     what: str | None = None
-    for attempt in range(STORE_ATTEMPTS):  # noqa: B007 - read after the loop
+    for attempt in range(STORE_ATTEMPTS):  # read after the loop
         try:
             with connection.wrap_database_errors:
                 # The batch's days get their partitions first, in a short transaction of

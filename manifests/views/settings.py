@@ -66,9 +66,12 @@ def _page(request: HttpRequest, project: Project, *, status: int = 200, **contex
         "alert_kinds": AlertRule.KINDS,
         "alert_formats": AlertRule.FORMATS,
         "alert_input": {},
+        # The forms' limits (maxlength, max) are the serializers'.
+        "alert_fields": alerts.AlertRuleSerializer().fields,
         "alert_rules": [(rule, alerts.describe(rule), alerts.figure(rule, rule.last_value))
                         for rule in alerts.rules_of(project)],
         "fact_input": {},
+        "fact_fields": facts.WatchedFactSerializer().fields,
         "watched_facts": facts_of(project),
         **project_settings(project),
     }

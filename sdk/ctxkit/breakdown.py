@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ctxkit import agents
 from ctxkit.figures import ItemLike, context_tokens, headroom, in_context, input_read, window_utilization
 
 __all__ = [
@@ -36,10 +37,9 @@ LABELS: dict[str, str] = {
 # is conversation the agent carries.
 _KIND_CATEGORY: dict[str, str] = {"system": "system", "tools": "tools", "memory": "memory",
                                   "tool_result": "tool_results"}
-# A tool definition is an MCP tool when its name starts with "mcp__" (Claude Code's and the
-# Agent SDK's naming of a server's tools): the text the mapping records for it (canonical JSON,
-# compact) then holds this, whatever the provider's shape ({"name": ...} or {"function": {"name": ...}}).
-MCP_MARK = '"name":"mcp__'
+# A tool definition is an MCP tool when the text the mapping records for it (canonical JSON,
+# compact) holds the agent's MCP naming (ctxkit.agents.MCP_MARK), whatever the provider's shape.
+MCP_MARK = agents.MCP_MARK
 
 
 class CategorizedItem(ItemLike, Protocol):

@@ -3,10 +3,11 @@
 ``ctxkit count FILE``
     bytes, characters, CJK characters, estimated tokens and the share of an 8k
     and a 128k window that the file would take.
-``ctxkit send-spool --dir DIR [--host URL] [--api-key KEY]``
+``ctxkit send-spool [--dir DIR] [--host URL] [--api-key KEY]``
     send what a client spooled to disk (server down, process ended) now, and
     exit non-zero if anything is left. Host and key default to ``CTXVIEW_HOST``
-    and ``CTXVIEW_API_KEY``.
+    and ``CTXVIEW_API_KEY``; the folder to their default spool (the one the proxy
+    and ``instrument()`` use).
 ``ctxkit check-prefix BEFORE AFTER [--host URL --key KEY] [--json]``
     compare the cacheable prefix of two recorded runs (two manifests files, or two
     run ids on a ctxview server) step by step; exit 1 naming the segment, the line
@@ -46,6 +47,13 @@ def _send_spool(args: argparse.Namespace) -> int:
     if not api_key:
         print("ctxkit send-spool: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)
         return 2
+    if args.dir is None:
+        from ctxkit.record.spool import default_spool_dir
+
+        args.dir = default_spool_dir(host, api_key)
+        if not os.path.isdir(args.dir):
+            print(f"sent=0 rejected=0 skipped=0 segments_left=0 (nothing spooled in {args.dir})")
+            return 0
     if not os.path.isdir(args.dir):
         print(f"ctxkit send-spool: {args.dir} is not a directory", file=sys.stderr)
         return 2
@@ -85,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     count.set_defaults(func=_count)
 
     send = sub.add_parser("send-spool", help="send manifests spooled on disk to the server")
-    send.add_argument("--dir", required=True, help="the client's spool_dir")
+    send.add_argument("--dir", default=None,
+                      help="the client's spool_dir (default: the per-user spool of this host and key)")
     send.add_argument("--host", default=None, help=f"server URL (env CTXVIEW_HOST, default {DEFAULT_HOST})")
     send.add_argument("--api-key", default=None, help="API key (env CTXVIEW_API_KEY)")
     send.add_argument("--retries", type=int, default=3, help="retries per batch on transient errors")

@@ -15,14 +15,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxkit.manifest import ABSENT_ACTIONS, Evidence, Manifest
 
+if TYPE_CHECKING:
+    from ctxkit.models import UsdPrices
+
 __all__ = [
     "ABSENT_ACTIONS", "COST_WEIGHTS", "CUT_ACTIONS", "Cause", "MISSING_CAUSES", "RISK_CAUSES", "Step", "Tokens",
-    "budget_input_cap", "cache_saving", "cached_usage", "causes_of_run", "cited_keys", "context_order",
-    "context_tokens", "cost_units", "coverage", "effective_limit", "effective_share", "evidence_coverage",
+    "budget_input_cap", "cache_saving", "cache_write_1h_tokens", "cached_usage", "causes_of_run", "cited_keys",
+    "context_order",
+    "context_tokens", "cost_units", "cost_usd", "coverage", "effective_limit", "effective_share", "evidence_coverage",
     "evidence_risks", "first_missing", "headroom", "hit_rate", "in_context", "input_cap", "input_read", "kept_by",
     "local_missing_cause", "relative_positions", "reserve_share", "run_history", "stated_reason", "tool_share",
     "total_context_tokens", "trace_missing", "uncached_tokens", "window_utilization",
@@ -195,20 +199,37 @@ def uncached_tokens(usage: UsageLike) -> int:
     return max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
 
 
-# The price of a token relative to one uncached input token.
+# The price of a token relative to one uncached input token. A 1-hour cache write costs what a
+# cache write costs unless the weights name ``cache_write_1h`` (USD prices do: ctxkit.models).
 COST_WEIGHTS: dict[str, float] = {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25}
+
+
+def cache_write_1h_tokens(usage: UsageLike) -> int:
+    """The part of the cache writes written with a 1-hour TTL (never more than the writes;
+    0 for usage that does not report the split)."""
+    reported: int = getattr(usage, "cache_write_1h_tokens", 0) or 0
+    return min(reported, usage.cache_write_tokens)
 
 
 def cost_units(usage: UsageLike, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
     """The call's cost in relative units: each kind of token at its weight
     (an uncached input token is 1 with the default weights). The server passes the
     model's price per token (its price table holds prices per 1k tokens)."""
+    write_1h = cache_write_1h_tokens(usage)
     return (
         uncached_tokens(usage) * weights["input"]
         + usage.cache_read_tokens * weights["cache_read"]
-        + usage.cache_write_tokens * weights["cache_write"]
+        + (usage.cache_write_tokens - write_1h) * weights["cache_write"]
+        + write_1h * weights.get("cache_write_1h", weights["cache_write"])
         + usage.output_tokens * weights["output"]
     )
+
+
+def cost_usd(usage: UsageLike, prices: UsdPrices | None) -> float | None:
+    """The call's cost in US dollars: :func:`cost_units` at the model's USD price per token of
+    each kind (``ctxkit.models``: genai-prices' table, or a project's price row), 1-hour cache
+    writes at their own price. None when the model has no USD price."""
+    return None if prices is None else cost_units(usage, prices.weights)
 
 
 @dataclass(frozen=True)
@@ -219,25 +240,30 @@ class Tokens:
     cache_read_tokens: int
     cache_write_tokens: int
     output_tokens: int
+    cache_write_1h_tokens: int = 0
 
 
 def cached_usage(usage: UsageLike, prefix_tokens: int) -> Tokens:
     """The same call had its stable prefix been read from the cache: the prefix tokens it
     did not read (``prefix_tokens`` less its cache reads) move to cache reads, taken first
-    from what it wrote to the cache, then from its uncached input. Input and output stay."""
+    from what it wrote to the cache (its 5-minute writes before its 1-hour ones), then from its
+    uncached input. Input and output stay."""
     missed = max(0, prefix_tokens - usage.cache_read_tokens)
     from_write = min(usage.cache_write_tokens, missed)
     from_uncached = min(uncached_tokens(usage), missed - from_write)
+    writes = usage.cache_write_tokens - from_write
     return Tokens(input_tokens=usage.input_tokens,
                   cache_read_tokens=usage.cache_read_tokens + from_write + from_uncached,
-                  cache_write_tokens=usage.cache_write_tokens - from_write,
-                  output_tokens=usage.output_tokens)
+                  cache_write_tokens=writes,
+                  output_tokens=usage.output_tokens,
+                  cache_write_1h_tokens=min(cache_write_1h_tokens(usage), writes))
 
 
 def cache_saving(usage: UsageLike, prefix_tokens: int, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
     """What a cache miss cost beyond a hit: :func:`cost_units` of the call as it was paid
     less :func:`cost_units` of :func:`cached_usage` (its prefix read from the cache). Never
-    below 0; 0 for a call that read its whole prefix from the cache."""
+    below 0; 0 for a call that read its whole prefix from the cache. In USD with the model's
+    USD prices as the weights (``UsdPrices.weights``)."""
     return max(0.0, cost_units(usage, weights) - cost_units(cached_usage(usage, prefix_tokens), weights))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typing
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, TypeGuard, get_args
 
 import msgspec
 
@@ -77,6 +77,11 @@ ItemKind = Literal[
 ]
 ITEM_KINDS: tuple[str, ...] = get_args(ItemKind)
 
+
+def is_item_kind(kind: str) -> TypeGuard[ItemKind]:
+    """Whether ``kind`` is one of the manifest's item kinds (a block or a record may hold others)."""
+    return kind in ITEM_KINDS
+
 Action = Literal[
     "keep",
     "compress",
@@ -89,15 +94,20 @@ Action = Literal[
     "hard_cut",
     "clear",
 ]
-ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
+ACTIONS: tuple[str, ...] = get_args(Action)
 # Actions after which nothing of the item reaches the model.
 ABSENT_ACTIONS = frozenset({"drop", "dedupe", "clear"})
+
+
+def is_action(action: str) -> TypeGuard[Action]:
+    """Whether ``action`` is one of the manifest's actions (a stored row holds it as a string)."""
+    return action in ACTIONS
 
 Zone = Literal["head", "middle", "tail"]
 Trust = Literal["trusted", "untrusted"]
 Verified = Literal["yes", "no", "unknown"]
 InvariantName = Literal["pending_obligations", "active_operations", "user_constraints", "required_evidence"]
-INVARIANT_NAMES: tuple[str, ...] = InvariantName.__args__  # type: ignore[attr-defined]
+INVARIANT_NAMES: tuple[str, ...] = get_args(InvariantName)
 
 
 class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -155,13 +165,16 @@ class Usage(_Struct, kw_only=True):
     cache_write_tokens: Tokens = 0
     output_tokens: Tokens = 0
     reasoning_tokens: Tokens | None = None
+    # Optional (additive to v1): the part of cache_write_tokens written with a 1-hour TTL, which
+    # providers price above a 5-minute write (Anthropic's cache_creation.ephemeral_1h_input_tokens).
+    cache_write_1h_tokens: Tokens = 0
 
 
 # --- Replay settings (optional, additive to v1): how ctxkit's allocator treated the call, so the
 # what-if replay can run it again and reproduce it exactly (docs/manifest.md, "Replay settings").
 
 Policy = Literal["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
-POLICIES: tuple[str, ...] = Policy.__args__  # type: ignore[attr-defined]
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 class ItemAllocation(_Struct, kw_only=True):
@@ -449,6 +462,9 @@ def semantic_errors(m: Manifest) -> list[FieldError]:
         )
     if u.reasoning_tokens is not None and u.reasoning_tokens > u.output_tokens:
         errors.append(FieldError(path="$.usage.reasoning_tokens", message="reasoning_tokens exceed output_tokens"))
+    if u.cache_write_1h_tokens > u.cache_write_tokens:
+        errors.append(FieldError(path="$.usage.cache_write_1h_tokens",
+                                 message="cache_write_1h_tokens exceed cache_write_tokens (they are part of them)"))
     items = m.items
     seen = {item.id for item in items}
     if len(seen) == len(items) and not _any_overused(items):

@@ -52,20 +52,10 @@ def _decode_segments(raw: Any) -> list[PrefixSegment]:
 
 def _request_segments(params: Mapping[str, Any], provider: str) -> list[PrefixSegment]:
     """Request parameters to prefix segments, through the same mapping ``ctxkit.instrument`` uses."""
+    from ctxkit.providers import request_parts
     from ctxkit.record.call_items import call_manifest
 
-    if provider == "anthropic":
-        from ctxkit.instrumentation.anthropic import request_parts
-
-        parts, segments = request_parts(dict(params))
-    elif "input" in params or "instructions" in params:
-        from ctxkit.instrumentation.openai import responses_parts
-
-        parts, segments = responses_parts(dict(params))
-    else:
-        from ctxkit.instrumentation.openai import chat_parts
-
-        parts, segments = chat_parts(dict(params))
+    parts, segments = request_parts(provider, dict(params))
     manifest = call_manifest(
         call_id="prefix-check", run_id="prefix-check", step=0, model=str(params.get("model") or "unknown"),
         provider=provider, agent="default", started_at=datetime(2000, 1, 1, tzinfo=UTC), ended_at=None,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ctxkit.instrumentation.anthropic import cache_ttl_seconds
 from ctxkit.instrumentation.bodies import manifest_from_bodies
+from ctxkit.providers.anthropic import cache_ttl_seconds
 
 FIVE_MIN = {"type": "ephemeral"}
 ONE_HOUR = {"type": "ephemeral", "ttl": "1h"}

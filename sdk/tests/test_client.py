@@ -18,7 +18,7 @@ import pytest
 
 from conftest import API_KEY, IngestServer, make_manifest, wait_until
 from ctxkit.record.client import Client, backoff_delay, parse_retry_after
-from ctxkit.record.spool import Spool
+from ctxkit.record.spool import Spool, default_spool_dir
 
 
 def dead_url() -> str:
@@ -271,6 +271,52 @@ def test_spools_during_an_outage_and_replays_after_restart(server: IngestServer,
     assert server.duplicates == 0
     assert wait_until(lambda: client.stats()["replayed"] == 50)
     assert wait_until(lambda: not Spool(tmp_path).has_pending())
+
+
+def test_it_replays_the_spool_as_soon_as_the_server_answers_not_on_its_timer(server: IngestServer, clients,
+                                                                               tmp_path) -> None:
+    server.stop()
+    # The default replay timer (30 s) is far longer than this test waits: only the probe can do it.
+    client = clients(server.url, spool_dir=tmp_path, replay_interval=30.0, probe_interval=0.2)
+    for n in range(20):
+        client.capture(make_manifest(f"c{n}"))
+    assert client.flush(5) is True
+    # No answer at all: to disk after one try each, not held in memory through the retries.
+    assert client.stats()["spooled"] == 20 and client.stats()["retries"] == 0
+    server.start()  # same port; nothing new is captured
+    assert server.wait_for(20, timeout=3.0)
+    assert server.ids() == {f"c{n}" for n in range(20)} and server.duplicates == 0
+
+
+def test_a_server_that_answers_with_errors_is_retried_with_backoff_not_spooled_at_once(server: IngestServer,
+                                                                                       clients, tmp_path) -> None:
+    server.fail_next(2, 503)
+    client = clients(server.url, spool_dir=tmp_path, max_retries=3)
+    client.capture(make_manifest("c0"))
+    assert client.flush(5) is True
+    assert server.ids() == {"c0"} and client.stats()["retries"] == 2 and client.stats()["spooled"] == 0
+
+
+def test_spool_dir_true_is_the_per_user_folder_of_its_host_and_key(server: IngestServer, clients, tmp_path,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    client = clients(server.url, spool_dir=True)
+    assert client.spool is not None
+    folder = client.spool.directory
+    assert folder == default_spool_dir(server.url, API_KEY)
+    assert os.path.dirname(folder) == str(tmp_path / "ctxkit" / "spool") and API_KEY not in folder
+    # Another key or host: another folder, so nothing is replayed into the wrong project.
+    assert default_spool_dir(server.url, "other-key") != folder != default_spool_dir("http://10.0.0.1:8000", API_KEY)
+    assert clients(server.url, spool_dir=None).spool is None and clients(server.url, spool_dir=False).spool is None
+
+
+def test_shutdown_says_how_many_manifests_wait_on_disk(clients, tmp_path, caplog) -> None:
+    client = clients(dead_url(), spool_dir=tmp_path)
+    for n in range(7):
+        client.capture(make_manifest(f"c{n}"))
+    with caplog.at_level(logging.WARNING, logger="ctxkit"):
+        assert client.shutdown(2.0) is True
+    assert f"7 manifests wait on disk in {tmp_path}" in caplog.text
 
 
 def test_a_new_client_sends_what_the_previous_process_spooled(server: IngestServer, clients, tmp_path) -> None:

@@ -19,13 +19,15 @@ from ctxkit.record.usage import (
 )
 
 
-def usage(input_tokens: int, read: int = 0, write: int = 0, output: int = 0, reasoning: int | None = None) -> Usage:
+def usage(input_tokens: int, read: int = 0, write: int = 0, output: int = 0, reasoning: int | None = None,
+          write_1h: int = 0) -> Usage:
     return Usage(
         input_tokens=input_tokens,
         cache_read_tokens=read,
         cache_write_tokens=write,
         output_tokens=output,
         reasoning_tokens=reasoning,
+        cache_write_1h_tokens=write_1h,
     )
 
 
@@ -80,14 +82,14 @@ def test_anthropic_ttl_split_is_summed_when_the_total_write_is_absent() -> None:
         {"input_tokens": 10, "cache_creation": {"ephemeral_5m_input_tokens": 30, "ephemeral_1h_input_tokens": 70}},
         provider="anthropic",
     )
-    assert u == usage(110, write=100)
+    assert u == usage(110, write=100, write_1h=70)
 
 
 def test_anthropic_ttl_split_is_not_added_on_top_of_the_total_write() -> None:
     u = normalize_usage(
         {**ANTHROPIC, "cache_creation": {"ephemeral_5m_input_tokens": 150, "ephemeral_1h_input_tokens": 50}}
     )
-    assert u == usage(1300, read=1000, write=200, output=50)
+    assert u == usage(1300, read=1000, write=200, output=50, write_1h=50)
 
 
 def test_anthropic_whole_message_sdk_object_and_stream_event_are_accepted() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
+from ctxkit.agents import memory_files
 from ctxkit.breakdown import CATEGORIES, SEGMENTS, from_totals, item_category, summed, window_breakdown
 from ctxkit.context.layout import canonical_json
 from ctxkit.instrumentation.bodies import manifest_from_bodies
 from ctxkit.manifest import Item
-from ctxkit.record.call_items import memory_files
 
 CLAUDE_MD = ("<system-reminder>\nCodebase and user instructions are shown below. Be sure to adhere to these "
              "instructions.\n\nContents of /home/u/.claude/CLAUDE.md (user's private global instructions for all "

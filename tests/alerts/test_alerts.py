@@ -43,7 +43,7 @@ class Receiver:
         received = self.requests
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 received.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(200)
@@ -429,7 +429,7 @@ def test_it_documents_the_alert_rule_endpoints_in_the_openapi_document(db):
     spec = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()
     assert set(spec["paths"]["/api/v1/alert-rules"]) >= {"get", "post"}
     assert set(spec["paths"]["/api/v1/alert-rules/{rule_id}"]) >= {"get", "delete"}
-    assert "AlertRuleInput" in spec["components"]["schemas"]
+    assert "AlertRuleRequest" in spec["components"]["schemas"]
 
 
 def test_it_evaluates_and_delivers_from_the_management_command(project, receiver):

@@ -134,7 +134,7 @@ class Receiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 status = receiver.statuses.pop(0) if receiver.statuses else 200

@@ -255,7 +255,7 @@ def test_it_refreshes_on_two_connections_at_once_without_double_counting(project
         try:
             barrier.wait(timeout=30)
             counts.append(rollups.refresh(batch=2))  # small groups: the two runs interleave
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
         finally:
             connection.close()

@@ -58,7 +58,7 @@ def at_once(n: int, send: Callable[[int], Any]) -> list[Any]:
         try:
             barrier.wait(timeout=30)
             results[k] = send(k)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]

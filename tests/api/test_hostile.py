@@ -5,6 +5,7 @@ every stored call reads back unchanged. Runs on SQLite and on PostgreSQL (CI run
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -17,6 +18,12 @@ pytestmark = pytest.mark.django_db
 
 def body_of(**fields) -> bytes:
     return json.dumps(make_manifest("hostile", **fields)).encode()
+
+
+def _with_item_text(text: str) -> bytes:
+    manifest = make_manifest("hostile")
+    manifest["items"][1]["text"] = text
+    return json.dumps(manifest).encode()
 
 
 def errors_of(response) -> list[dict]:
@@ -37,11 +44,16 @@ HOSTILE_BODIES = {
                                      "$.items[0].position"),
     "kept beyond its column": (body_of().replace(b'"kept": 3', b'"kept": 99999999999'), "$.context_edits[0].kept"),
     "deeply nested JSON": (body_of().replace(b'"outcome"', b'"deep": ' + b"[" * 50_000 + b"]" * 50_000 + b', "x"'),
-                           "$"),
-    "invalid UTF-8": (body_of(model="m\udcff").replace(b"\\udcff", b"\xff"), "$"),
-    "CESU-8 surrogate": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\xed\xa0\x80"'), "$"),
-    "overlong encoding": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\xc0\xaf"'), "$"),
-    "lone surrogate escape": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\\ud800"'), "$"),
+                           "$.deep"),
+    "too deep a value in step": (body_of().replace(b'"step": 0', b'"step": ' + b"[" * 50_000 + b"]" * 50_000),
+                                 "$.step"),
+    "invalid UTF-8": (body_of(model="m\udcff").replace(b"\\udcff", b"\xff"), "$.model"),
+    "invalid UTF-8 in call_id": (body_of().replace(b'"call_id": "hostile"', b'"call_id": "hos\xfftile"'), "$.call_id"),
+    "invalid UTF-8 in an item's text": (_with_item_text("text \udcff").replace(b"\\udcff", b"\xff"),
+                                        "$.items[1].text"),
+    "CESU-8 surrogate": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\xed\xa0\x80"'), "$.model"),
+    "overlong encoding": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\xc0\xaf"'), "$.model"),
+    "lone surrogate escape": (body_of(model="m").replace(b'"model": "m"', b'"model": "m\\ud800"'), "$.model"),
     "duplicate call_id": (body_of().replace(b'"call_id": "hostile"', b'"call_id": "hostile", "call_id": "other"'),
                           "$.call_id"),
     "control character in run_id": (body_of(run_id="run\u0001"), "$.run_id"),
@@ -57,6 +69,24 @@ def test_it_rejects_each_hostile_body_with_a_path(api, name):
     assert path in [e["path"] for e in errors], errors
     assert all(e["message"] for e in errors)
     assert not Call.objects.filter(call_id__in=["hostile", "other"]).exists()
+
+
+def test_it_names_the_field_of_a_byte_level_error_inside_a_batch(api):
+    good = body_of()
+    bad_text = _with_item_text("text \udcff").replace(b"\\udcff", b"\xff").replace(b'"hostile"', b'"bad-text"', 1)
+    r = api.post(None, raw=b'{"manifests": [' + good + b", " + bad_text + b"]}")
+    assert r.status_code == 207 and [x["status"] for x in r.json()["results"]] == ["accepted", "rejected"]
+    assert [e["path"] for e in errors_of(r)] == ["$.manifests[1].items[1].text"]
+    deep = body_of().replace(b'"step": 0', b'"step": ' + b"[" * 50_000 + b"]" * 50_000)
+    r = api.post(None, raw=b'{"manifests": [' + deep + b"]}")
+    assert r.status_code == 400 and [e["path"] for e in errors_of(r)] == ["$.manifests[0].step"]
+
+
+def test_a_byte_level_error_outside_any_value_is_at_dollar_with_its_byte_offset(api):
+    r = api.post(None, raw=b'{"model": "m",\xff "step": 1}')
+    assert r.status_code == 400
+    (error,) = errors_of(r)
+    assert error["path"] == "$" and re.search(r"\(byte 1[45]\)", error["message"]), error
 
 
 def test_it_rejects_duplicate_keys_inside_items_and_of_the_batch(api):

@@ -33,6 +33,9 @@ def test_it_publishes_the_openapi_schema():
     spec = json.loads(r.content)
     assert "/api/v1/manifests" in spec["paths"]
     assert "/api/v1/calls/{call_id}" in spec["paths"]
+    breakdown = spec["components"]["schemas"]["CallDetail"]["properties"]["window_breakdown"]
+    assert "null" in breakdown["type"] and breakdown["properties"]["categories"]["items"]["properties"][
+        "category"]["enum"][-2:] == ["unitemized", "free"]
 
 
 def test_the_docs_example_is_a_valid_manifest():

@@ -19,7 +19,7 @@ def test_it_accepts_manifests_and_reads_while_the_throttle_cache_is_down(api, ca
     cache = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": dead}}
     with override_settings(CACHES=cache, CTXVIEW_API_RATES={"ingest": "600/min", "read": "600/min"}):
         # override_settings swaps the cache handler's connections (django.test.signals).
-        assert caches["default"]._servers == [dead]  # noqa: SLF001
+        assert caches["default"]._servers == [dead]
         r = api.post(make_manifest(call_id="while-redis-is-down"))
         assert r.status_code == 200, r.content
         assert r.json()["accepted"] == 1

@@ -115,4 +115,4 @@ def test_it_documents_the_watched_fact_endpoints_in_the_openapi_document(db):
     spec = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()
     assert set(spec["paths"]["/api/v1/watched-facts"]) >= {"get", "post"}
     assert set(spec["paths"]["/api/v1/watched-facts/{fact_id}"]) >= {"get", "put", "delete"}
-    assert "WatchedFactInput" in spec["components"]["schemas"]
+    assert "WatchedFactRequest" in spec["components"]["schemas"]

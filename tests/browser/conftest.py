@@ -19,15 +19,15 @@ import os
 # from a thread with a running loop unless told this is deliberate.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-from collections.abc import Iterator  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import pytest  # noqa: E402
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.browser.chromium import CHROMIUM, CHROMIUM_ARGS, VIEWPORT  # noqa: E402
-from tests.views.support import World, demo_world_fixture  # noqa: E402, F401
+from tests.browser.chromium import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+from tests.views.support import World, demo_world_fixture  # noqa: F401
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

@@ -105,7 +105,7 @@ class Worker:
         ]
         if beat:
             command += ["--beat", "--schedule", str(tmp / f"{self.name}-beat")]
-        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.log = open(self.log_path, "w")  # closed in stop()
         self.process = subprocess.Popen(command, cwd=ROOT, env=base, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 

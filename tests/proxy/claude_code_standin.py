@@ -176,17 +176,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.received.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
                                          body))
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self._keep(None)
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._keep(None)
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             body = json.loads(raw)

@@ -111,11 +111,11 @@ class _Handler(BaseHTTPRequestHandler):
                                          body))
             return len(self.server.received)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self._keep(None)
         self._json(404, {"error": {"message": "not here", "type": "invalid_request_error", "code": None}})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             body = json.loads(raw)

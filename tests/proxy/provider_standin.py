@@ -142,7 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         path = self.path.split("?")[0]
         self.server.requests.append((path, body))
@@ -170,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._sse(response_events(body)) if stream else self._send(200, response(body))
         return self._send(404, {"error": {"message": f"no route {path}"}})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         # GET /v1/responses/<id>: the last Responses request's response (a stored response), as
         # JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
         path, _, query = self.path.partition("?")

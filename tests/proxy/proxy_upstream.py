@@ -7,9 +7,12 @@ request's ``model``:
 - ``slow-stream``: one event every 20 ms for 10 s; notes when the reader went away;
 - ``gzip``: the JSON answer gzip-compressed (``Content-Encoding: gzip``);
 - ``headers``: extra end-to-end headers and hop-by-hop ones the proxy must not forward;
-- ``stream-error``: a stream that reports ``overloaded_error`` in band (an ``error`` event).
+- ``stream-error``: a stream that reports ``overloaded_error`` in band (an ``error`` event);
+- ``bare`` (streamed or not) and ``untyped``: answers with no ``Date`` and no ``Server`` header (the
+  other models get http.server's), ``untyped`` with no ``Content-Type`` either.
 
-Every request's raw body and headers are kept (``received``), so a test can compare what
+A request whose query holds ``trickle`` has its body read in two halves, ``first_half`` set in
+between. Every request's raw body and headers are kept (``received``), so a test can compare what
 reached the upstream with what the agent sent. A body that is not JSON gets the provider's 400.
 """
 
@@ -44,6 +47,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_bare(self, data: bytes, headers: list[tuple[str, str]]) -> None:
+        self.send_response_only(200)  # the status line alone: no Date, no Server
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
     def _events(self, events: list[tuple[str, Any]]) -> list[bytes]:
         return [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
 
@@ -65,12 +75,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(chunk)
         self.wfile.write(b"0\r\n\r\n")
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.server.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, b""))
         self._send(200, json.dumps({"data": [{"id": "claude-x", "type": "model"}]}).encode())
 
-    def do_POST(self) -> None:  # noqa: N802
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if "trickle" in self.path:
+            raw = self.rfile.read(length // 2)
+            self.server.first_half.set()
+            raw += self.rfile.read(length - len(raw))
+        else:
+            raw = self.rfile.read(length)
         self.server.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
         try:
             body = json.loads(raw)
@@ -117,6 +133,17 @@ class _Handler(BaseHTTPRequestHandler):
             events = anthropic_events(body)[:2] + [
                 ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
             return self._stream(self._events(events))
+        if model == "bare" and body.get("stream"):
+            self.send_response_only(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("request-id", "req_bare_stream")
+            self.end_headers()
+            return self._stream(self._events(anthropic_events(body)))
+        if model in ("bare", "untyped"):
+            data = json.dumps(anthropic_message(body)).encode()
+            typed = [("Content-Type", "application/json")] if model == "bare" else []
+            return self._send_bare(data, [*typed, ("Content-Length", str(len(data))), ("request-id", "req_bare")])
         if body.get("stream"):
             self._stream_head()
             return self._stream(self._events(anthropic_events(body)))
@@ -130,6 +157,7 @@ class HostileUpstream(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[tuple[str, dict[str, str], bytes]] = []
         self.reader_gone = threading.Event()
+        self.first_half = threading.Event()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

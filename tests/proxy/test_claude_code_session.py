@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from ctxkit import window_breakdown
-from ctxkit.record.summaries import CLAUDE_CODE_OPENING
+from ctxkit.agents.claude_code import OPENING as CLAUDE_CODE_OPENING
 from manifests import tasks
 from manifests.analysis.cache_words import previous_run_call
 from manifests.facts import FactSpec, create_fact

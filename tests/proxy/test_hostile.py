@@ -6,6 +6,7 @@ real anthropic client."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
@@ -167,6 +168,57 @@ def test_headers_end_to_end_pass_hop_by_hop_and_ctxview_ones_do_not(proxy, upstr
         assert b"SECRETSECRET" not in data and b"tok-SECRET" not in data
 
 
+@pytest.mark.parametrize(("model", "stream"), [("bare", False), ("bare", True), ("untyped", False)])
+def test_it_adds_no_header_the_upstream_did_not_send(proxy, upstream, kept, model, stream):
+    body = _body(model, stream=True) if stream else _body(model)
+    direct = _raw_head(upstream.url, body, _headers(f"{model}-direct"))
+    through = _raw_head(proxy.url, body, _headers(f"{model}-{stream}"))
+    # The same status line and header lines, framing (Content-Length / Transfer-Encoding) included.
+    assert (through[0], sorted(through[1:])) == (direct[0], sorted(direct[1:]))
+    names = [line.split(":")[0].lower() for line in through[1:]]
+    assert "date" not in names and "server" not in names
+    assert ("content-type" in names) == (model == "bare")
+    (call,) = _run(proxy, kept, f"{model}-{stream}")
+    assert call.outcome.status == "ok"
+
+
+def _raw_head(url: str, body: bytes, headers: dict[str, str]) -> list[str]:
+    """The status and header lines of one answer as they came over the wire (the body is read
+    to its end, so that the call completes)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request("POST", "/v1/messages", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return [f"{response.version} {response.status} {response.reason}",
+                *(f"{name}: {value}" for name, value in response.getheaders())]
+    finally:
+        conn.close()
+
+
+def test_it_forwards_a_recorded_request_body_before_the_agent_has_sent_all_of_it(proxy, upstream, kept):
+    upstream.first_half.clear()
+    body = _body("claude-sonnet-4-5", system="s" * 20_000)
+    half = len(body) // 2
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        head = "".join(f"{k}: {v}\r\n" for k, v in _headers("trickle").items())
+        sock.sendall(f"POST /v1/messages?trickle=1 HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                     f"{head}\r\n".encode() + body[:half])
+        # The upstream has the first half while the agent still holds back the second.
+        assert upstream.first_half.wait(5), "the proxy waited for the whole body before forwarding it"
+        sock.sendall(body[half:])
+        answer = b""
+        while not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            assert chunk, "the proxy closed the connection before the answer ended"
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200") and upstream.received[-1][2] == body
+    (call,) = _run(proxy, kept, "trickle")  # recorded from the copy kept on the way
+    assert call.outcome.status == "ok" and call.usage.cache_read_tokens == 1800
+
+
 def test_an_upstream_reset_mid_stream_cuts_the_agent_stream_too_and_the_proxy_goes_on(proxy, upstream, kept):
     direct = anthropic.Anthropic(api_key="sk-test", base_url=upstream.url, max_retries=0)
     through = anthropic.Anthropic(api_key="sk-test", base_url=proxy.url, max_retries=0,
@@ -217,9 +269,9 @@ def test_an_unreachable_upstream_answers_502_in_the_provider_shape(kept):
     dead = f"http://127.0.0.1:{spare.getsockname()[1]}"
     spare.close()  # nothing listens there now
     with running_proxy(dead, kept, connect_timeout=2) as proxy:
-        status, _, body = raw_request(proxy.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"),
-                                      _headers("unreachable"))
-        assert status == 502
+        status, answer_headers, body = raw_request(proxy.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"),
+                                                   _headers("unreachable"))
+        assert status == 502 and set(answer_headers) == {"content-type", "content-length"}
         error = json.loads(body)
         assert error["type"] == "error" and error["error"]["type"] == "api_error"
         assert dead in error["error"]["message"]
@@ -271,3 +323,18 @@ def test_ctxview_down_changes_nothing_for_the_agent(upstream):
         proxy.capture.flush(5)
     assert down.stats()["sent"] == 0
     down.shutdown(timeout=1)
+
+
+def test_it_forwards_secrets_unchanged_and_records_them_masked(proxy, upstream, kept):
+    env = "DB_PASSWORD=ViSZ7uO7GJ,8aAHecM\npassword: correct horse battery staple\npassword=hunter2"
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": f"the .env reads:\n{env}"}]}).encode()
+    status, _, _ = raw_request(proxy.url, "POST", "/v1/messages", body, _headers("secret-shapes"))
+    assert status == 200 and upstream.received[-1][2] == body  # the provider gets the original bytes
+    (call,) = _run(proxy, kept, "secret-shapes")
+    texts = "\n".join(item.text or "" for item in call.items)
+    assert "the .env reads:\nDB_PASSWORD=[masked:secret]\npassword: [masked:secret]\npassword=[masked:secret]" \
+        in texts
+    (recorded,) = [data for data in kept.encoded if b'"secret-shapes"' in data]
+    for secret in (b"ViSZ7uO7GJ", b"8aAHecM", b"correct horse", b"hunter2"):
+        assert secret not in recorded

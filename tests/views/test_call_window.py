@@ -100,3 +100,27 @@ def test_it_shows_a_label_sent_through_the_api_as_text(api, project, member):
     body = _page(project, member, "cc-step-0")
     assert "<img src=x" not in body
     assert rows_of(body, "items", "data-item")["tools[0]"][2].split("\n")[0] == '<img src=x onerror="alert(2)">'
+
+
+def test_the_api_carries_the_same_window_by_category_as_the_page(api, project, member):
+    assert api.post(claude_code_manifest(2, input_tokens=3000)).status_code in (200, 201, 202)
+    body = _page(project, member, "cc-step-2")
+    read = api.get("/api/v1/calls/cc-step-2").json()
+    breakdown = read["window_breakdown"]
+    assert (breakdown["window"], read["window"], breakdown["input_read"]) == (200_000, 200_000, 3000)
+    assert [row["category"] for row in breakdown["categories"]] == [
+        "system", "tools", "mcp_tools", "memory", "messages", "tool_results", "unitemized", "free"]
+    for row in breakdown["categories"]:
+        count = "" if row["count"] is None else str(row["count"])
+        assert _row(body, row["category"]) == [row["label"], str(row["tokens"]), f"{row['share']:.1%}", count]
+    assert f"Tool definitions: built-in {breakdown['builtin_tools']}, MCP {breakdown['mcp_tools']}." in body
+    assert f"{breakdown['utilization']:.1%} of the window" in body
+    assert breakdown["counted"] == sum(r["tokens"] for r in breakdown["categories"][:6])
+    assert breakdown["memory_files"] == [HOSTILE_DIR + "/CLAUDE.md"]
+
+
+def test_the_api_has_no_window_breakdown_for_a_call_without_items(api):
+    manifest = claude_code_manifest(0, input_tokens=100)
+    manifest.update(call_id="bare", items=[], evidence=[], prefix=None)
+    assert api.post(manifest).status_code in (200, 201, 202)
+    assert api.get("/api/v1/calls/bare").json()["window_breakdown"] is None

@@ -33,7 +33,16 @@ from ctxkit.context.summary import (  # noqa: F401  (re-exported)
     extractive_summarizer,
 )
 from ctxkit.context.tokens import Estimate, resolve_estimate
-from ctxkit.manifest import MAX_EVIDENCE, MAX_ITEMS, MAX_NAME, MAX_REASON, Compaction, ContextEdit, Invariant
+from ctxkit.manifest import (
+    MAX_EVIDENCE,
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_REASON,
+    Compaction,
+    ContextEdit,
+    Invariant,
+    InvariantName,
+)
 
 # --------------------------------------------------------------------------- #
 # Records
@@ -101,7 +110,7 @@ Summarizer = Callable[[Sequence[Record]], "Summary | str"]
 class InvariantCheck:
     """One invariant after compaction; ``lost`` holds the literal items not found."""
 
-    name: str
+    name: InvariantName
     ok: bool
     checked: int
     lost: list[str]
@@ -125,7 +134,7 @@ class InvariantCheck:
     def to_manifest(self) -> Invariant:
         # The manifest caps names at MAX_NAME characters and lists at MAX_EVIDENCE entries.
         lost = [item[:MAX_NAME] for item in self.lost[:MAX_EVIDENCE]]
-        return Invariant(name=self.name, ok=self.ok, detail=self.detail[:MAX_REASON], lost=lost)  # type: ignore[arg-type]
+        return Invariant(name=self.name, ok=self.ok, detail=self.detail[:MAX_REASON], lost=lost)
 
 
 @dataclass(frozen=True)
@@ -208,7 +217,9 @@ def _norm(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def _check(name: str, items: Sequence[str], before: str, after: str, where: str | None = None) -> InvariantCheck:
+def _check(
+    name: InvariantName, items: Sequence[str], before: str, after: str, where: str | None = None
+) -> InvariantCheck:
     """Which ``items`` are not in ``after``; with ``where`` (the part of ``after`` they must be in),
     an item found in ``after`` but not there is lost too, and listed as misfiled."""
     wanted = list(dict.fromkeys(i for i in items if _norm(i)))

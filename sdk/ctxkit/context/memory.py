@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.manifest import MAX_REASON, Item, Manifest
+from ctxkit.manifest import MAX_REASON, Item, Manifest, Policy
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Segment
@@ -176,13 +176,13 @@ class Memory:
         found = [f for f in self.current() if f.key == key]
         return found[-1] if found else None
 
-    def segments(self, *, priority: int = 50, policy: str = "extract", min_tokens: int = 0) -> list[Segment]:
+    def segments(self, *, priority: int = 50, policy: Policy = "extract", min_tokens: int = 0) -> list[Segment]:
         """One allocator ``Segment`` per current fact (name = fact id, kind ``memory``), then one
         pinned ``state`` segment per change held for confirmation (name = its fact id), which
         tells the model the task constraint still holds and the user has to confirm the change."""
         from ctxkit.context.allocator import Segment
 
-        facts = [Segment(name=f.id, kind="memory", text=f.text, priority=priority, policy=policy,  # type: ignore[arg-type]
+        facts = [Segment(name=f.id, kind="memory", text=f.text, priority=priority, policy=policy,
                          min_tokens=min_tokens, source_ref=f.source or None) for f in self.current()]
         return facts + [Segment(name=f.id, kind="state", text=held_text(f), priority=priority, policy="pin",
                                 source_ref=f.source or None, zone="tail") for f in self.held()]

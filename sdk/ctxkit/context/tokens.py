@@ -40,9 +40,27 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 Estimator = Callable[[str], int]
+
+
+class MemoEstimator(Protocol):
+    """What :func:`memo_estimator` returns: the counts, the estimator it memoises (``__wrapped__``,
+    functools' convention; see :func:`is_default_estimator`) and its memo (see :func:`remember`)."""
+
+    __wrapped__: Estimator
+    known: dict[str, int]
+
+    def __call__(self, text: str, /) -> int: ...
+
+
+class NamedEstimator(Protocol):
+    """An estimator that says what it counts with (see :func:`estimator_name`)."""
+
+    estimator_name: str
+
+    def __call__(self, text: str, /) -> int: ...
 
 # CJK ideographs (with extension A and compatibility), kana, hangul, CJK symbols and
 # punctuation, fullwidth forms. These cost roughly a token each in common BPE vocabularies,
@@ -195,7 +213,7 @@ def clip(text: str, max_tokens: int, estimate: Estimator = estimate_tokens) -> s
 MEMO_MAX_CHARS = 4_000_000
 
 
-def memo_estimator(estimate: Estimator = estimate_tokens, *, known: dict[str, int] | None = None) -> Estimator:
+def memo_estimator(estimate: Estimator = estimate_tokens, *, known: dict[str, int] | None = None) -> MemoEstimator:
     """``estimate`` with a memo for one batch of work (one ``allocate`` call): the same counts.
 
     An estimator is a pure function (see ``Estimator``), so a text counted once need not be
@@ -223,9 +241,10 @@ def memo_estimator(estimate: Estimator = estimate_tokens, *, known: dict[str, in
                 stored += len(text)
         return n
 
-    cached.__wrapped__ = estimate  # type: ignore[attr-defined]  # functools' convention; see is_default_estimator
-    cached.known = memo  # type: ignore[attr-defined]  # see remember
-    return cached
+    memoised = cast(MemoEstimator, cached)  # it is one once it holds the two attributes
+    memoised.__wrapped__ = estimate
+    memoised.known = memo
+    return memoised
 
 
 def remember(estimate: Estimator, text: str, tokens: int) -> None:
@@ -268,18 +287,18 @@ def bpe_estimator(encoding: str = "o200k_base") -> Estimator | None:
 
         enc = tiktoken_offline.get_encoding(encoding)
         return _bpe_counter(enc, encoding)
-    except Exception:  # noqa: BLE001 - any failure means "not available"
+    except Exception:  # any failure means "not available"
         pass
     try:
         import tiktoken
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     cached = _tiktoken_cache_file(encoding)
     if cached is None or not os.path.isfile(cached):
         return None
     try:
         enc = tiktoken.get_encoding(encoding)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     return _bpe_counter(enc, encoding)
 
@@ -288,8 +307,9 @@ def _bpe_counter(enc: Any, encoding: str) -> Estimator:
     def count(text: str) -> int:
         return len(enc.encode(text, disallowed_special=())) if text else 0
 
-    count.estimator_name = f"tiktoken:{encoding}"  # type: ignore[attr-defined]  # see estimator_name
-    return count
+    named = cast(NamedEstimator, count)  # it is one once it holds the name
+    named.estimator_name = f"tiktoken:{encoding}"
+    return named
 
 
 # --------------------------------------------------------------------------- #

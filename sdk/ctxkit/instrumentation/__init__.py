@@ -32,7 +32,7 @@ import os
 from typing import Any, TypeVar
 
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
-from ctxkit.instrumentation.wrap import Adapter
+from ctxkit.providers import sdk_resources
 
 logger = logging.getLogger("ctxkit")
 __all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
@@ -44,7 +44,7 @@ _exit_hook = False
 
 
 def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
-              include_text: bool, window: int | None) -> Recorder:
+              include_text: bool, window: int | None, spool_dir: str | os.PathLike[str] | bool | None) -> Recorder:
     if ctxkit_client is not None:
         recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
     else:
@@ -54,7 +54,7 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
             return cached
         from ctxkit.record.client import Client
 
-        shared = cached.client if cached is not None else Client(api_key, host)
+        shared = cached.client if cached is not None else Client(api_key, host, spool_dir=spool_dir)
         recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
         _recorders.setdefault((api_key, host), recorder)
     _last.append(recorder)
@@ -67,35 +67,11 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
     return recorder
 
 
-Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
-
-
-def _resources(client: Any) -> list[Resource]:
-    """(name, resource, the paths of its model calls, adapter, resumed) to wrap, told apart by the
-    client's module; ``resumed``: (path prefix, adapter) of a resource's resumable streams, or None."""
-    module = type(client).__module__.split(".")[0]
-    if module == "anthropic":
-        from ctxkit.instrumentation import anthropic
-
-        out: list[Resource] = [("messages", client.messages, ("/v1/messages",), anthropic.manifest, None)]
-        beta = getattr(getattr(client, "beta", None), "messages", None)
-        if beta is not None:
-            out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), anthropic.manifest, None))
-        return out
-    if module == "openai":
-        from ctxkit.instrumentation import openai
-
-        return [("chat.completions", client.chat.completions, ("/chat/completions",), openai.chat_manifest, None),
-                ("responses", client.responses, ("/responses",), openai.responses_manifest,
-                 ("/responses/", openai.resumed_manifest))]
-    raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an anthropic or openai client")
-
-
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
     from ctxkit.instrumentation.wrap import warn_once, wrap
 
-    for name, resource, paths, adapter, resumed in _resources(client):
+    for name, resource, paths, adapter, resumed in sdk_resources(client):
         if not wrap(resource, paths, recorder, adapter, resumed):
             warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
                       "unrecorded", type(client).__name__, name)
@@ -161,6 +137,7 @@ class Instrument:
         include_text: bool = True,
         window: int | None = None,
         ctxkit_client: Any = None,
+        spool_dir: str | os.PathLike[str] | bool | None = True,
     ) -> ClientT:
         """Record every call of ``client``; returns the same client object.
 
@@ -168,7 +145,9 @@ class Instrument:
         run is one per process). ``include_text=False`` records tokens and hashes, never text.
         ``window``: the model's context window when ctxkit's table does not know it.
         ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
-        the one made from ``api_key`` / ``host``.
+        the one made from ``api_key`` / ``host``. ``spool_dir``: where manifests wait while ctxview
+        is away (``True``, the default: a per-user folder for this host and key; ``None``: nowhere,
+        they are dropped); the first ``instrument()`` call for a host and key decides.
         """
         try:
             if getattr(client, "__ctxkit_instrumented__", False):
@@ -177,9 +156,9 @@ class Instrument:
             if not key and ctxkit_client is None:
                 logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
                 return client
-            _resources(client)  # not an anthropic / openai client: TypeError, before a recorder is made
+            sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
             recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
-                                 agent, run_id, include_text, window)
+                                 agent, run_id, include_text, window, spool_dir)
             _hook(client, recorder)
         except Exception:
             logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)

@@ -3,26 +3,27 @@
 On the agent's thread a call costs a few object references: the request's keyword arguments
 (with a shallow copy of the message list, since agents append to it right after the call),
 the response or the exception, and two clock readings, put on a bounded queue. Parsing the
-request, estimating tokens, hashing the prefix and building the manifest happen on one daemon
-thread, which hands the manifest to the non-blocking :class:`ctxkit.Client`. A full queue
-drops the record (counted); nothing here raises into the agent.
+request, estimating tokens, hashing the prefix and building the manifest happen on the one
+background worker (ctxkit.record.background), which hands the manifest to the non-blocking
+:class:`ctxkit.Client`. A full queue drops the record (counted); nothing here raises into the agent.
 """
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import itertools
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
+
+from ctxkit.providers.call import CallRecord
+from ctxkit.record.background import Background
 
 logger = logging.getLogger("ctxkit")
 
@@ -65,50 +66,10 @@ def run(*, run_id: str | None = None, agent: str | None = None,
         _scope.reset(token)
 
 
-@dataclass(slots=True)
-class CallRecord:
-    """One model call as seen on the agent's thread; turned into a manifest later."""
-
-    adapter: Callable[[CallRecord], Any]  # builds the manifest
-    kwargs: dict[str, Any]
-    run_id: str
-    step: int
-    agent: str
-    evidence: list[str] | dict[str, str] | None
-    window: int | None
-    include_text: bool
-    started: float  # time.time()
-    duration: float = 0.0
-    response: Any = None
-    error: BaseException | None = None
-    stream_events: list[Any] | None = None
-    _call_id: str = ""
-
-    @property
-    def call_id(self) -> str:
-        # Made on the builder thread, on first use: a uuid4 costs microseconds the agent should not pay.
-        if not self._call_id:
-            self._call_id = uuid.uuid4().hex
-        return self._call_id
-
-    @property
-    def started_at(self) -> datetime:
-        return datetime.fromtimestamp(self.started, tz=UTC)
-
-    @property
-    def ended_at(self) -> datetime:
-        return self.started_at + timedelta(seconds=self.duration)
-
-
 class Recorder:
-    """The per-process buffer and builder thread shared by every instrumented client of one key.
-
-    The buffer is a deque (an append is atomic and costs a fraction of a queue.Queue put, which
-    takes a lock and notifies); the builder thread drains it and sleeps ``POLL`` seconds when it
-    is empty, so a manifest reaches ctxkit's Client at most that much later.
-    """
-
-    POLL = 0.05
+    """The per-process builder shared by every instrumented client of one key: the calls go to
+    the one background worker (ctxkit.record.background), which builds each manifest and hands
+    it to the non-blocking ctxkit Client."""
 
     def __init__(self, client: Any, *, agent: str, run_id: str | None, include_text: bool,
                  window: int | None, max_queue: int = 10_000) -> None:
@@ -117,14 +78,9 @@ class Recorder:
         self.default_run = run_id or f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
         self.include_text = include_text
         self.window = window
-        self.max_queue = max_queue
-        self._buffer: collections.deque[CallRecord] = collections.deque()
-        self._start_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._busy = False
-        self._pid = os.getpid()
         self.stats = {"recorded": 0, "dropped": 0, "failed": 0}
+        self.background: Background[CallRecord] = Background(self._build, name="ctxkit-instrument",
+                                                             max_queue=max_queue, stats=self.stats)
 
     def new_record(self, adapter: Callable[[CallRecord], Any], kwargs: dict[str, Any],
                    per_call: dict[str, Any] | None) -> CallRecord:
@@ -147,53 +103,21 @@ class Recorder:
                           self.include_text, time.time())
 
     def submit(self, record: CallRecord) -> None:
+        self.background.submit(record)
+
+    def _build(self, record: CallRecord) -> None:
         try:
-            if self._pid != os.getpid():  # forked: the parent's thread does not exist here
-                self._pid, self._thread, self._buffer = os.getpid(), None, collections.deque()
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                self._start()
-            if len(self._buffer) >= self.max_queue:
-                self.stats["dropped"] += 1
-                return
-            self._buffer.append(record)
-        except Exception:  # never into the agent
-            self.stats["dropped"] += 1
-
-    def _start(self) -> None:
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="ctxkit-instrument", daemon=True)
-                self._thread.start()
-
-    def _work(self) -> None:
-        buffer = self._buffer
-        while True:
-            try:
-                self._busy = True
-                record = buffer.popleft()
-            except IndexError:
-                self._busy = False
-                self._wake.wait(self.POLL)
-                self._wake.clear()
-                if buffer is not self._buffer:
-                    return  # replaced after a fork
-                continue
-            try:
-                manifest = record.adapter(record)
-                if manifest is not None:
-                    self.client.capture(manifest)
-                    self.stats["recorded"] += 1
-            except Exception:
-                self.stats["failed"] += 1
-                logger.debug("ctxkit.instrument: could not build a manifest", exc_info=True)
+            manifest = record.adapter(record)
+            if manifest is not None:
+                self.client.capture(manifest)
+                self.stats["recorded"] += 1
+        except Exception:
+            self.stats["failed"] += 1
+            logger.debug("ctxkit.instrument: could not build a manifest", exc_info=True)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every recorded call is built and handed to the Client, then flush the Client."""
         deadline = time.monotonic() + timeout
-        while (self._buffer or self._busy) and self._thread is not None and self._thread.is_alive():
-            if time.monotonic() > deadline:
-                return False
-            self._wake.set()
-            time.sleep(0.005)
+        if not self.background.drain(deadline):
+            return False
         return bool(self.client.flush(timeout=max(0.0, deadline - time.monotonic())))

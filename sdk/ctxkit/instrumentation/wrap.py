@@ -26,17 +26,15 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from types import CoroutineType
 from typing import Any
 
-from ctxkit.instrumentation.recorder import CallRecord, Recorder
+from ctxkit.instrumentation.recorder import Recorder
+from ctxkit.providers.call import Adapter, CallRecord, is_api_response
 
-Adapter = Callable[[CallRecord], Any]
-_LIST_ARGS = ("messages", "input", "tools", "system")
 _UNSET = ("Omit", "NotGiven")  # the SDKs' "argument not given" sentinels, left in the body dict
 PUBLIC_METHODS = ("create", "parse", "stream", "retrieve")
 
@@ -54,14 +52,6 @@ def warn_once(message: str, *args: Any) -> None:
         logger.warning(text)
 
 
-def _drop_none(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _drop_none(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [_drop_none(v) for v in obj]
-    return obj
-
-
 UNREAD = "the agent did not read the response body: no usage or finish reason"
 
 
@@ -73,64 +63,11 @@ def _body_read(obj: Any) -> bool:
     return True
 
 
-def _response_json(obj: Any) -> Any:
-    """An API response object's body as the model's dump would be (``None`` left out), or None
-    when the agent has not read it: ``content`` raises instead of reading a streamed body."""
-    try:
-        content = obj.http_response.content
-    except Exception:
-        return None
-    try:
-        return _drop_none(json.loads(content))
-    except ValueError:
-        return None
-
-
-def _is_api_response(obj: Any) -> bool:
-    # Looked up on the class first: a missing attribute of a pydantic model (the common result)
-    # goes through its slow __getattr__.
-    cls = type(obj)
-    return not hasattr(cls, "model_dump") and callable(getattr(cls, "parse", None)) and hasattr(obj, "http_response")
-
-
-def plain(obj: Any) -> Any:
-    """SDK objects (pydantic) as dicts and lists; dicts and lists as they are; an API response
-    object (``with_raw_response`` / ``with_streaming_response``) as its decoded body."""
-    if obj is None or isinstance(obj, str | int | float | bool):
-        return obj
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [plain(v) for v in obj]
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        try:  # warnings=False: a parse() result's generic field warns on the builder thread otherwise
-            return dump(mode="python", exclude_none=True, warnings=False)
-        except TypeError:
-            return dump()
-    if _is_api_response(obj):
-        return _response_json(obj)
-    return obj
-
-
-def field(obj: Any, name: str) -> Any:
-    """``obj[name]`` of a parsed JSON event (a dict), ``obj.name`` of an SDK event object: the
-    adapters read streamed events of both kinds (instrument() sees objects, the proxy dicts)."""
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
 def _snapshot(body: Any) -> dict[str, Any]:
-    """What the call sent, safe from the agent's appends after it (a shallow copy of lists)."""
+    """What the call sent, safe from the agent's appends after it (a shallow copy of its lists)."""
     if not isinstance(body, dict):
         return {}
-    snap = dict(body)
-    for name in _LIST_ARGS:
-        value = snap.get(name)
-        if isinstance(value, list):
-            snap[name] = list(value)
-    return snap
+    return {k: list(v) if type(v) is list else v for k, v in body.items()}
 
 
 def _given(adapter: Adapter) -> Adapter:
@@ -141,7 +78,7 @@ def _given(adapter: Adapter) -> Adapter:
     def build(record: CallRecord) -> Any:
         record.kwargs = {k: v for k, v in record.kwargs.items() if type(v).__name__ not in _UNSET}
         manifest = adapter(record)
-        if manifest is not None and _is_api_response(record.response) and not _body_read(record.response):
+        if manifest is not None and is_api_response(record.response) and not _body_read(record.response):
             # with_streaming_response left without reading: the request is known, the answer is not.
             manifest.warnings = [*manifest.warnings, UNREAD]
         return manifest
@@ -255,7 +192,7 @@ def _watch_api_response(response: Any, record: CallRecord, recorder: Recorder, s
 
 def _finish(record: CallRecord, recorder: Recorder, result: Any, stream: bool, t0: float) -> None:
     try:
-        if _is_api_response(result):
+        if is_api_response(result):
             _watch_api_response(result, record, recorder, stream, t0)
             return
         if stream and _observe(result, record, recorder, t0):
@@ -279,6 +216,11 @@ def _resumes(path: Any, prefix: str, kwargs: dict[str, Any]) -> bool:
     ``responses.retrieve(id, stream=True)``), resuming the events of an existing response."""
     return bool(kwargs.get("stream")) and isinstance(path, str) and path.startswith(prefix) \
         and "/" not in path[len(prefix):]
+
+
+def _mark_wrapped(fn: Callable[..., Any]) -> None:
+    """Mark ``fn`` as ctxkit's wrapper (``__ctxkit_wrapped__``), so a resource hooked twice is wrapped once."""
+    fn.__dict__["__ctxkit_wrapped__"] = True
 
 
 def _hook(resource: Any, attr: str, paths: Collection[str], recorder: Recorder, adapter: Adapter,
@@ -324,7 +266,7 @@ def _hook(resource: Any, attr: str, paths: Collection[str], recorder: Recorder, 
         _finish(record, recorder, result, stream, t0)
         return result
 
-    post.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
+    _mark_wrapped(post)
     try:
         setattr(resource, attr, post)
         # A property in another SDK version may refuse the instance attribute, or ignore it.
@@ -392,7 +334,7 @@ def _take_ctxview(resource: Any, name: str) -> None:
         except Exception:
             return result
 
-    method.__ctxkit_wrapped__ = True  # type: ignore[attr-defined]
+    _mark_wrapped(method)
     try:
         setattr(resource, name, method)
     except Exception:  # ctxview={...} then reaches the SDK, which rejects it: as without ctxkit

@@ -6,10 +6,9 @@ that asks for the summary (recorded like any call), then continues with a histor
 shorter than before and opens with the summary. The proxy sees only the calls, so a call is a
 compaction when, in the same run:
 
-- its history (``messages`` / ``input``) is shorter than the previous call's, and
-- its first user message holds a summary: an item of kind ``summary`` in its manifest (Claude
-  Code's summary opening, a generic ``Summary:`` opening, Anthropic's ``compaction`` block,
-  OpenAI's ``compaction`` item; see ctxkit.record.summaries).
+- its history (ctxkit.proxy.history) is shorter than the previous call's, and
+- its first user message holds a summary: an item of kind ``summary`` in its manifest (an
+  agent's summary opening, ctxkit.agents; a provider's compaction block or item).
 
 The :class:`~ctxkit.manifest.Compaction` goes on that call: ``tokens_before`` is the
 previous call's input tokens (normalised usage, else the sum of its items' tokens),
@@ -25,14 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from ctxkit.context.compaction import survival_checks
 from ctxkit.manifest import MAX_EVIDENCE, MAX_NAME, MAX_REASON, Compaction, Invariant, Manifest
-from ctxkit.proxy.runs import conversation_of
-from ctxkit.record.summaries import summary_strategy, summary_trigger
+from ctxkit.proxy.history import History
+from ctxkit.proxy.lru import LRU
 
 __all__ = ["CompactionWatch"]
 
@@ -53,80 +51,32 @@ def _tokens(manifest: Manifest) -> int:
     return sum(item.requested_tokens for item in manifest.items)
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _text(blocks: list[dict[str, Any]]) -> str:
-    return "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b.get("text"), str))
-
-
-def _summary_at(history: list[Any]) -> tuple[int, str, str]:
-    """(index of the message holding the summary, strategy, trigger); index -1 when the first
-    user message holds none."""
-    for index, entry in enumerate(history):
-        if not isinstance(entry, dict):
-            continue
-        if entry.get("type") == "compaction":  # OpenAI Responses' compaction item
-            return index, "openai_compaction", "provider"
-        if entry.get("role") != "user":
-            continue
-        blocks = _blocks(entry.get("content"))
-        if any(b.get("type") == "compaction" for b in blocks):
-            return index, "anthropic_compaction", "provider"
-        for block in blocks:
-            strategy = summary_strategy(str(block.get("text", ""))) if block.get("type", "text") in (
-                "text", "input_text") else ""
-            if strategy:  # Claude Code's /compact command may sit in any later user message
-                later = "\n".join(_text(_blocks(e.get("content"))) for e in history[index:]
-                                  if isinstance(e, dict) and e.get("role") == "user")
-                return index, strategy, summary_trigger(later)
-        return -1, "", ""
-    return -1, "", ""
-
-
-def _says_something(entry: Any) -> bool:
-    """A user message with text (not only tool results)."""
-    return isinstance(entry, dict) and entry.get("role") == "user" and any(
-        b.get("type", "text") in ("text", "input_text") for b in _blocks(entry.get("content")))
-
-
-def _kept_turns(after_summary: list[Any]) -> int:
-    """The user turns kept verbatim after the summary: its user messages with text, but for the
-    last user message when that is the prompt the agent just added (not a tool result)."""
-    users = [entry for entry in after_summary if isinstance(entry, dict) and entry.get("role") == "user"]
-    turns = sum(1 for entry in users if _says_something(entry))
-    return turns - 1 if users and _says_something(users[-1]) else turns
-
-
 class CompactionWatch:
     """Remembers the last call of each run (bounded, least recently used out first) and tells
     whether the next one is a compaction; used from the proxy's one builder thread (and locked)."""
 
     def __init__(self, *, max_runs: int = 10_000) -> None:
         self.max_runs = max_runs
-        self._last: OrderedDict[str, _Seen] = OrderedDict()
+        self._last: LRU[str, _Seen] = LRU(max_runs)
         self._lock = threading.Lock()
 
-    def observe(self, api: str, request: dict[str, Any], manifest: Manifest) -> Compaction | None:
-        """Remember ``manifest`` as its run's last call; the compaction it shows, if any."""
-        history = conversation_of(api, request)
+    def observe(self, api: str, request: dict[str, Any], manifest: Manifest,
+                history: History | None = None) -> Compaction | None:
+        """Remember ``manifest`` as its run's last call; the compaction it shows, if any
+        (``history``: the call's, when the caller parsed it already)."""
+        history = history if history is not None else History(api, request)
         declared = {e.literal: e.key for e in manifest.evidence if e.literal}
         present = tuple(e.literal for e in manifest.evidence if e.literal and e.present)
         seen = _Seen(messages=len(history), tokens=_tokens(manifest), compacted=bool(manifest.compactions),
                      present=present)
         with self._lock:
-            previous = self._last.pop(manifest.run_id, None)
-            self._last[manifest.run_id] = seen
-            while len(self._last) > self.max_runs:
-                self._last.popitem(last=False)
+            previous = self._last.pop(manifest.run_id)
+            self._last.put(manifest.run_id, seen)
         if previous is None or previous.compacted or manifest.compactions or seen.messages >= previous.messages:
             return None
         summary = next((item for item in manifest.items if item.kind == "summary"), None)
-        at, strategy, trigger = _summary_at(history)
-        if summary is None or at < 0:
+        found = history.summary
+        if summary is None or found is None:
             return None
         invariants = []
         # Only what the previous call sent can be lost by the compaction.
@@ -139,6 +89,6 @@ class CompactionWatch:
             invariants.append(Invariant(name="required_evidence", ok=check.ok, detail=check.detail[:MAX_REASON],
                                         lost=lost))
         digest = hashlib.sha256(f"{manifest.run_id}\x1f{manifest.step}".encode()).hexdigest()[:16]
-        return Compaction(id=f"compaction-{digest}", strategy=strategy, tokens_before=previous.tokens,
-                          tokens_after=seen.tokens, trigger=trigger, kept_turns=_kept_turns(history[at + 1:]),
+        return Compaction(id=f"compaction-{digest}", strategy=found.strategy, tokens_before=previous.tokens,
+                          tokens_after=seen.tokens, trigger=found.trigger, kept_turns=history.kept_turns(found.at),
                           summary_item=summary.id, invariants=invariants)

@@ -22,7 +22,11 @@ class ProxyConfig:
     ctxview_api_key: str = ""
     include_text: bool = True
     agent: str = ""
-    spool_dir: str | None = None
+    spool_dir: str | bool | None = True  # True: the per-user default folder; None: no spool
     max_record_bytes: int = 32 * 1024 * 1024
     connect_timeout: float = 30.0
     read_timeout: float = 600.0
+
+    def upstream(self, name: str) -> str:
+        """The URL of a provider's upstream (``name``: its ``UPSTREAM``, ctxkit.providers)."""
+        return str(getattr(self, f"{name}_upstream"))

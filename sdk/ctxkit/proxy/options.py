@@ -57,7 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="agent name for calls without an X-Ctxview-Agent header (default: the client's "
                              "product from its User-Agent, e.g. claude-cli)")
     parser.add_argument("--spool-dir", default=None, metavar="DIR",
-                        help="keep manifests on disk while ctxview is unreachable and send them later")
+                        help="where manifests wait while ctxview is unreachable, sent as soon as it answers "
+                             "(default: a per-user folder, $XDG_STATE_HOME/ctxkit/spool or "
+                             "~/.local/state/ctxkit/spool, one subfolder per ctxview host and key)")
+    parser.add_argument("--no-spool", action="store_true",
+                        help="keep nothing on disk: what cannot be sent while ctxview is away is dropped")
     parser.add_argument("--max-record-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                         help="a request body larger than this is forwarded but not recorded (default 32 MiB)")
     parser.add_argument("--connect-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -73,7 +77,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         openai_upstream=args.openai_upstream,
         ctxview_host=args.ctxview_host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_CTXVIEW_HOST,
         ctxview_api_key=args.ctxview_api_key or os.environ.get("CTXVIEW_API_KEY", ""),
-        include_text=not args.no_text, agent=args.agent, spool_dir=args.spool_dir,
+        include_text=not args.no_text, agent=args.agent,
+        spool_dir=None if args.no_spool else (args.spool_dir or True),
         max_record_bytes=args.max_record_bytes, connect_timeout=args.connect_timeout,
         read_timeout=args.read_timeout,
     )
@@ -95,6 +100,14 @@ def run(config: ProxyConfig) -> int:
         capture = CaptureProcess(api_key=config.ctxview_api_key, host=config.ctxview_host,
                                  spool_dir=config.spool_dir, include_text=config.include_text, agent=config.agent)
         target = f"recording to {config.ctxview_host}" + ("" if config.include_text else " (no text)")
+        if config.spool_dir is None or config.spool_dir is False:
+            target += "; no spool"
+        else:
+            from ctxkit.record.spool import default_spool_dir
+
+            folder = default_spool_dir(config.ctxview_host, config.ctxview_api_key) if config.spool_dir is True \
+                else config.spool_dir
+            target += f"; spooling to {folder} while ctxview is away"
     else:
         target = "recording nothing: no CTXVIEW_API_KEY (or --ctxview-api-key)"
 

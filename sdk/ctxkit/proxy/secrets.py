@@ -19,6 +19,11 @@ from typing import Any
 
 __all__ = ["PATTERNS", "mask_text", "mask_json", "mask_json_text"]
 
+# The names whose assigned value is a secret, wherever they end a longer name (DB_PASSWORD).
+_NAME = (r"(?i:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|secret|passwd|password|passphrase"
+         r"|token)")
+_NAME_AT_END = re.compile(_NAME + r"\Z")
+
 # (kind, hints, pattern). A pattern runs only on text holding one of its hints (lower case;
 # substring searches, in C), and each starts with a literal where it can, which the regex engine
 # scans for quickly; most of a context holds none. Applied in this order (the specific before
@@ -40,14 +45,29 @@ PATTERNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("jwt", ("eyj",), r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     ("bearer-token", ("bearer",), r"(?P<keep>(?i:bearer)\s+)[A-Za-z0-9._~+/\-]{16,}=*"),
     ("url-password", ("://",), r"(?P<keep>://)[^/\s:@\"\\]{1,100}:[^/\s@\"\\]{3,200}(?=@)"),
-    # a value assigned to a secret-looking name: API_KEY=..., "password": "...", token: ...
-    ("secret", ("key", "secret", "passw", "token"),
-     r"(?P<keep>(?i:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|secret|passwd|password|token)"
-     r"\\?[\"']?\s*[:=]\s*\\?[\"']?)(?!\[masked:)[^\s\"'\\,;)\]}>]{8,}"),
+    # a value assigned to a secret-looking name (API_KEY=..., "password": "...", token: ...), masked
+    # whole: a quoted value up to its closing quote, any other up to the end of the line
+    ("secret", ("key", "secret", "passw", "passphrase", "token"),
+     rf"(?P<keep>{_NAME}[\"']?\s*[:=]\s*[\"']?)(?!\[masked:)"
+     r"(?:(?<=\")[^\"\r\n]+|(?<=')[^'\r\n]+|(?<![\"'])(?![\"'])[^\r\n]+)"),
 )
-# Patterns stop at a quote or backslash, so masking a JSON document's text keeps it JSON.
+
+# The same rule for the text of a JSON document, where a line ends at a ``\n`` or ``\r`` escape
+# and a string at an unescaped quote. A value is read escape by escape (``\\.``), so a mask
+# never cuts one in half and the document stays JSON of the same shape: a key's string value is
+# masked whole (a number, ``null`` or ``true`` after a key is left alone), a value inside a
+# string up to its closing ``\"`` or ``'``, or else to the end of its line or string.
+_JSON_SECRET = (
+    rf"(?P<keep>{_NAME}(?:\"\s*:\s*\"|(?:\\\"|')?\s*[:=]\s*(?:\\\"|')?))(?!\[masked:)"
+    r"(?:(?<=\\\")(?:\\[^\"nr]|[^\"\\])+"
+    r"|(?<=')(?:\\[^nr]|[^'\"\\])+"
+    r"|(?<=\")(?<!\\\")(?:\\.|[^\"\\])+"
+    r"|(?<![\"'])(?!\\?[\"'])(?:\\[^nr]|[^\"\\])+)"
+)
 
 _COMPILED = tuple((kind, hints, re.compile(pattern)) for kind, hints, pattern in PATTERNS)
+_COMPILED_JSON = tuple((kind, hints, re.compile(_JSON_SECRET) if kind == "secret" else compiled)
+                       for kind, hints, compiled in _COMPILED)
 
 
 def _masker(kind: str) -> Callable[[re.Match[str]], str]:
@@ -60,33 +80,42 @@ def _masker(kind: str) -> Callable[[re.Match[str]], str]:
 _REPLACERS = {kind: _masker(kind) for kind, _, _ in PATTERNS}
 
 
-def mask_json_text(text: str) -> tuple[str, int]:
-    """``text`` with every secret-looking value replaced by ``[masked:<kind>]``, and how many
-    were. Works on a whole JSON document at once: the patterns stop at a quote or backslash, so
-    the result is JSON of the same shape (the caller parses it; should that ever fail,
-    :func:`mask_json` on the parsed value reaches the same result string by string)."""
+def _mask(text: str, compiled: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]) -> tuple[str, int]:
     if not text:
         return text, 0
     lowered = text.lower()
     total = 0
-    for kind, hints, pattern in _COMPILED:
+    for kind, hints, pattern in compiled:
         if any(hint in lowered for hint in hints):
             text, count = pattern.subn(_REPLACERS[kind], text)
             total += count
     return text, total
 
 
+def mask_json_text(text: str) -> tuple[str, int]:
+    """The text of a JSON document with every secret-looking value replaced by
+    ``[masked:<kind>]``, and how many were. Works on the whole document at once: the patterns
+    stop at a quote or an escape, so the result is JSON of the same shape (the caller parses it;
+    should that ever fail, :func:`mask_json` on the parsed value reaches the same result string by
+    string)."""
+    return _mask(text, _COMPILED_JSON)
+
+
 def mask_text(text: str) -> str:
     """``text`` with every secret-looking value replaced by ``[masked:<kind>]``."""
-    return mask_json_text(text)[0]
+    return _mask(text, _COMPILED)[0]
 
 
 def mask_json(value: Any) -> Any:
-    """A parsed JSON value with :func:`mask_text` applied to every string in it (keys included)."""
+    """A parsed JSON value with :func:`mask_text` applied to every string in it (keys included);
+    the string value of a key that ends in a secret-looking name is masked whole."""
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
-        return {mask_text(k) if isinstance(k, str) else k: mask_json(v) for k, v in value.items()}
+        return {mask_text(k) if isinstance(k, str) else k:
+                "[masked:secret]" if isinstance(k, str) and isinstance(v, str) and v and _NAME_AT_END.search(k)
+                and not v.startswith("[masked:") else mask_json(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [mask_json(v) for v in value]
     return value

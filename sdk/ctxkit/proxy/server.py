@@ -1,10 +1,9 @@
 """The proxy's HTTP side (aiohttp): forward every request to the provider, keep a copy of the
 model calls for ctxkit.proxy.capture.
 
-One port serves both APIs. A request goes to the Anthropic upstream when its path is under
-``/v1/messages`` or ``/v1/complete`` or it carries an ``anthropic-version`` header (every
-Anthropic client sends one; ``/v1/models`` and ``/v1/files`` exist in both APIs); everything
-else goes to the OpenAI upstream. The path and query are forwarded exactly as received.
+One port serves every API. Which upstream a request goes to, and whether it is a recorded model
+call, its provider says (ctxkit.providers: routing by path and headers; OpenAI's upstream takes
+what no other provider claims). The path and query are forwarded exactly as received.
 
 Forwarding is transparent: the method, path, query, body and end-to-end headers go upstream
 unchanged (hop-by-hop headers, ``Host`` and the proxy's own ``X-Ctxview-*`` headers are
@@ -12,16 +11,19 @@ dropped; nothing is added: no ``Accept-Encoding``, ``User-Agent`` or ``Via`` of 
 own; on recorded calls ``Accept-Encoding`` keeps only gzip, deflate and identity, the encodings
 the proxy can read back for the manifest); the provider's status, reason, end-to-end headers
 and body come back unchanged, the body chunk by chunk as it arrives (compressed bodies stay
-compressed). Recorded calls (``POST
-/v1/messages``, ``/v1/chat/completions``, ``/v1/responses``, and ``GET /v1/responses/{id}``
-with ``stream=true``) have their request body read first (up to ``max_record_bytes``; a larger
-one is streamed through unrecorded) and a copy of the response kept; all other requests stream
-their bodies both ways.
+compressed), with no header the provider did not send (aiohttp's own ``Date``, ``Server`` and
+default ``Content-Type`` are taken out again; only the framing, ``Content-Length`` or
+``Transfer-Encoding`` and ``Connection``, is the proxy's). Bodies stream both ways on every
+request. Recorded calls (the providers' model calls: ``POST /v1/messages``,
+``/v1/chat/completions``, ``/v1/responses``, ...) keep a copy of the request body as it goes
+upstream (up to ``max_record_bytes``; a larger one is forwarded unrecorded) and of the response
+as it comes back; the copies are handed to the recorder once the agent has the whole answer, so
+forwarding never waits for recording.
 
 Failures, as the agent sees them:
 - the upstream cannot be reached (refused, DNS, TLS, connect timeout): ``502`` with a JSON body
-  in the provider's error shape naming the upstream and the cause (the SDKs retry a 502 as they
-  retry a connection error);
+  in the provider's error shape (its module's ``error_body``) naming the upstream and the cause
+  (the SDKs retry a 502 as they retry a connection error);
 - the upstream cuts a response short: the proxy closes the agent's connection at the same point,
   without ending the body, so the agent sees a truncated response as it would directly;
 - the agent disconnects: the upstream request is closed at once (cancelling generation).
@@ -31,7 +33,6 @@ The proxy itself never answers a request with an error of its own otherwise.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -44,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from ctxkit import providers
 from ctxkit.proxy.capture import IDENTITY_HEADERS, Capture, Exchange, Recorder
 from ctxkit.proxy.config import ProxyConfig
 
@@ -59,19 +61,9 @@ MAX_KEPT_RESPONSE = 64 * 1024 * 1024  # a copy longer than this is not kept whol
 
 
 def route(method: str, path: str, query: str, headers: Any) -> tuple[str, str]:
-    """(upstream: "anthropic" or "openai", recorded API or "") of one request."""
-    anthropic = path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers
-    if method == "POST":
-        if path == "/v1/messages":
-            return "anthropic", "anthropic.messages"
-        if path == "/v1/chat/completions" and not anthropic:
-            return "openai", "openai.chat"
-        if path == "/v1/responses" and not anthropic:
-            return "openai", "openai.responses"
-    elif method == "GET" and path.startswith("/v1/responses/") and "/" not in path[len("/v1/responses/"):] \
-            and "stream=true" in query.lower() and not anthropic:
-        return "openai", "openai.responses.resumed"
-    return ("anthropic" if anthropic else "openai"), ""
+    """(the upstream, e.g. "anthropic" or "openai"; the recorded API or "") of one request."""
+    provider, api = providers.route(method, path, query, headers)
+    return provider.UPSTREAM, api
 
 
 def _connection_tokens(headers: Any) -> set[str]:
@@ -90,12 +82,80 @@ def _decodable_encodings(values: list[str]) -> str:
     return ", ".join(p for p in kept if p)
 
 
-def _error_body(upstream: str, status: int, message: str) -> bytes:
-    if upstream == "anthropic":
-        body: dict[str, Any] = {"type": "error", "error": {"type": "api_error", "message": message}}
-    else:
-        body = {"error": {"message": message, "type": "server_error", "param": None, "code": "proxy_upstream_error"}}
-    return json.dumps(body).encode()
+# What aiohttp puts in a response that has none: taken out again unless the response set it.
+ADDED_BY_AIOHTTP = ("Date", "Server", "Content-Type")
+
+
+class _Relayed(web.StreamResponse):
+    """A response whose headers are the ones it was made with, plus framing (``Content-Length``
+    or ``Transfer-Encoding``, ``Connection``): see :func:`_without_added_headers`."""
+
+    def __init__(self, status: int, reason: str | None, headers: list[tuple[str, str]]) -> None:
+        super().__init__(status=status, reason=reason)
+        for name, value in headers:
+            self.headers.add(name, value)
+        self.chosen = frozenset(name.lower() for name, _ in headers)
+
+
+async def _without_added_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp's ``on_response_prepare``: runs after aiohttp filled in its defaults, just before
+    the headers are written."""
+    chosen = getattr(response, "chosen", None)
+    if chosen is not None:
+        for name in ADDED_BY_AIOHTTP:
+            if name.lower() not in chosen:
+                response.headers.popall(name, None)
+
+
+class _OwnAnswer(web.Response):
+    """The proxy's own answer: a JSON body, its type and length, nothing else."""
+
+    chosen = frozenset(("content-type",))
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status=status, body=body, content_type="application/json")
+
+
+class _Tee:
+    """The agent's request body on its way upstream, with a copy kept for the recorder: each
+    chunk is forwarded as it arrives; the copy stops (``over``) past ``limit`` bytes."""
+
+    def __init__(self, request: web.Request, limit: int) -> None:
+        self.request = request
+        self.limit = limit
+        self.kept: list[bytes] = []
+        self.size = 0
+        self.over = False
+        self.complete = not request.body_exists
+
+    def _keep(self, chunk: bytes) -> None:
+        if self.over:
+            return
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.over, self.kept = True, []
+        else:
+            self.kept.append(chunk)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while chunk := await self.request.content.readany():
+            self._keep(chunk)
+            yield chunk
+        self.complete = True
+
+    @property
+    def whole(self) -> bool:
+        """The copy holds the entire body."""
+        return not self.over and (self.complete or self.request.content.is_eof())
+
+    async def drain(self) -> None:
+        """Read (and keep) what the upstream did not take, when it could not be reached."""
+        while not self.complete and not self.over:
+            chunk = await self.request.content.readany()
+            if not chunk:
+                self.complete = True
+            else:
+                self._keep(chunk)
 
 
 class Proxy:
@@ -104,8 +164,7 @@ class Proxy:
     def __init__(self, config: ProxyConfig, capture: Recorder | None) -> None:
         self.config = config
         self.capture = capture
-        self.upstreams = {"anthropic": URL(config.anthropic_upstream.rstrip("/")),
-                          "openai": URL(config.openai_upstream.rstrip("/"))}
+        self.upstreams = {name: URL(config.upstream(name).rstrip("/")) for name in providers.UPSTREAMS}
         self.session: aiohttp.ClientSession | None = None
 
     async def start_session(self) -> None:
@@ -123,6 +182,7 @@ class Proxy:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=0)
         app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_response_prepare.append(_without_added_headers)
         app.on_startup.append(lambda _: self.start_session())
         app.on_cleanup.append(lambda _: self.close())
         return app
@@ -143,26 +203,6 @@ class Proxy:
                 headers["Accept-Encoding"] = narrowed
         return headers
 
-    async def _read_for_record(self, request: web.Request) -> tuple[bytes | None, AsyncIterator[bytes] | None]:
-        """The whole body (bytes) when it fits ``max_record_bytes``, else a stream of it (None, stream)."""
-        chunks: list[bytes] = []
-        size = 0
-        limit = self.config.max_record_bytes
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                return b"".join(chunks), None
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                return None, self._rest(chunks, request)
-
-    async def _rest(self, head: list[bytes], request: web.Request) -> AsyncIterator[bytes]:
-        for chunk in head:
-            yield chunk
-        while chunk := await request.content.readany():
-            yield chunk
-
     async def _stream_body(self, request: web.Request) -> AsyncIterator[bytes]:
         while chunk := await request.content.readany():
             yield chunk
@@ -172,31 +212,34 @@ class Proxy:
         recording = bool(api) and self.capture is not None
         headers = self._forward_headers(request, recording)
         data: Any = None
+        tee: _Tee | None = None
         exchange: Exchange | None = None
         if recording:
-            body, rest = await self._read_for_record(request)
-            data = body if body is not None else rest
-            if body is not None:
-                lowered = {k.lower(): v for k, v in request.headers.items()}
-                exchange = Exchange(api=api, request_body=body, started=time.time(),
-                                    headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered})
+            lowered = {k.lower(): v for k, v in request.headers.items()}
+            exchange = Exchange(api=api, request_body=b"", started=time.time(),
+                                headers={k: lowered[k] for k in IDENTITY_HEADERS if k in lowered},
+                                path=request.path)
+            tee = _Tee(request, self.config.max_record_bytes)
+            data = tee.chunks() if request.body_exists else None
         elif request.body_exists:
             data = self._stream_body(request)
         skip = [h for h in AUTO_HEADERS if h not in headers]
         t0 = time.perf_counter()
         try:
-            return await self._exchange(request, upstream, headers, data, skip, exchange, t0)
+            return await self._exchange(request, upstream, headers, data, skip, exchange, tee, t0)
         except asyncio.CancelledError:  # the agent disconnected (aiohttp cancels the handler)
             if exchange is not None and not exchange.failure:
                 exchange.failure = "the client disconnected before the response ended"
             raise
         finally:
-            if exchange is not None:
+            if exchange is not None and tee is not None and tee.whole:
                 exchange.duration = time.perf_counter() - t0
+                exchange.request_body = b"".join(tee.kept)  # one chunk: that chunk, not a copy
                 self.capture.submit(exchange)  # type: ignore[union-attr]  # recording: not None
 
     async def _exchange(self, request: web.Request, upstream: str, headers: CIMultiDict[str], data: Any,
-                        skip: list[str], exchange: Exchange | None, t0: float) -> web.StreamResponse:
+                        skip: list[str], exchange: Exchange | None, tee: _Tee | None,
+                        t0: float) -> web.StreamResponse:
         assert self.session is not None
         target = self._target(upstream, request)
         try:
@@ -206,10 +249,10 @@ class Proxy:
             message = f"ctxkit proxy: the upstream {self.upstreams[upstream]} did not answer " \
                       f"({type(exc).__name__}: {exc})"[:500]
             logger.warning("%s %s: %s", request.method, request.path, message)
-            if exchange is not None:
+            if exchange is not None and tee is not None:
                 exchange.failure = message
-            return web.Response(status=502, body=_error_body(upstream, 502, message),
-                                content_type="application/json")
+                await tee.drain()  # the call is recorded with the request the agent sent
+            return _OwnAnswer(502, providers.error_body(upstream, message))
         try:
             return await self._relay(request, up, exchange)
         finally:
@@ -217,11 +260,8 @@ class Proxy:
 
     async def _relay(self, request: web.Request, up: aiohttp.ClientResponse,
                      exchange: Exchange | None) -> web.StreamResponse:
-        response = web.StreamResponse(status=up.status, reason=up.reason)
         drop = HOP_BY_HOP | _connection_tokens(up.headers)
-        for name, value in up.headers.items():
-            if name.lower() not in drop:
-                response.headers.add(name, value)
+        response = _Relayed(up.status, up.reason, [(k, v) for k, v in up.headers.items() if k.lower() not in drop])
         if exchange is not None:
             exchange.status = up.status
             exchange.content_type = up.headers.get("Content-Type", "")

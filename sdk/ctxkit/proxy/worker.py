@@ -29,7 +29,7 @@ def _size(exchange: Exchange) -> int:
     return len(exchange.request_body) + sum(len(chunk) for chunk in exchange.chunks)
 
 
-def _serve(exchanges: Any, pending: Any, parent: int, api_key: str, host: str, spool_dir: str | None,
+def _serve(exchanges: Any, pending: Any, parent: int, api_key: str, host: str, spool_dir: str | bool | None,
            include_text: bool, agent: str, log_level: int) -> None:
     from ctxkit.record.client import Client
 
@@ -61,7 +61,7 @@ class CaptureProcess:
     the child is bounded in count (``max_queue``) and in bytes (``max_bytes``): past either, an
     exchange is dropped (counted) rather than held in the proxy's memory."""
 
-    def __init__(self, *, api_key: str, host: str, spool_dir: str | None = None, include_text: bool = True,
+    def __init__(self, *, api_key: str, host: str, spool_dir: str | bool | None = None, include_text: bool = True,
                  agent: str = "", max_queue: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         context = multiprocessing.get_context("spawn")
         self.max_bytes = max_bytes

@@ -189,7 +189,7 @@ def _usage(usage: Any, provider: str, warnings: list[str]) -> Usage:
         pass
     try:
         return normalize_usage(usage)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         warnings.append(clip(f"usage not recorded: {exc}", MAX_REASON))
         return Usage()
 
@@ -489,7 +489,7 @@ def blocks_from_plan(plan: Plan) -> list[Block]:
     from ctxkit.context.layout import Block
 
     return [
-        Block(a.name, a.kind, a.text, zone=a.zone)  # type: ignore[arg-type]
+        Block(a.name, a.kind, a.text, zone=a.zone)
         for a in plan.allocations
         if a.text and figures.kept_by(a.action)
     ]
@@ -656,7 +656,8 @@ class ContextBuilder:
         else:
             pinned_part = f"pinned segments ({pinned} tokens)"
         extra = sum(self.estimate(b.text) for b in blocks)
-        restated = [p for p in built.layout.placed if p.restated_from is not None] if built.layout else []
+        placed = built.layout.placed if built.layout else []
+        restated = [p for p in placed if p.restated_from is not None]
         cap = self.cap
         figures_of = (f"input cap {cap} = window {self.budget} - reserve {self.reserve} - margin {self.safety_margin}")
         advice = "reduce hard segments, split the task or use a larger window"
@@ -666,7 +667,7 @@ class ContextBuilder:
         copies = sum(p.tokens for p in restated)
         names = ", ".join(repr(p.restated_from) for p in restated)
         without = self.estimate(self.separator.join(
-            p.block.text for p in built.layout.placed if p.block.text and p.restated_from is None))  # type: ignore[union-attr]
+            p.block.text for p in placed if p.block.text and p.restated_from is None))
         fits_without = (f"; without the copy they would measure {without}, within the cap, but a pinned constraint "
                         "is stated at the start and restated at the end, so the copy is kept") if without <= cap else ""
         return (f"{pinned_part}, the restatement at the end of TAIL ({names}: {copies} "

@@ -7,7 +7,7 @@ definition, message content block) and names the prefix segments (text per segme
 provider's cache order); :func:`call_manifest` does the rest.
 
 Kinds: system -> ``system``; a tool definition -> ``tools``; a memory file the agent injects as user
-text -> ``memory`` (:func:`memory_files`: its ``source_ref`` names the files); the first other user
+text -> ``memory`` (ctxkit.agents.memory_files: its ``source_ref`` names the files); the first other user
 text -> ``task``; a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
 its result share a ``group`` (the tool call id), the result is ``tool_result`` (untrusted); a
 compaction block -> ``summary``. Every item was sent (action ``keep``), with tokens from
@@ -18,12 +18,12 @@ ctxkit's estimator; its id is its path in the request, its label what the agent 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxkit.agents import memory_files
 from ctxkit.context.layout import canonical_json
 from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.context.tokens import estimate_tokens
@@ -44,34 +44,11 @@ from ctxkit.manifest import (
     Usage,
     Zone,
 )
+from ctxkit.models import DEFAULT_WINDOW, WINDOW_ASSUMED, window_for
 from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
 from ctxkit.record.labels import item_labels
 
-__all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "memory_files", "DEFAULT_WINDOW"]
-
-DEFAULT_WINDOW = 128_000
-# Context windows by model family, longest prefix first wins; a caller's window= overrides.
-_WINDOWS: tuple[tuple[str, int], ...] = (
-    ("claude-sonnet-4-5", 200_000),
-    ("claude", 200_000),
-    ("gpt-4.1", 1_047_576),
-    ("gpt-5", 400_000),
-    ("gpt-4o", 128_000),
-    ("o1", 200_000),
-    ("o3", 200_000),
-    ("o4", 200_000),
-    ("gemini", 1_048_576),
-)
-
-
-def window_for(model: str) -> tuple[int, bool]:
-    """(window, known) for a model name."""
-    name = (model or "").lower().split("/")[-1]
-    for prefix, window in _WINDOWS:
-        if name.startswith(prefix):
-            return window, True
-    return DEFAULT_WINDOW, False
-
+__all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "DEFAULT_WINDOW"]
 
 @dataclass
 class Part:
@@ -97,28 +74,6 @@ def text_of(value: Any) -> str:
     if isinstance(value, list) and all(isinstance(v, dict) and isinstance(v.get("text"), str) for v in value):
         return "\n".join(v["text"] for v in value)
     return canonical_json(value)
-
-
-# Claude Code puts its memory files (CLAUDE.md and its rules) into one user text block inside
-# <system-reminder>, each under a line "Contents of <path> (<what it is>):".
-_CLAUDE_REMINDER = "<system-reminder>"
-_CLAUDE_FILE = re.compile(r"^Contents of (\S[^\n]*?) \([^()\n]*\):$", re.MULTILINE)
-# Codex sends each AGENTS.md as a user message "# AGENTS.md instructions for <folder>".
-_AGENTS_FILE = re.compile(r"\A# AGENTS\.md instructions for (\S[^\n]*)")
-
-
-def memory_files(text: str) -> list[str] | None:
-    """The files a user text injects when it is an agent's memory-file message (Claude Code's
-    CLAUDE.md reminder, Codex's AGENTS.md instructions), by their paths; None for any other text."""
-    head = text.lstrip()
-    if head.startswith(_CLAUDE_REMINDER):
-        paths = _CLAUDE_FILE.findall(head)
-        return paths or None
-    found = _AGENTS_FILE.match(head)
-    if found:
-        folder = found.group(1).strip()
-        return [folder if folder.endswith("AGENTS.md") else f"{folder.rstrip('/')}/AGENTS.md"]
-    return None
 
 
 def infer_kinds(parts: list[Part]) -> None:
@@ -242,9 +197,10 @@ def call_manifest(
 
     known = window is not None
     if window is None:
-        window, known = window_for(model)
+        window, known = window_for(model, provider)
     if not known:
-        notes.append(f"context window of {model or 'this model'} unknown; {window} assumed (pass window=)")
+        notes.append(f"{WINDOW_ASSUMED}: {window} tokens; the model table does not know {model or 'this model'}"
+                     " (pass window=)")
     window = max(1, clamp_tokens(window))
     reserve = min(clamp_tokens(output_reserve), window)
     return Manifest(

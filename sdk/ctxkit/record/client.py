@@ -12,6 +12,14 @@ to the optional on-disk :class:`~ctxkit.record.spool.Spool` (replayed later, als
 new process), or else is dropped and counted. The server is idempotent on
 ``call_id``, so a resend is always harmless.
 
+With a spool, a batch that gets no answer at all (connection refused, timeout) goes
+to disk at once instead of waiting in memory through its retries, and until the
+server answers again every new batch is tried once and then spooled. Meanwhile the
+worker probes every ``probe_interval`` seconds by sending the oldest spooled segment:
+the first answer replays the spool (not the next ``replay_interval`` tick). A server
+that answers with an error (5xx, 429, 401/403) is retried with backoff instead.
+``shutdown()`` logs how many manifests wait in the spool folder.
+
 When the queue is full, ``capture()`` appends to the spool on the caller's
 thread (one small file write); without a spool it just counts a drop.
 
@@ -33,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from ctxkit.record.spool import Spool, encode_line
+from ctxkit.record.spool import Spool, default_spool_dir, encode_line
 from ctxkit.record.transport import (
     BODY_OVERHEAD,
     PATH,
@@ -70,7 +78,7 @@ class Client:
         flush_interval: float = 1.0,
         timeout: float = 10.0,
         max_retries: int = 5,
-        spool_dir: str | os.PathLike[str] | None = None,
+        spool_dir: str | os.PathLike[str] | bool | None = None,
         gzip: bool = True,
         on_error: Callable[[str, int], None] | None = None,
         backoff_base: float = 0.5,
@@ -79,7 +87,11 @@ class Client:
         replay: bool = True,
         replay_interval: float = 30.0,
         replay_segments: int = 10,
+        probe_interval: float = 1.0,
     ) -> None:
+        """``spool_dir``: a folder for what cannot be sent yet; ``True`` for the per-user default
+        folder of this server and key (:func:`~ctxkit.record.spool.default_spool_dir`); ``None``
+        or ``False`` for no spool (what cannot be sent is dropped and counted)."""
         self.api_key = api_key
         self.url = host.rstrip("/") + PATH
         self.max_queue = max_queue
@@ -95,9 +107,12 @@ class Client:
         self.replay = replay
         self.replay_interval = replay_interval
         self.replay_segments = replay_segments
+        self.probe_interval = probe_interval
         self._opener = make_opener()
         self.spool: Spool | None = None
-        if spool_dir is not None:
+        if spool_dir is True:
+            spool_dir = default_spool_dir(host, api_key)
+        if spool_dir is not None and spool_dir is not False:
             try:
                 self.spool = Spool(spool_dir, max_bytes=spool_max_bytes)
             except OSError:
@@ -124,6 +139,8 @@ class Client:
         self._logged: set[str] = set()
         self._next_replay = 0.0  # monotonic time of the next spool replay; 0 = at worker start
         self._spool_dirty = True
+        self._down = False  # the last request got no answer: spool new batches after one try, probe
+        self._replay_failures = 0  # replays in a row the server answered with an error
 
     def _after_fork(self) -> None:
         self._init_runtime()
@@ -217,6 +234,12 @@ class Client:
             self._drain_queue(send=False)
             if self.spool is not None:
                 self.spool.close()
+                waiting = self.spool.waiting()
+                if waiting:
+                    logger.warning(
+                        "ctxkit: %d manifests wait on disk in %s; they are sent when a client with this spool "
+                        "runs and ctxview answers, or now with: ctxkit send-spool --dir %s",
+                        waiting, self.spool.directory, self.spool.directory)
             with self._cv:
                 return self._pending <= 0
         except Exception:
@@ -384,9 +407,11 @@ class Client:
 
     def _send_or_spool(self, batch: list[bytes]) -> None:
         try:
-            ok = self._send_batch(batch, self.max_retries)
+            ok = self._send_batch(batch, 0 if self._down else self.max_retries)
             if not ok:
                 self._give_up(batch, "server unreachable")
+                if self._down:
+                    self._next_replay = min(self._next_replay, time.monotonic() + self.probe_interval)
             elif self._spool_dirty:
                 self._next_replay = 0.0  # the server is back: replay the spool now
         except Exception:
@@ -438,7 +463,18 @@ class Client:
             failed = True
         self._spool_dirty = failed or (result is not None and result.left > 0)
         more = result is not None and result.left > 0 and not failed
-        self._next_replay = time.monotonic() + (0.0 if more else self.replay_interval)
+        if more:
+            delay = 0.0
+        elif failed and self._down:
+            delay = self.probe_interval  # nobody answers: try again soon, a refused connection is cheap
+        elif failed:
+            self._replay_failures += 1  # the server answers with errors: back off up to replay_interval
+            delay = min(self.replay_interval, self.probe_interval * 2 ** min(self._replay_failures, 16))
+        else:
+            delay = self.replay_interval
+        if not failed:
+            self._replay_failures = 0
+        self._next_replay = time.monotonic() + delay
 
     # ------------------------------------------------------------------ HTTP
 
@@ -466,6 +502,7 @@ class Client:
                 self._opener, self.url, self.api_key, lines, compress=self.gzip, timeout=self.timeout
             )
             status = response.status
+            self._down = status is None and self.spool is not None
             if status is not None and 200 <= status < 300:
                 self._account(response, len(lines), replay)
                 return True
@@ -489,7 +526,8 @@ class Client:
                 )
                 self._report(f"rejected: HTTP {status}", len(lines))
                 return True
-            if attempt >= retries or self._stop.is_set():
+            if attempt >= retries or self._stop.is_set() or self._down:
+                # With a spool, no answer at all sends the batch to disk now: the probe finds the server.
                 self._log_once("transient", "ctxkit: sending failed (%s)", response.error or f"HTTP {status}")
                 return False
             delay = backoff_delay(attempt, self.backoff_base, self.backoff_cap)

@@ -17,7 +17,18 @@ import msgspec
 
 from ctxkit import figures
 from ctxkit.context.tokens import Estimator, estimate_tokens
-from ctxkit.manifest import ITEM_KINDS, MAX_ID, MAX_NAME, MAX_REASON, MAX_TOKENS, Item, Trust
+from ctxkit.manifest import (
+    ITEM_KINDS,
+    MAX_ID,
+    MAX_NAME,
+    MAX_REASON,
+    MAX_TOKENS,
+    Action,
+    Item,
+    ItemKind,
+    Trust,
+    is_item_kind,
+)
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator import Plan
@@ -100,15 +111,15 @@ def plan_items(plan: Plan, untrusted_kinds: Collection[str], warnings: list[str]
             reason += f"; provenance merged from {', '.join(a.merged_sources)}"
         item = Item(
             id=short_id(a.name),
-            kind=a.kind,  # type: ignore[arg-type]
-            action=a.action,  # type: ignore[arg-type]
+            kind=a.kind,
+            action=a.action,
             requested_tokens=requested,
             granted_tokens=granted,
             used_tokens=used,
             priority=min(max(a.priority, 0), 1000),
             pinned=a.pinned,
             trust=trust_for(a.kind, a.trust, untrusted_kinds),
-            zone=a.zone,  # type: ignore[arg-type]
+            zone=a.zone,
             reason=clip(reason, MAX_REASON),
             source_ref=clip(a.source_ref, MAX_SOURCE_REF) if a.source_ref else None,
             content_hash=a.content_hash or None,
@@ -132,7 +143,7 @@ def layout_items(
         if short_id(p.id) in known:
             continue
         source = known.get(short_id(p.restated_from)) if p.restated_from else None
-        kind = p.block.kind if p.block.kind in ITEM_KINDS else "other"
+        kind: ItemKind = p.block.kind if is_item_kind(p.block.kind) else "other"
         if source is not None:
             reason = f"restates {p.restated_from!r} verbatim (same text, same hash) at the end of the tail"
             trust, pinned, content_hash = source.trust, source.pinned, source.content_hash
@@ -141,7 +152,7 @@ def layout_items(
             trust, pinned, content_hash = trust_for(kind, "trusted", untrusted_kinds), False, p.content_hash
         tokens = clamp_tokens(p.tokens)
         item = Item(
-            id=short_id(p.id), kind=kind, action="keep", requested_tokens=tokens,  # type: ignore[arg-type]
+            id=short_id(p.id), kind=kind, action="keep", requested_tokens=tokens,
             used_tokens=tokens, pinned=pinned, trust=trust, reason=reason, content_hash=content_hash,
         )
         out.append((item, p.block.text))
@@ -169,7 +180,7 @@ def record_items(
     for r in records:
         if r.id in skip or (r.compacted_by is None and not r.cleared):
             continue
-        kind = r.kind if r.kind in ITEM_KINDS else "history"
+        kind: ItemKind = r.kind if is_item_kind(r.kind) else "history"
         if r.cleared:
             # The placeholder says how many tokens the original had (compaction.placeholder).
             m = _CLEARED_TOKENS.search(r.text)
@@ -178,7 +189,8 @@ def record_items(
             reason = f"old {what} cleared to a placeholder with ref={r.ref or r.id}"
             if r.compacted_by:
                 reason += f", then folded into {r.compacted_by}"
-            action, content_hash = "clear", None
+            action: Action = "clear"
+            content_hash = None
         else:
             requested = estimate(r.text)
             reason = f"folded into the compaction summary {r.compacted_by}; not sent verbatim"
@@ -187,8 +199,8 @@ def record_items(
         items.append(
             Item(
                 id=short_id(r.id),
-                kind=kind,  # type: ignore[arg-type]
-                action=action,  # type: ignore[arg-type]
+                kind=kind,
+                action=action,
                 requested_tokens=clamp_tokens(requested),
                 granted_tokens=0,
                 used_tokens=0,
@@ -204,7 +216,7 @@ def record_items(
 
 
 def projection_items(
-    projection: Projection, *, prefix: str = "history/", include_kept: bool = False, kind: str = "history"
+    projection: Projection, *, prefix: str = "history/", include_kept: bool = False, kind: ItemKind = "history"
 ) -> list[Item]:
     """Items for the interaction groups of a budgeted projection (``grouping.project``).
 
@@ -232,7 +244,7 @@ def projection_items(
         items.append(
             Item(
                 id=short_id(prefix + g.id),
-                kind=kind,  # type: ignore[arg-type]
+                kind=kind,
                 action="keep" if is_kept else "drop",
                 requested_tokens=tokens,
                 granted_tokens=tokens if is_kept else 0,
@@ -250,10 +262,10 @@ def block_items(blocks: Iterable[Block], *, untrusted_kinds: Collection[str] = U
     """Items for blocks the allocator does not manage (kept whole, appended after the segments)."""
     items = []
     for b in blocks:
-        kind = b.kind if b.kind in ITEM_KINDS else "other"
+        kind: ItemKind = b.kind if is_item_kind(b.kind) else "other"
         tokens = clamp_tokens(b.tokens(estimate))
         items.append(Item(
-            id=short_id(b.id), kind=kind, action="keep", requested_tokens=tokens, used_tokens=tokens,  # type: ignore[arg-type]
+            id=short_id(b.id), kind=kind, action="keep", requested_tokens=tokens, used_tokens=tokens,
             trust=trust_for(kind, "trusted", untrusted_kinds),
             reason="not a candidate of the allocator; appended after the segments", text=b.text or None,
         ))

@@ -21,12 +21,20 @@ by a dead process (or untouched for ``stale_after`` seconds) is adopted as seale
 
 The spool is bounded in bytes: when over ``max_bytes`` the oldest sealed segments
 are deleted first and their lines counted in :attr:`Spool.dropped`.
+
+:func:`default_spool_dir` is the per-user folder the proxy and ``instrument()`` use unless told
+otherwise: ``$XDG_STATE_HOME/ctxkit/spool`` (else ``~/.local/state/ctxkit/spool``; on Windows
+``%LOCALAPPDATA%\\ctxkit\\spool``), with one subfolder per destination (server and API key), so
+a manifest is only ever replayed to the project it was recorded for. Processes with the same
+destination share that subfolder: the renames above keep their segments apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -74,6 +82,23 @@ def encode_line(obj: Any) -> bytes:
     data = bytes(obj) if isinstance(obj, bytes | bytearray | memoryview) else _encoder.encode(obj)
     # A raw newline in valid JSON can only be whitespace (inside strings it is escaped).
     return data.replace(b"\n", b" ").replace(b"\r", b" ") if b"\n" in data or b"\r" in data else data
+
+
+def spool_root() -> str:
+    """The per-user folder that holds the default spools (one subfolder per destination)."""
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return os.path.join(os.environ["LOCALAPPDATA"], "ctxkit", "spool")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "ctxkit", "spool")
+
+
+def default_spool_dir(host: str, api_key: str) -> str:
+    """The default spool of a destination: ``<spool_root()>/<host>-<digest of host and key>``
+    (the key itself is never written anywhere)."""
+    host = host.rstrip("/")
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", host.split("://", 1)[-1])[:60].strip("_") or "server"
+    digest = hashlib.sha256(f"{host}\0{api_key}".encode()).hexdigest()[:12]
+    return os.path.join(spool_root(), f"{readable}-{digest}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -279,6 +304,18 @@ class Spool:
         if self._fd is not None and self._written:
             return True
         return bool(self.sealed())
+
+    def waiting(self) -> int:
+        """How many manifests wait in the folder (every segment: ours, other processes', being sent)."""
+        count = 0
+        for name in self._names():
+            if name.endswith((PART, SEALED, SENDING)):
+                try:
+                    with open(os.path.join(self.directory, name), "rb") as fh:
+                        count += fh.read().count(b"\n")
+                except OSError:
+                    pass
+        return count
 
     def read_segment(self, path: str) -> tuple[list[bytes], int]:
         """The complete JSON-object lines of a segment and how many lines were skipped."""

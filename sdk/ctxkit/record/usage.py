@@ -232,15 +232,18 @@ def _inclusive(input_tokens: int, read: int, write: int, output: int, reasoning:
 def _anthropic(u: Any) -> Usage:
     read = _int(_get(u, "cache_read_input_tokens"))
     write_value = _get(u, "cache_creation_input_tokens")
+    split = _as_mapping(_get(u, "cache_creation"))
+    write_1h = _int(_get(split, "ephemeral_1h_input_tokens"))
     if write_value is None:
         # Only the TTL split was reported: sum it, so 5m and 1h writes are both counted once.
-        split = _as_mapping(_get(u, "cache_creation"))
-        write = _int(_get(split, "ephemeral_5m_input_tokens")) + _int(_get(split, "ephemeral_1h_input_tokens"))
+        write = _int(_get(split, "ephemeral_5m_input_tokens")) + write_1h
     else:
         write = _int(write_value)
     # Anthropic's input_tokens is the uncached part only: add the cache beside it.
     total = min(_int(_get(u, "input_tokens")) + read + write, MAX_TOKENS)
-    return _inclusive(total, read, write, _int(_get(u, "output_tokens")), None)
+    usage = _inclusive(total, read, write, _int(_get(u, "output_tokens")), None)
+    usage.cache_write_1h_tokens = min(write_1h, usage.cache_write_tokens)
+    return usage
 
 
 def _openai_chat(u: Any) -> Usage:

@@ -123,16 +123,19 @@ def test_a_summary_nobody_answered_starts_a_run_of_its_own():
 
 
 @pytest.mark.parametrize("outcome", [
-    Outcome(response={"content": [{"type": "text", "text": "Summary: "}, {"type": "text", "text": "refunds"}]}),
-    Outcome(response={"choices": [{"message": {"role": "assistant", "content": "Summary: refunds"}}]}),
-    Outcome(response={"output": [{"type": "message", "content": [{"type": "output_text",
+    Outcome(api="anthropic.messages",
+            response={"content": [{"type": "text", "text": "Summary: "}, {"type": "text", "text": "refunds"}]}),
+    Outcome(api="openai.chat",
+            response={"choices": [{"message": {"role": "assistant", "content": "Summary: refunds"}}]}),
+    Outcome(api="openai.responses", response={"output": [{"type": "message", "content": [{"type": "output_text",
                                                                    "text": "Summary: refunds"}]}]}),
-    Outcome(events=[{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    Outcome(api="anthropic.messages",
+            events=[{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
                     {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Summary: "}},
                     {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "refunds"}}]),
-    Outcome(events=[{"choices": [{"delta": {"content": "Summary: "}}]},
+    Outcome(api="openai.chat", events=[{"choices": [{"delta": {"content": "Summary: "}}]},
                     {"choices": [{"delta": {"content": "refunds"}}]}]),
-    Outcome(events=[{"type": "response.output_text.delta", "delta": "Summary: "},
+    Outcome(api="openai.responses", events=[{"type": "response.output_text.delta", "delta": "Summary: "},
                     {"type": "response.output_text.delta", "delta": "refunds"}]),
 ], ids=["anthropic", "chat", "responses", "anthropic-stream", "chat-stream", "responses-stream"])
 def test_the_answer_text_is_read_from_every_api_and_stream(outcome):

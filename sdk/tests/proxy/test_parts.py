@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
+from ctxkit.providers.sse import json_events, parse_events
 from ctxkit.proxy.capture import Exchange
-from ctxkit.proxy.options import add_arguments
+from ctxkit.proxy.options import add_arguments, config_from_args
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
 from ctxkit.proxy.server import route
-from ctxkit.proxy.sse import json_events, parse_events
 from ctxkit.proxy.worker import CaptureProcess
 
 SECRETS = {
@@ -63,6 +63,46 @@ def test_a_password_in_a_url_is_masked_and_the_user_and_host_kept():
 ])
 def test_a_value_assigned_to_a_secret_name_is_masked(line, masked):
     assert mask_text(line) == masked
+
+
+def _masked_both_ways(text: str) -> str:
+    """``text`` masked as a string and inside a JSON document (the proxy's path): the same result."""
+    raw = mask_text(text)
+    masked, _ = mask_json_text(json.dumps({"content": text}))
+    assert json.loads(masked) == {"content": raw} == mask_json({"content": text})
+    return raw
+
+
+def test_it_masks_a_passphrase_with_spaces_to_the_end_of_the_line():
+    assert _masked_both_ways("password: correct horse battery staple\nnext line") == \
+        "password: [masked:secret]\nnext line"
+
+
+def test_it_masks_a_value_shorter_than_eight_characters():
+    assert _masked_both_ways("password=hunter2") == "password=[masked:secret]"
+    assert _masked_both_ways("token: 5") == "token: [masked:secret]"
+
+
+def test_it_masks_a_value_past_punctuation_to_the_end_of_the_line():
+    assert _masked_both_ways("DB_PASSWORD=ViSZ7uO7GJ,8aAHecM") == "DB_PASSWORD=[masked:secret]"
+    assert _masked_both_ways("env:\r\nDB_PASSWORD=ab;c)d]e}f>g\\h\"i\r\nPORT=5432") == \
+        "env:\r\nDB_PASSWORD=[masked:secret]\r\nPORT=5432"
+
+
+@pytest.mark.parametrize("line, masked", [
+    ('PASSWORD="a b, c" and on', 'PASSWORD="[masked:secret]" and on'),
+    ("secret = 'x \"y\" z'; next", "secret = '[masked:secret]'; next"),
+    ('config {"api_key": "k 1,2;3", "n": 1}', 'config {"api_key": "[masked:secret]", "n": 1}'),
+])
+def test_it_masks_a_quoted_value_up_to_its_closing_quote(line, masked):
+    assert _masked_both_ways(line) == masked
+
+
+def test_it_masks_the_string_value_of_a_secret_named_key_and_leaves_other_values_alone():
+    request = {"password": "correct horse, battery", "api_key": 12, "token": None, "max_tokens": 1024,
+               "schema": {"properties": {"password": {"type": "string"}}}}
+    masked, count = mask_json_text(json.dumps(request))
+    assert count == 1 and json.loads(masked) == {**request, "password": "[masked:secret]"} == mask_json(request)
 
 
 @pytest.mark.parametrize("text", [
@@ -206,6 +246,17 @@ def test_the_help_documents_every_option():
     module = subprocess.run([sys.executable, "-m", "ctxkit.proxy", "--help"], capture_output=True, text=True,
                             check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     assert module.split("options:")[1] == out.split("options:")[1]
+
+
+@pytest.mark.parametrize("argv, spool_dir", [
+    ([], True),  # the per-user default folder of the ctxview host and key
+    (["--spool-dir", "/var/spool/agent"], "/var/spool/agent"),
+    (["--no-spool"], None),
+])
+def test_the_proxy_spools_to_the_per_user_folder_unless_told_otherwise(argv, spool_dir):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(argv)).spool_dir == spool_dir
 
 
 def test_the_recorder_process_bounds_what_waits_for_it_in_bytes():

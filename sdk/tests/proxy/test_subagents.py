@@ -154,9 +154,9 @@ def test_delegations_are_read_from_a_response_and_a_stream():
     other = {"type": "tool_use", "id": "toolu_read", "name": "Read", "input": {"file_path": "a"}}
     response = {"content": [{"type": "text", "text": "Delegating."}, other, TOOL_USE]}
     want = (Delegation(TOOL_USE["id"], TASK, "general-purpose"),)
-    assert delegations_of(Outcome(response=response)) == want
-    assert delegations_of(Outcome(events=_events({**response, "id": "m"}))) == want
+    assert delegations_of(Outcome(api="anthropic.messages", response=response)) == want
+    assert delegations_of(Outcome(api="anthropic.messages", events=_events({**response, "id": "m"}))) == want
     broken = [{"type": "content_block_start", "index": 0, "content_block": {**TOOL_USE, "input": {}}},
               {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{"}},
               {"type": "content_block_stop", "index": 0}]
-    assert delegations_of(Outcome(events=broken)) == ()
+    assert delegations_of(Outcome(api="anthropic.messages", events=broken)) == ()

@@ -197,8 +197,8 @@ def allocate(
                 raw = tokens_from_cjk(len(text), f.cjk)
                 if not text.isascii():
                     known[text] = raw
-                    if f.deduped_cjk:
-                        deduped = f.repeats[0]  # type: ignore[index]
+                    if f.deduped_cjk and f.repeats is not None:
+                        deduped = f.repeats[0]
                         known[deduped] = tokens_from_cjk(len(deduped), f.deduped_cjk)
             else:
                 raw = estimate(text)
@@ -325,7 +325,7 @@ def _priority(
     scorer = memo(score_line)
     line_cjk: dict[str, int] = {}  # line -> CJK count, for the line plans made in this call
     apply_policies(segments, allocs, texts, budget, estimate, scorer, line_cjk)  # texts[i] is allocs[i]'s
-    pinned_tools = [a for a in others if any(op.data.get("over_budget") for op in a.operations)]
+    pinned_tools = [a for a in with_pinned_tools if any(op.data.get("over_budget") for op in a.operations)]
     if pinned_tools:  # kept whole in their minimal form past the cap, like pinned segments
         over_budget = True
         names = ", ".join(f"{a.name} ({a.used} tokens)" for a in pinned_tools)

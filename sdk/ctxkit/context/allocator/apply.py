@@ -17,12 +17,13 @@ from ctxkit.context.operators.extract import LinePlan, Scorer, cut_lines, plan_e
 from ctxkit.context.operators.schema import SchemaPlan, compress_schema, cut_schema, plan_schema
 from ctxkit.context.operators.truncate import ref_replace, truncate_head_tail
 from ctxkit.context.tokens import Estimator, is_default_estimator
+from ctxkit.manifest import Action, Policy
 
 if TYPE_CHECKING:
     from ctxkit.context.allocator.types import Allocation, Segment
 
 # The manifest action a policy produces when it has to shrink its segment.
-POLICY_ACTION = {
+POLICY_ACTION: dict[Policy, Action] = {
     "extract": "extract",
     "summarize": "summarize",
     "truncate": "truncate",

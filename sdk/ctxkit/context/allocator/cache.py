@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Sequence
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from ctxkit.context.operators.dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
@@ -42,19 +42,22 @@ class TextFacts(NamedTuple):
     deduped_cjk: int = 0
 
 
-class _Bounded:
+V = TypeVar("V")
+
+
+class _Bounded(Generic[V]):
     """A dict bounded by the characters of text its entries stand for; oldest entries leave first."""
 
     def __init__(self) -> None:
-        self.entries: dict[Hashable, tuple[int, object]] = {}
+        self.entries: dict[Hashable, tuple[int, V]] = {}
         self.chars = 0
         self.lock = threading.Lock()
 
-    def get(self, key: Hashable) -> object | None:
+    def get(self, key: Hashable) -> V | None:
         hit = self.entries.get(key)
         return None if hit is None else hit[1]
 
-    def put(self, key: Hashable, size: int, value: object) -> None:
+    def put(self, key: Hashable, size: int, value: V) -> None:
         with self.lock:
             old = self.entries.pop(key, None)
             if old is not None:
@@ -65,7 +68,7 @@ class _Bounded:
                 oldest = next(iter(self.entries))
                 self.chars -= self.entries.pop(oldest)[0]
 
-    def put_sized(self, new: dict[Hashable, tuple[int, object]]) -> None:
+    def put_sized(self, new: dict[Hashable, tuple[int, V]]) -> None:
         """``put(key, size - 1, value)`` for each ``key: (size, value)`` of ``new``, under one lock."""
         with self.lock:
             entries = self.entries
@@ -83,15 +86,15 @@ class _Bounded:
             self.chars = 0
 
 
-_facts = _Bounded()
-_plans = _Bounded()
+_facts: _Bounded[TextFacts] = _Bounded()
+_plans: _Bounded[object] = _Bounded()
 
 
 def facts(text: str, repeats: bool) -> TextFacts:
     """The facts of ``text``; with ``repeats``, line dedupe too (unless the text looks like JSON,
     where dropping a repeated line would break it). Callers must not mutate ``repeats``."""
     known = _facts.get(text)
-    if isinstance(known, TextFacts) and (known.repeats is not None or not repeats or known.json_like):
+    if known is not None and (known.repeats is not None or not repeats or known.json_like):
         return known
     json_like = text.lstrip()[:1] in ("{", "[")
     if repeats and not json_like:
@@ -115,22 +118,21 @@ def facts_many(texts: Sequence[str], repeats: Sequence[bool]) -> list[TextFacts]
     for text, wanted in zip(texts, repeats, strict=True):
         hit = get(text)
         if hit is not None:
-            known: TextFacts = hit[1]  # type: ignore[assignment]
+            known = hit[1]
             if known.repeats is not None or not wanted or known.json_like:
                 found.append(known)
                 continue
         found.append(None)
         if wanted or text not in todo:
             todo[text] = wanted
-    if not todo:
-        return found  # type: ignore[return-value]
-    made: dict[Hashable, tuple[int, object]] = {}
-    _python_facts(list(todo), list(todo.values()), made)
-    _facts.put_sized(made)
-    return [f if f is not None else made[text][1] for f, text in zip(found, texts, strict=True)]  # type: ignore[misc]
+    made: dict[Hashable, tuple[int, TextFacts]] = {}
+    if todo:
+        _python_facts(list(todo), list(todo.values()), made)
+        _facts.put_sized(made)
+    return [f if f is not None else made[text][1] for f, text in zip(found, texts, strict=True)]
 
 
-def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable, tuple[int, object]]) -> None:
+def _python_facts(new_texts: list[str], wanted: list[bool], made: dict[Hashable, tuple[int, TextFacts]]) -> None:
     """The facts of ``new_texts`` (none of them known) into ``made``, as the cache's ``(size, facts)`` entries."""
     # text.lstrip()[:1] in ("{", "[") as facts() has it, without copying a text that starts with no space
     json_like = [(text.lstrip()[:1] if text[:1].isspace() else text[:1]) in _JSON_START for text in new_texts]

@@ -21,7 +21,8 @@ def share(pool: int, others: list[Allocation]) -> None:
     Segments of positive priority share first, by weight; what they leave goes to the others in
     equal parts. Within a group, needs are met in order of need per weight (ties: higher priority,
     then name) while they are below the level; the rest get the level's share, and the tokens the
-    integer shares leave go one each in :func:`order_key` order."""
+    integer shares leave go one each in :func:`order_key` order. ``others`` is in that order (the
+    allocator's are), so a stable sort by need per weight alone breaks its ties by it."""
     weighted = [a for a in others if a.requested > a.granted and a.effective_priority > 0]
     unweighted = [a for a in others if a.requested > a.granted and a.effective_priority <= 0]
     for group, equal in ((weighted, False), (unweighted, True)):
@@ -35,8 +36,7 @@ def share(pool: int, others: list[Allocation]) -> None:
             continue
         weights = [1] * len(group) if equal else [a.effective_priority for a in group]
         level_pool, level_weight = pool, sum(weights)
-        by_ratio = sorted(range(len(group)),
-                          key=lambda i: (needs[i] / weights[i], -group[i].effective_priority, group[i].name))
+        by_ratio = sorted(range(len(group)), key=lambda i: needs[i] / weights[i])
         unsaturated: list[int] = []
         for rank, i in enumerate(by_ratio):
             if needs[i] * level_weight <= level_pool * weights[i]:  # capped below its share
@@ -51,9 +51,9 @@ def share(pool: int, others: list[Allocation]) -> None:
             add = level_pool * weights[i] // level_weight
             group[i].granted += add
             handed += add
-        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order
-        for a in sorted((group[i] for i in unsaturated), key=order_key)[:rest]:
-            a.granted += 1
+        rest = level_pool - handed  # < len(unsaturated): one token each, in priority order (group's)
+        for i in sorted(unsaturated)[:rest]:
+            group[i].granted += 1
         pool = 0 if unsaturated else level_pool
 
 

@@ -9,10 +9,10 @@ both; the allocator's docstring describes their fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ctxkit.context.operators.common import OpRecord
-from ctxkit.manifest import ITEM_KINDS, POLICIES, Item, ItemAllocation, Policy
+from ctxkit.manifest import ITEM_KINDS, POLICIES, Action, Item, ItemAllocation, ItemKind, Policy, Trust, Zone
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +28,14 @@ class Segment:
     """
 
     name: str
-    kind: str
+    kind: ItemKind
     text: str
     priority: int = 50
     policy: Policy = "truncate"
     min_tokens: int = 0
-    trust: Literal["trusted", "untrusted"] = "trusted"
+    trust: Trust = "trusted"
     source_ref: str | None = None
-    zone: Literal["head", "middle", "tail"] | None = None
+    zone: Zone | None = None
     dedupe: bool = True
     near_dupes: bool = False
     keep_recent: int = 3
@@ -67,20 +67,20 @@ class Allocation:
     """What the allocator did with one segment."""
 
     name: str
-    kind: str
-    policy: str
+    kind: ItemKind
+    policy: Policy
     priority: int
     effective_priority: int
     pinned: bool
-    trust: str
-    zone: str | None
+    trust: Trust
+    zone: Zone | None
     source_ref: str | None
     position: int
     raw_tokens: int
     requested: int
     granted: int = 0
     used: int = 0
-    action: str = "keep"
+    action: Action = "keep"
     reason: str = ""
     text: str = ""
     content_hash: str = ""
@@ -93,7 +93,7 @@ class Allocation:
     def replay_settings(self) -> ItemAllocation:
         """What a replay needs to re-run this allocation (the manifest's ``Item.allocation``)."""
         return ItemAllocation(
-            policy=self.policy,  # type: ignore[arg-type]
+            policy=self.policy,
             min_tokens=self.floor,
             effective_priority=self.effective_priority if self.effective_priority != self.priority else None,
             lossless=self.lossless,
@@ -131,15 +131,15 @@ class Allocation:
         """The manifest Item for this allocation (requested_tokens = after lossless dedupe)."""
         return Item(
             id=self.name,
-            kind=self.kind,  # type: ignore[arg-type]
-            action=self.action,  # type: ignore[arg-type]
+            kind=self.kind,
+            action=self.action,
             requested_tokens=self.requested,
             granted_tokens=self.granted,
             used_tokens=self.used,
             priority=self.priority,
             pinned=self.pinned,
-            trust=self.trust,  # type: ignore[arg-type]
-            zone=self.zone,  # type: ignore[arg-type]
+            trust=self.trust,
+            zone=self.zone,
             position=self.position,
             reason=self.reason[:2000],
             source_ref=self.source_ref,

@@ -45,9 +45,9 @@ def memo(fn: Callable[[str], T]) -> Callable[[str], T]:
     cache: dict[str, T] = {}
 
     def call(text: str) -> T:
-        out = cache.get(text, cache)
-        if out is cache:
-            out = cache[text] = fn(text)
-        return out  # type: ignore[return-value]
+        if text in cache:
+            return cache[text]
+        out = cache[text] = fn(text)
+        return out
 
     return call

@@ -44,10 +44,17 @@ def _fold(text: str) -> str:
     return text.casefold()
 
 
+# ASCII whitespace other than the space and the line feed (what str.split() also splits at).
+_OTHER_ASCII_SPACE = "\t\x0b\x0c\r\x1c\x1d\x1e\x1f"
+
+
 def _spaces_only(text: str) -> bool:
     """Whether every whitespace character of ``text`` is a space or a line feed (when False, it
-    may still be so: the callers then take their slow, exact path). ``isprintable()`` is false
-    for every whitespace character but the space (line feeds made spaces first)."""
+    may still be so: the callers then take their slow, exact path). On ASCII text, a search for
+    each other ASCII whitespace character; else ``isprintable()``, false for every whitespace
+    character but the space (line feeds made spaces first), which looks each character up."""
+    if text.isascii():
+        return not any(space in text for space in _OTHER_ASCII_SPACE)
     return text.replace("\n", " ").isprintable()
 
 
@@ -130,26 +137,18 @@ def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[l
                                                             spaces_only=plain)
 
 
-# Joins texts for one fold over many: NFKC never composes across it (a starter that combines with
-# nothing), never produces it, and casefold maps it to itself; a text holding one falls back.
-_SEP = "\x00"
-
-
 def keys_and_repeats(
     texts: Sequence[str], repeats: Sequence[bool], *, min_chars: int = 16
 ) -> list[tuple[str, tuple[str, list[list[int]]] | None]]:
-    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts at once.
-
-    One NFKC/casefold pass over the texts joined instead of one per text (an agent's first call
-    brings a couple of hundred new texts, and per text that work is mostly call overhead)."""
-    folded = _fold(_SEP.join(texts)).split(_SEP) if texts else []
-    if len(folded) != len(texts):  # a text holds the separator: one by one
-        folded = [_fold(text) for text in texts]
+    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts: one
+    NFKC/casefold pass over each text serves both (each text apart: casefold is fast on ASCII
+    text, and an ASCII text folded together with CJK text would lose that)."""
     out: list[tuple[str, tuple[str, list[list[int]]] | None]] = []
-    for text, fold, wanted in zip(texts, folded, repeats, strict=True):
-        plain = _spaces_only(fold)
-        key = _digest(_collapse(fold, plain))
-        out.append((key, line_repeats(text, min_chars=min_chars, folded=fold, spaces_only=plain) if wanted else None))
+    for text, wanted in zip(texts, repeats, strict=True):
+        folded = _fold(text)
+        plain = _spaces_only(folded)
+        key = _digest(_collapse(folded, plain))
+        out.append((key, line_repeats(text, min_chars=min_chars, folded=folded, spaces_only=plain) if wanted else None))
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.operators.dedupe import content_key
-from ctxkit.context.tokens import Estimator, clip, estimate_tokens
+from ctxkit.context.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, is_default_estimator
 
 # --------------------------------------------------------------------------- #
 # Reference replacement
@@ -58,13 +58,16 @@ def _tail(text: str, budget: int, estimate: Estimator) -> str:
     """Suffix within budget, starting after a line break unless that loses over half of it."""
     if budget <= 0 or not text:
         return ""
-    lo, hi = 0, len(text)  # smallest start whose suffix fits; text[hi:] == "" fits
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if estimate(text[mid:]) <= budget:
-            hi = mid
-        else:
-            lo = mid + 1
+    if text.isascii() and is_default_estimator(estimate):  # what the search would find (as in clip)
+        lo = max(0, len(text) - CHARS_PER_TOKEN_LATIN * budget)
+    else:
+        lo, hi = 0, len(text)  # smallest start whose suffix fits; text[hi:] == "" fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if estimate(text[mid:]) <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
     cut = text[lo:]
     if lo > 0 and (nl := cut.find("\n")) != -1 and nl < len(cut) // 2:
         cut = cut[nl + 1 :]

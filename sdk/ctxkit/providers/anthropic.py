@@ -1,4 +1,9 @@
-"""Anthropic Messages: a recorded call's request, response or stream as a manifest.
+"""Anthropic Messages (``POST /v1/messages``): routing, a call's request, response or stream as
+a manifest, its answer, tool calls and errors as the proxy reads them.
+
+Routing: a request is Anthropic's when its path is under ``/v1/messages`` or ``/v1/complete`` or
+it carries an ``anthropic-version`` header (every Anthropic client sends one; ``/v1/models`` and
+``/v1/files`` exist in OpenAI's API too); only ``POST /v1/messages`` is recorded.
 
 Prefix segments follow Anthropic's cache order: tools, then system, then messages up to the
 last ``cache_control`` breakpoint (all messages with a top-level ``cache_control``). Usage:
@@ -6,7 +11,7 @@ Anthropic's ``input_tokens`` is the uncached part; normalisation adds the cache 
 writes (ctxkit.record.usage). Context edits come from ``context_management.applied_edits``;
 server-side compaction from ``usage.iterations`` entries of type ``compaction``; a
 ``compaction`` block sent back in the messages is a ``summary`` item, and so is an agent's own
-compaction summary in the first user message (ctxkit.record.summaries). The manifest's
+compaction summary in the first user message (ctxkit.agents). The manifest's
 ``cache_ttl_seconds`` is the TTL the request's ``cache_control`` breakpoints asked for
 (:func:`cache_ttl_seconds`).
 """
@@ -16,13 +21,22 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
-from ctxkit.instrumentation.recorder import CallRecord
-from ctxkit.instrumentation.wrap import field, plain
 from ctxkit.manifest import Builder, Compaction, Manifest, Outcome
+from ctxkit.providers.call import Adapter, CallRecord, field, plain
+from ctxkit.providers.common import Message, ToolCall, block_text, error_json, nested_error_type
+from ctxkit.providers.common import well_formed as _well_formed
+from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
-from ctxkit.record.summaries import summary_strategy
 from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
+
+NAME = "anthropic"
+UPSTREAM = "anthropic"
+SDK = "anthropic"
+MESSAGES = "anthropic.messages"
+FIELDS: dict[str, tuple[type, ...]] = {"model": (str,), "max_tokens": (int, float), "system": (str, list),
+                                       "tools": (list,), "messages": (list,)}
 
 
 def _without_cache_control(block: Any) -> Any:
@@ -196,3 +210,175 @@ def manifest(record: CallRecord) -> Manifest:
     m.compactions = compactions
     m.cache_ttl_seconds = cache_ttl_seconds(kw)
     return m
+
+
+APIS: dict[str, Adapter] = {MESSAGES: manifest}
+
+
+# --------------------------------------------------------------------------- #
+# The wire, as the proxy reads it
+
+
+def claims(path: str, headers: Any) -> bool:
+    """Is this request for Anthropic's upstream?"""
+    return path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers
+
+
+def recorded(method: str, path: str, query: str) -> str:
+    """The recorded API of one of Anthropic's requests, or ``""``."""
+    return MESSAGES if method == "POST" and path == "/v1/messages" else ""
+
+
+def streamed(api: str, request: dict[str, Any], path: str) -> bool:
+    return bool(request.get("stream"))
+
+
+def well_formed(request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    return _well_formed(request, FIELDS, ("messages",))
+
+
+def history(api: str, request: dict[str, Any]) -> list[Any]:
+    """The call's history: its ``messages``."""
+    value = request.get("messages")
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return value if isinstance(value, list) else []
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def message(entry: Any) -> Message:
+    if not isinstance(entry, dict):
+        return Message(role="", texts=(), says=False)
+    content = entry.get("content")
+    blocks = _blocks(content)
+    texts: list[str] = []
+    for block in blocks:
+        if isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "compaction":
+            inner = block.get("content")
+            texts.extend([inner] if isinstance(inner, str) else [
+                b["text"] for b in inner if isinstance(b, dict) and isinstance(b.get("text"), str)]
+                if isinstance(inner, list) else [])
+    compacted = any(b.get("type") == "compaction" for b in blocks)
+    return Message(role=str(entry.get("role") or ""), texts=tuple(texts),
+                   says=any(b.get("type", "text") in ("text", "input_text") for b in blocks),
+                   compaction="anthropic_compaction" if compacted else "")
+
+
+def _without_cache_control_deep(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control_deep(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control_deep(v) for v in value]
+    return value
+
+
+def normal(entry: Any) -> Any:
+    """A history entry as compared from call to call: without its ``cache_control`` markers (an
+    agent moves its cache breakpoint to the newest message every turn) and with a string content
+    taken as the one text block it means (Claude Code sends its mid-conversation ``system``
+    message as a list of one text block, and the next turn as a string)."""
+    entry = _without_cache_control_deep(entry)
+    if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+        entry = {**entry, "content": [{"type": "text", "text": entry["content"]}]}
+    return entry
+
+
+def read_events(text: str) -> tuple[list[dict[str, Any]], int]:
+    """The streamed events: server-sent events."""
+    return json_events(text)
+
+
+def answer_text(response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
+    """The text blocks (and compaction blocks) the model answered."""
+    parts: list[str] = []
+    content = (response or {}).get("content")
+    for block in content if isinstance(content, list) else []:
+        parts.append(block_text(block))
+    for event in events or ():
+        kind = event.get("type")
+        delta = event.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
+            parts.append(str(delta.get("text") or ""))
+        elif kind == "content_block_start":
+            parts.append(block_text(event.get("content_block")))
+    return "".join(parts)
+
+
+def tool_calls(response: dict[str, Any] | None, events: list[dict[str, Any]] | None,
+               wanted: Any = None) -> list[ToolCall]:
+    """The ``tool_use`` blocks of the answer (``wanted``: only tools of these names), from the
+    response or the streamed events (a streamed tool's input arrives as ``input_json_delta``
+    pieces, joined here)."""
+    out: list[ToolCall] = []
+    content = (response or {}).get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use" \
+                and (wanted is None or block.get("name") in wanted):
+            out.append(ToolCall(id=str(block.get("id") or ""), name=block.get("name"), arguments=block.get("input")))
+    started: dict[Any, dict[str, Any]] = {}
+    pieces: dict[Any, list[str]] = {}
+    for event in events or ():
+        kind, index = event.get("type"), event.get("index")
+        block, delta = event.get("content_block"), event.get("delta")
+        if kind == "content_block_start" and isinstance(block, dict) and block.get("type") == "tool_use" \
+                and (wanted is None or block.get("name") in wanted):
+            started[index], pieces[index] = block, []
+        elif kind == "content_block_delta" and index in started and isinstance(delta, dict) \
+                and isinstance(delta.get("partial_json"), str):
+            pieces[index].append(delta["partial_json"])
+        elif kind == "content_block_stop" and index in started:
+            block = started.pop(index)
+            out.append(ToolCall(id=str(block.get("id") or ""), name=block.get("name"),
+                                arguments="".join(pieces.pop(index)) or block.get("input")))
+    return out
+
+
+def previous(request: dict[str, Any]) -> str:
+    """The earlier response a call continues by reference: none in this API."""
+    return ""
+
+
+def response_id(api: str, response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
+    return ""
+
+
+def error_type(payload: Any) -> str:
+    """``{"type": "error", "error": {"type": ...}}``."""
+    return nested_error_type(payload)
+
+
+def stream_error(events: list[dict[str, Any]]) -> str:
+    """An ``error`` event in the stream."""
+    for event in events:
+        if event.get("type") == "error":
+            return nested_error_type(event) or "error"
+    return ""
+
+
+def error_body(message: str) -> bytes:
+    """An error in Anthropic's shape (what the proxy answers when the upstream cannot be reached)."""
+    return error_json({"type": "error", "error": {"type": "api_error", "message": message}})
+
+
+def tool_name(tool: Any) -> str | None:
+    """The name of a tool definition."""
+    name = tool.get("name") if isinstance(tool, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def sdk_resources(client: Any) -> list[tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]]:
+    """The resources of an ``anthropic`` client that make model calls, the paths of their calls
+    and their mapping (for ``ctxkit.instrument``)."""
+    out: list[tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]] = [
+        ("messages", client.messages, ("/v1/messages",), manifest, None)]
+    beta = getattr(getattr(client, "beta", None), "messages", None)
+    if beta is not None:
+        out.append(("beta.messages", beta, ("/v1/messages?beta=true", "/v1/messages"), manifest, None))
+    return out

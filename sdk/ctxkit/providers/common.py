@@ -1,0 +1,100 @@
+"""What the providers' modules share: the views the proxy reads a call through (a history
+message, a tool call), the provider error shape most APIs use, and reading a request body
+that may hold anything."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Message", "ToolCall", "block_text", "error_json", "nested_error_type", "well_formed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of a call's history as the proxy compares histories: its role (``""`` for an
+    entry without one), its texts (text blocks, and a compaction's content), whether it says
+    something of its own (a text, not only tool results), and the strategy of the provider
+    compaction it is or holds (``""``: none)."""
+
+    role: str
+    texts: tuple[str, ...]
+    says: bool
+    compaction: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call an answer made: its id, the tool's name and its arguments (a dict, or the
+    JSON text a stream assembled)."""
+
+    id: str
+    name: Any
+    arguments: Any
+
+
+def block_text(block: Any) -> str:
+    """The text of a content block: a ``compaction`` block's content, else its ``text``."""
+    if not isinstance(block, dict):
+        return ""
+    if block.get("type") == "compaction":
+        content = block.get("content")
+        return content if isinstance(content, str) else ""
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def nested_error_type(payload: Any) -> str:
+    """``{"error": {"type"/"code": ...}}`` (Anthropic, OpenAI), or ``error`` for a body of
+    ``type: "error"``; ``""`` otherwise."""
+    if not isinstance(payload, dict):
+        return ""
+    error = payload.get("error")
+    if isinstance(error, dict):
+        return str(error.get("type") or error.get("code") or "")[:100]
+    if payload.get("type") == "error":
+        return "error"
+    return ""
+
+
+def error_json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode()
+
+
+_CONTENT: tuple[type, ...] = (str, list, type(None))
+
+
+def well_formed(request: dict[str, Any], fields: dict[str, tuple[type, ...]], entries: tuple[str, ...]
+                ) -> tuple[dict[str, Any], list[str]]:
+    """``request`` without the fields the mapping cannot read (``fields``: the top-level fields
+    and the JSON types it reads them as; ``entries``: the lists of messages, whose entries must
+    be objects with a string or list ``content``), and a warning naming each one's JSON path."""
+    out = dict(request)
+    notes = []
+    for name, types in fields.items():
+        value = out.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            del out[name]
+            notes.append(f"$.{name} is not a {' or '.join(t.__name__ for t in types)}: left out")
+    for name in entries:
+        listed = out.get(name)
+        if not isinstance(listed, list):
+            continue
+        kept = []
+        for index, entry in enumerate(listed):
+            path = f"$.{name}[{index}]"
+            if not isinstance(entry, dict):
+                notes.append(f"{path} is not an object: left out")
+                continue
+            if not isinstance(entry.get("content"), _CONTENT):
+                entry = {k: v for k, v in entry.items() if k != "content"}
+                notes.append(f"{path}.content is not a string or list: left out")
+            calls = entry.get("tool_calls")
+            if calls is not None and not (isinstance(calls, list) and all(
+                    isinstance(c, dict) and isinstance(c.get("function") or {}, dict) for c in calls)):
+                entry = {k: v for k, v in entry.items() if k != "tool_calls"}
+                notes.append(f"{path}.tool_calls is not a list of tool calls: left out")
+            kept.append(entry)
+        out[name] = kept
+    return out, notes

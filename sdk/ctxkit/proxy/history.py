@@ -1,0 +1,98 @@
+"""A call's history, parsed once and read by the run resolver and the compaction watch.
+
+The history is what the call sends of the conversation (its provider says where: Anthropic's
+and Chat Completions' ``messages``, Responses' ``input``); each entry is read once into a
+:class:`~ctxkit.providers.common.Message`. From them: the running hashes that tell which earlier
+conversation a call extends (:attr:`History.chain`), and where a compaction summary stands
+(:attr:`History.summary`): an entry that is a provider's compaction, or the first user message
+when it holds one (a provider's compaction block, or a text that opens like an agent's summary,
+ctxkit.agents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ctxkit.agents import summary_strategy, summary_trigger
+from ctxkit.providers import Provider, for_api
+from ctxkit.providers.common import Message
+
+__all__ = ["History", "Summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Where a history's compaction summary stands: the entry's index, the strategy
+    (``client_summary``, ``anthropic_compaction``, ``openai_compaction``) and the trigger
+    (``manual``, ``auto``, ``provider`` or ``""``)."""
+
+    at: int
+    strategy: str
+    trigger: str
+
+
+class History:
+    """The history of one call of ``api``."""
+
+    def __init__(self, api: str, request: dict[str, Any]) -> None:
+        self.provider: Provider = for_api(api)
+        self.request = request
+        self.entries: list[Any] = self.provider.history(api, request)
+        self.messages: list[Message] = [self.provider.message(entry) for entry in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @cached_property
+    def chain(self) -> list[str]:
+        """Running hashes: entry i identifies entries[:i + 1] (as the provider compares them)."""
+        out = []
+        running = hashlib.sha256()
+        for entry in self.entries:
+            text = json.dumps(self.provider.normal(entry), sort_keys=True, ensure_ascii=False,
+                              separators=(",", ":"), default=str)
+            running.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+            out.append(running.copy().hexdigest()[:32])
+        return out
+
+    @cached_property
+    def first_user(self) -> Message | None:
+        return next((m for m in self.messages if m.role == "user"), None)
+
+    @cached_property
+    def summary(self) -> Summary | None:
+        """Where the summary stands, or None when the first user message holds none."""
+        for index, message in enumerate(self.messages):
+            if message.compaction and message.role in ("", "user"):
+                return Summary(index, message.compaction, "provider")
+            if message.role != "user":
+                continue
+            for text in message.texts:
+                strategy = summary_strategy(text)
+                if strategy:  # Claude Code's /compact command may sit in any later user message
+                    later = "\n".join("\n".join(m.texts) for m in self.messages[index:] if m.role == "user")
+                    return Summary(index, strategy, summary_trigger(later))
+            return None
+        return None
+
+    @cached_property
+    def summary_text(self) -> str:
+        """The first user message's text when it holds a compaction summary, else ``""``."""
+        first = self.first_user
+        if first is None:
+            return ""
+        if first.compaction or any(summary_strategy(text) for text in first.texts):
+            return "\n".join(first.texts)
+        return ""
+
+    def kept_turns(self, after: int) -> int:
+        """The user turns kept verbatim after entry ``after`` (the summary): its user messages
+        with text, but for the last user message when that is the prompt the agent just added
+        (not a tool result)."""
+        users = [m for m in self.messages[after + 1:] if m.role == "user"]
+        turns = sum(1 for m in users if m.says)
+        return turns - 1 if users and users[-1].says else turns
