@@ -34,10 +34,14 @@ import sdk_capture  # the client author's benchmark: dummy server, restart check
 from ctxkit import Client, ContextBuilder, KeyField, Segment, allocate, build_manifest
 from ctxkit.context.allocator import cache as alloc_cache
 from ctxkit.fixtures import SYSTEM, TASK, TOOLS
+from ctxkit.manifest import ItemKind, Manifest
 
 TARGET_RATIO = 5.0
 TARGET_P99_US = 50.0
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+KINDS: tuple[ItemKind, ...] = ("history", "history", "tool_result", "retrieval", "memory")  # in turn
 
 
 def candidates(n: int, seed: int = 7) -> list[Segment]:
@@ -50,7 +54,7 @@ def candidates(n: int, seed: int = 7) -> list[Segment]:
     ]
     chunks = [f"退款率 口径说明 {k}：按自然季度统计，金额单位为分，数据源 bi://refund/v{k % 3}。" for k in range(8)]
     for i in range(n - len(segs)):
-        kind = ("history", "history", "tool_result", "retrieval", "memory")[i % 5]
+        kind: ItemKind = KINDS[i % 5]
         if kind == "history":
             text = f"{'user' if i % 2 else 'assistant'}: step {i} — " + rnd.choice(
                 ["查询 app 渠道退款率", "error=HTTP 429 retry_after=20s", "换算为元：金额除以 100", "ok, continue"]
@@ -104,11 +108,11 @@ def best_interleaved(fns: dict[str, tuple[Callable[[], object], Callable[[], obj
 BURST = 5
 
 
-def bench_build(n: int, repeat: int) -> object:
+def bench_build(n: int, repeat: int) -> Manifest:
     segs = candidates(n)
     total = sum(s.text and len(s.text) for s in segs)
     print(f"== building: {n} candidates, {total} characters of candidate text ==")
-    manifest = None
+    manifest: Manifest | None = None
     for label, budget in (("ample budget", 400_000), ("tight budget", 12_000)):
         reserve = budget // 5
 
@@ -153,17 +157,18 @@ def bench_build(n: int, repeat: int) -> object:
         print(f"  ContextBuilder: allocate, layout, read-back, budget check, manifest "
               f"{pipeline * 1e3:.3f} ms  {pipeline / dumps:.2f}x  (target <= {TARGET_RATIO:.0f}x: {verdict})")
         manifest = m
+    assert manifest is not None
     return manifest
 
 
-def bench_capture(manifest: object, calls: int, restart: bool) -> None:
-    print(f"== capture(): {calls} calls of a {len(manifest.items)}-item manifest built above ==")  # type: ignore[attr-defined]
+def bench_capture(manifest: Manifest, calls: int, restart: bool) -> None:
+    print(f"== capture(): {calls} calls of a {len(manifest.items)}-item manifest built above ==")
     server = sdk_capture.DummyServer()
     try:
         # A queue that holds every call: the measured path is a normal enqueue, not the
         # queue-full overflow (which is what a 100k burst against the default 10k queue measures).
         client = Client("bench", server.url, max_queue=calls + 10)
-        manifests = [msgspec.structs.replace(manifest, call_id=f"cap-{k}") for k in range(calls)]  # type: ignore[type-var]
+        manifests = [msgspec.structs.replace(manifest, call_id=f"cap-{k}") for k in range(calls)]
         client.capture(manifests[0])  # start the worker thread outside the measurement
         timings = [0] * calls
         clock = time.perf_counter_ns

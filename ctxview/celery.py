@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import Any
 
 from celery import Celery, Task
 from celery.signals import task_postrun, task_prerun
@@ -156,7 +157,7 @@ app.conf.update(
 
 @task_prerun.connect
 @task_postrun.connect
-def release_stale_connections(task: Task | None = None, **kwargs: object) -> None:
+def release_stale_connections(task: Task[Any, Any] | None = None, **kwargs: object) -> None:  # any task
     if task is not None and task.request.is_eager:
         return  # inside the caller's request and transaction: never close its connection
     from django.db import close_old_connections

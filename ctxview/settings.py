@@ -11,7 +11,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+# Django's generic classes (ModelAdmin[Project], ModelForm[ModelPrice], ...) subscriptable at run
+# time, as django-stubs types them for the type check.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

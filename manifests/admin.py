@@ -1,32 +1,38 @@
-from django.contrib import admin
+from typing import Any
 
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from manifests import price_rows
 from manifests.models import ApiKey, Call, Membership, Project, Run
 from manifests.storage import retention
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(admin.TabularInline[Membership, Project]):
     model = Membership
     extra = 0
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(admin.ModelAdmin[Project]):
     list_display = ["name", "slug", "created"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 
     # Django's own cascade would load every call (raw manifest included) to delete it;
     # the retention service deletes table by table with set-based statements instead.
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Project) -> None:
         retention.delete_project(project=obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Project]) -> None:
         for project in queryset:
             retention.delete_project(project=project)
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     # The raw key is never stored, so it cannot be shown here: keys are created with
     # `manage.py createproject`, which prints it once.
     list_display = ["prefix", "name", "project", "can_ingest", "can_read", "created", "revoked_at"]
@@ -35,7 +41,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(admin.ModelAdmin[Run]):
     list_display = ["run_id", "project", "agent", "model", "first_seen", "last_seen"]
     list_filter = ["project", "agent"]
     search_fields = ["run_id"]
@@ -48,11 +54,11 @@ class AnalysisStateFilter(admin.SimpleListFilter):
     title = "analysis"
     parameter_name = "analysis"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Call]) -> list[tuple[str, str]]:
         return [("unanalysed", "Not analysed yet"), ("quarantined", "Quarantined (analysis failed)"),
                 ("analysed", "Analysed")]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Call]) -> QuerySet[Call]:
         if self.value() == "unanalysed":
             return queryset.filter(analyzed_at__isnull=True, quarantined_at__isnull=True)
         if self.value() == "quarantined":
@@ -63,7 +69,7 @@ class AnalysisStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Call)
-class CallAdmin(admin.ModelAdmin):
+class CallAdmin(admin.ModelAdmin[Call]):
     list_display = ["call_id", "project", "agent", "model", "step", "started_at", "input_tokens", "analyzed_at",
                     "quarantined_at", "analysis_error"]
     list_filter = [AnalysisStateFilter, "project", "agent", "model"]
@@ -87,10 +93,29 @@ from manifests.models import (  # noqa: E402 - appended section, kept apart from
 )
 
 
+class PriceRowForm(forms.ModelForm[ModelPrice]):
+    """The price table's forms (a row, and the editable list): checked by the price rows'
+    serializer, each bad field named."""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            price_rows.check_row(data, partial=True)
+        except price_rows.PriceRowInputError as exc:
+            for error in exc.errors:
+                self.add_error(error.path if error.path in self.fields else None, error.message)
+        return data
+
+
 @admin.register(ModelPrice)
-class ModelPriceAdmin(admin.ModelAdmin):
+class ModelPriceAdmin(admin.ModelAdmin[ModelPrice]):
     """Relative prices per 1k tokens and cache facts per model pattern (docs/analysis.md).
     A change applies to calls analysed afterwards; re-run the analysis for older ones."""
+
+    form = PriceRowForm
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm[ModelPrice]]:
+        return super().get_changelist_form(request, form=PriceRowForm, **kwargs)
 
     list_display = [
         "model_pattern",
@@ -101,6 +126,8 @@ class ModelPriceAdmin(admin.ModelAdmin):
         "cache_ttl_seconds",
         "min_cacheable_tokens",
         "effective_limit_ratio",
+        "input_usd_per_mtok",
+        "output_usd_per_mtok",
         "updated",
     ]
     list_editable = [
@@ -115,13 +142,13 @@ class ModelPriceAdmin(admin.ModelAdmin):
     search_fields = ["model_pattern"]
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class _ReadOnlyAdmin(admin.ModelAdmin[Any]):  # each subclass shows one derived model
     """Derived rows: recomputed by the analysis, so never edited by hand."""
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 

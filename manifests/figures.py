@@ -1,6 +1,6 @@
 """The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
 
-Every query that counts tokens in context, hit rate, uncached tokens, cost, the input cap,
+Every query that counts tokens in context, hit rate, uncached tokens, cost (relative and USD), the input cap,
 the input read, headroom, a share of the window, the saving of a cache miss or the MCP tools of the
 window breakdown (ctxkit.breakdown) builds on these, so the database and
 Python agree (tests/analysis/test_figures_agree.py checks it on generated data, on PostgreSQL and
@@ -27,17 +27,18 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.expressions import Combinable
+from django.db.models.expressions import Combinable, CombinedExpression
 from django.db.models.functions import Cast, Coalesce, Floor, Greatest, Least, StrIndex
 from django.db.models.lookups import GreaterThan
 
 from ctxkit.breakdown import MCP_MARK
 from ctxkit.figures import ABSENT_ACTIONS, COST_WEIGHTS, MISSING_CAUSES, RISK_CAUSES
 from ctxkit.figures import hit_rate as hit_rate_of
+from ctxkit.models import UsdPrices
 
 __all__ = [
-    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving", "context_tokens",
-    "cost_units",
+    "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving",
+    "cache_write_1h_tokens", "context_tokens", "cost_units", "cost_usd",
     "effective_limit", "effective_share", "headroom", "hit_rate", "hit_rate_of", "in_context", "input_cap",
     "input_read", "mcp_tool", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
 ]
@@ -46,7 +47,7 @@ __all__ = [
 # overview, the cache view and the consistency test.
 ROLLUP_SUM_FIELDS = (
     "calls", "items", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-    "uncached_input_tokens", "cost", "verified_successes", "evidence_total", "evidence_present",
+    "uncached_input_tokens", "cost", "cost_usd", "verified_successes", "evidence_total", "evidence_present",
     "compactions", "invariant_failures", "prefix_changes",
 )
 ROLLUP_MAP_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
@@ -110,38 +111,57 @@ def hit_rate(cache_read: Combinable, input_tokens: Combinable) -> Case:
     )
 
 
-def _cost(uncached: Combinable, read: Combinable, write: Combinable, output: Combinable,
-          weights: Mapping[str, float]) -> ExpressionWrapper:
-    """ctxkit.figures.cost_units over four token expressions."""
+def _cost(uncached: Combinable, read: Combinable, write: Combinable, write_1h: Combinable | None,
+          output: Combinable, weights: Mapping[str, float]) -> ExpressionWrapper[CombinedExpression]:
+    """ctxkit.figures.cost_units over the token expressions. ``write_1h`` (the part of ``write``
+    with a 1-hour TTL) is read only when the weights price it apart (USD prices): relative
+    weights price every write alike, so their expression never names the column."""
+    writes = Cast(write, FloatField()) * Value(weights["cache_write"])
+    if "cache_write_1h" in weights and write_1h is not None:
+        writes = (Cast(write - write_1h, FloatField()) * Value(weights["cache_write"])
+                  + Cast(write_1h, FloatField()) * Value(weights["cache_write_1h"]))
     return ExpressionWrapper(
         Cast(uncached, FloatField()) * Value(weights["input"])
         + Cast(read, FloatField()) * Value(weights["cache_read"])
-        + Cast(write, FloatField()) * Value(weights["cache_write"])
+        + writes
         + Cast(output, FloatField()) * Value(weights["output"]),
         output_field=FloatField(),
     )
 
 
-def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper:
+def cache_write_1h_tokens(prefix: str = "") -> Least:
+    """ctxkit.figures.cache_write_1h_tokens: the 1-hour part of the cache writes, never above them."""
+    return Least(_f(prefix, "cache_write_1h_tokens"), _f(prefix, "cache_write_tokens"))
+
+
+def cost_units(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.cost_units: each kind of token at its weight."""
+    write_1h = cache_write_1h_tokens(prefix) if "cache_write_1h" in weights else None
     return _cost(uncached_tokens(prefix), _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens"),
-                 _f(prefix, "output_tokens"), weights)
+                 write_1h, _f(prefix, "output_tokens"), weights)
+
+
+def cost_usd(prices: UsdPrices, prefix: str = "") -> ExpressionWrapper[CombinedExpression]:
+    """ctxkit.figures.cost_usd: cost_units at the model's USD prices per token (a model with no
+    USD price has no expression: its cost in USD is null)."""
+    return cost_units(prefix, prices.weights)
 
 
 def cache_saving(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) -> Greatest:
     """ctxkit.figures.cache_saving: cost_units as paid less cost_units of ctxkit.figures.cached_usage
-    (the prefix tokens not read moved to cache reads, first from the writes, then from the
-    uncached input), never below 0."""
+    (the prefix tokens not read moved to cache reads, first from the writes (5-minute ones before
+    1-hour ones), then from the uncached input), never below 0."""
     read, write = _f(prefix, "cache_read_tokens"), _f(prefix, "cache_write_tokens")
     missed = Greatest(Value(0), _f(prefix, "prefix_tokens") - read)
     from_write = Least(write, missed)
     from_uncached = Least(uncached_tokens(prefix), missed - from_write)
     cached = _cost(uncached_tokens(prefix) - from_uncached, read + from_write + from_uncached, write - from_write,
+                   Least(cache_write_1h_tokens(prefix), write - from_write) if "cache_write_1h" in weights else None,
                    _f(prefix, "output_tokens"), weights)
     return Greatest(Value(0.0), cost_units(prefix, weights) - cached, output_field=FloatField())
 
 
-def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper:
+def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper[CombinedExpression]:
     return ExpressionWrapper(Cast(numerator, FloatField()) / Cast(denominator, FloatField()),
                              output_field=FloatField())
 
@@ -158,17 +178,17 @@ def input_read(input_tokens: Combinable, context_tokens: Combinable) -> Case:
                 output_field=BigIntegerField())
 
 
-def headroom(cap: Combinable, read: Combinable) -> ExpressionWrapper:
+def headroom(cap: Combinable, read: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.headroom: input cap − input read (negative: over the cap)."""
     return ExpressionWrapper(cap - read, output_field=BigIntegerField())
 
 
-def window_utilization(read: Combinable, window: Combinable) -> ExpressionWrapper:
+def window_utilization(read: Combinable, window: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.window_utilization: input read over the window (at least 1)."""
     return _ratio(read, Greatest(Value(1), window))
 
 
-def reserve_share(output_reserve: Combinable, window: Combinable) -> ExpressionWrapper:
+def reserve_share(output_reserve: Combinable, window: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.reserve_share: output reserve over the window (at least 1)."""
     return _ratio(output_reserve, Greatest(Value(1), window))
 
@@ -186,7 +206,7 @@ def effective_limit(window: Combinable, ratio: float) -> Greatest:
     return Greatest(Value(1), Cast(scaled, BigIntegerField()), output_field=BigIntegerField())
 
 
-def effective_share(read: Combinable, limit: Combinable) -> ExpressionWrapper:
+def effective_share(read: Combinable, limit: Combinable) -> ExpressionWrapper[CombinedExpression]:
     """ctxkit.figures.effective_share: input read over the effective limit (at least 1)."""
     return _ratio(read, Greatest(Value(1), limit))
 
@@ -204,7 +224,8 @@ def as_sql(expression: Any, model: type[Model], alias: str) -> str:
     resolved = expression.resolve_expression(query, allow_joins=False)
     resolved = resolved.relabeled_clone({model._meta.db_table: alias})
     sql, params = query.get_compiler(connection=connection).compile(resolved)
-    return sql % tuple(_literal(p) for p in params)
+    text: str = sql % tuple(_literal(p) for p in params)
+    return text
 
 
 def _literal(value: Any) -> str:

@@ -1,10 +1,15 @@
-"""Forms of the project settings page: they parse and validate input; the writes are in services.py."""
+"""Forms of the project settings page: they parse and validate input; the writes are in services.py.
+The webhook's settings are a configurable resource, stated once as a serializer like alert rules
+and watched facts (manifests/inputs.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
-from manifests.models import Membership
+from manifests.inputs import Flag, InputError, InputSerializer, Number, Text, Url, Whole, validated
+from manifests.models import Membership, Project
 
 
 class ApiKeyForm(forms.Form):
@@ -30,19 +35,39 @@ class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.ROLES)
 
 
-class WebhookForm(forms.Form):
-    url = forms.URLField(max_length=500, required=False, assume_scheme="https", label="Webhook URL",
-                         help_text="Receives a signed JSON POST per cache-hit regression; empty turns alerts off")
-    secret = forms.CharField(max_length=200, required=False, widget=forms.PasswordInput(render_value=False),
-                             label="Signing secret", help_text="Leave empty to keep the current secret")
-    new_secret = forms.BooleanField(required=False, label="generate a new secret (shown once)")
-    threshold_points = forms.FloatField(min_value=1, max_value=100, label="Threshold (hit-rate points)",
-                                        help_text="A drop of more than this against the baseline is a regression")
-    window_calls = forms.IntegerField(min_value=2, max_value=10_000, label="Window (calls)",
-                                      help_text="Calls in the rolling window and in the baseline before it")
+class WebhookInputError(InputError):
+    """Bad webhook settings; ``errors`` name each bad field."""
 
-    def clean_url(self):
-        url = self.cleaned_data["url"]
-        if url and not url.lower().startswith(("http://", "https://")):
-            raise forms.ValidationError("the webhook must be an http or https URL")
-        return url
+
+MAX_URL = Project._meta.get_field("webhook_url").max_length or 500
+MAX_SECRET = Project._meta.get_field("webhook_secret").max_length or 200
+MIN_POINTS, MAX_POINTS = 1, 100
+MIN_CALLS, MAX_CALLS = 2, 10_000
+
+
+class WebhookSerializer(InputSerializer):
+    """The cache-hit regression webhook of a project, as its settings form sends it."""
+
+    noun = "webhook"
+
+    url = Url(default="", allow_blank=True, max_length=MAX_URL,
+              help_text="Receives a signed JSON POST per cache-hit regression; empty turns alerts off",
+              says=f"must be an http or https URL of at most {MAX_URL} characters (empty: no webhook)")
+    secret = Text(default="", allow_blank=True, write_only=True, max_length=MAX_SECRET,
+                  help_text="Leave empty to keep the current secret",
+                  says=f"must be text of at most {MAX_SECRET} characters without control characters")
+    new_secret = Flag(default=False, help_text="Generate a new secret (shown once)")
+    threshold_points = Number(min_value=MIN_POINTS, max_value=MAX_POINTS,
+                              help_text="A drop of more than this against the baseline is a regression",
+                              says=f"must be a number of hit-rate points, {MIN_POINTS} to {MAX_POINTS}")
+    window_calls = Whole(min_value=MIN_CALLS, max_value=MAX_CALLS,
+                         help_text="Calls in the rolling window and in the baseline before it",
+                         says=f"must be a whole number of calls, {MIN_CALLS} to {MAX_CALLS}")
+
+
+WEBHOOK_FIELDS = WebhookSerializer.writable()
+
+
+def parse_webhook(data: Any) -> dict[str, Any]:
+    """The webhook settings of the form's fields; raises WebhookInputError naming every bad field."""
+    return validated(WebhookSerializer, data, root="", form=True, error=WebhookInputError)

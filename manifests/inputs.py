@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import URLValidator
 from rest_framework import serializers
 from rest_framework.fields import SkipField, empty
 from rest_framework.settings import api_settings
@@ -83,6 +85,25 @@ class Text(serializers.CharField):
         if not data.strip() and not self.allow_blank:
             self.fail("blank")
         return data if self.lines else data.strip()
+
+
+class Url(Text):
+    """An http or https URL (https:// assumed when no scheme is given); empty when ``allow_blank``."""
+
+    validate_url = URLValidator(schemes=["http", "https"])
+
+    def to_internal_value(self, data: Any) -> str:
+        url = super().to_internal_value(data)
+        if url and "://" not in url:
+            url = f"https://{url}"
+        if url:
+            try:
+                self.validate_url(url)
+            except DjangoValidationError:
+                self.fail("invalid")
+            if self.max_length is not None and len(url) > self.max_length:
+                self.fail("max_length")
+        return url
 
 
 def _number(field: serializers.Field, data: Any) -> float:
@@ -194,16 +215,16 @@ class InputSerializer(serializers.Serializer):
 
 
 def validated(serializer_class: type[InputSerializer], data: Any, *, root: str, form: bool,
-              error: type[InputError]) -> dict[str, Any]:
+              error: type[InputError], partial: bool = False) -> dict[str, Any]:
     """``data`` checked by ``serializer_class``: a JSON object (the API) or a form's fields
     (``form``: numbers and checkboxes as text, an empty field counts as omitted). Raises
     ``error`` naming every bad field by its path under ``root`` ("$." for the API's body,
-    "" for a form)."""
+    "" for a form); ``partial`` checks only the fields ``data`` has."""
     if not isinstance(data, Mapping):
         raise error([FieldError(root.rstrip("."), f"send a JSON object with the {serializer_class.noun}'s fields")])
     if form:
         data = {k: v for k, v in data.items() if v not in ("", None)}
-    serializer = serializer_class(data=data, context={FORM: form})
+    serializer = serializer_class(data=data, context={FORM: form}, partial=partial)
     if not serializer.is_valid():
         raise error(errors_of(serializer.errors, root))
     return dict(serializer.validated_data)

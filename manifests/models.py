@@ -161,6 +161,7 @@ class Call(models.Model):
     input_tokens = models.BigIntegerField(default=0)
     cache_read_tokens = models.BigIntegerField(default=0)
     cache_write_tokens = models.BigIntegerField(default=0)
+    cache_write_1h_tokens = models.BigIntegerField(default=0, help_text="Part of the cache writes with a 1-hour TTL")
     output_tokens = models.BigIntegerField(default=0)
     reasoning_tokens = models.BigIntegerField(null=True, blank=True)
     # Outcome
@@ -353,6 +354,9 @@ class ContextEdit(models.Model):
 # nothing (docs/analysis.md).
 
 
+_USD_HELP = "USD per million tokens; blank: the model's price in genai-prices' table"
+
+
 class ModelPrice(models.Model):
     """Prices in relative units per 1k tokens (docs/analysis.md, "Prices and model facts") and cache facts per model.
 
@@ -371,6 +375,13 @@ class ModelPrice(models.Model):
     effective_limit_ratio = models.FloatField(
         default=0.25, help_text="Share of the window the model uses well (context rot: 1/4 to 1/10)"
     )
+    # USD per million tokens, each replacing the model's own price in genai-prices' table; blank:
+    # the table's (docs/analysis.md, "Cost in USD").
+    input_usd_per_mtok = models.FloatField(null=True, blank=True, help_text=_USD_HELP)
+    output_usd_per_mtok = models.FloatField(null=True, blank=True, help_text=_USD_HELP)
+    cache_read_usd_per_mtok = models.FloatField(null=True, blank=True, help_text=_USD_HELP)
+    cache_write_usd_per_mtok = models.FloatField(null=True, blank=True, help_text=_USD_HELP + " (5-minute TTL)")
+    cache_write_1h_usd_per_mtok = models.FloatField(null=True, blank=True, help_text=_USD_HELP + " (1-hour TTL)")
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -401,6 +412,7 @@ class CallFigures(models.Model):
     tool_share = models.FloatField(default=0.0)
     untrusted_tokens = models.BigIntegerField(default=0)
     cost = models.FloatField(default=0.0)
+    cost_usd = models.FloatField(null=True, blank=True, help_text="The cost in USD; null: the model has no USD price")
     evidence_positions = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -469,12 +481,14 @@ class Attribution(models.Model):
     model = models.CharField(max_length=200, blank=True, default="")
     call_cost = models.FloatField(null=True, blank=True,
                                   help_text="The call's cost on its first attribution of this cause, else null")
+    call_cost_usd = models.FloatField(null=True, blank=True,
+                                      help_text="The call's cost in USD beside call_cost (null: no USD price)")
 
     class Meta:
         indexes = [
             models.Index(fields=["project", "started_at"], name="attribution_project_time"),
             models.Index(fields=["project", "cause", "started_at"],
-                         include=["call", "run", "agent", "model", "call_cost", "evidence_key"],
+                         include=["call", "run", "agent", "model", "call_cost", "call_cost_usd", "evidence_key"],
                          name="attribution_cause_cost"),
         ]
 
@@ -521,9 +535,11 @@ class CacheEvent(models.Model):
     agent = models.CharField(max_length=200, blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
     saving = models.FloatField(default=0.0, help_text="Cost units a hit would have saved")
+    saving_usd = models.FloatField(null=True, blank=True, help_text="USD a hit would have saved (null: no USD price)")
 
     class Meta:
-        indexes = [models.Index(fields=["project", "cause", "started_at"], include=["run", "agent", "model", "saving"],
+        indexes = [models.Index(fields=["project", "cause", "started_at"], include=["run", "agent", "model", "saving",
+                                                                                      "saving_usd"],
                                 name="cacheevent_cause_saving")]
 
 
@@ -633,6 +649,7 @@ class Rollup(models.Model):
     output_tokens = models.BigIntegerField(default=0)
     uncached_input_tokens = models.BigIntegerField(default=0)
     cost = models.FloatField(default=0.0)
+    cost_usd = models.FloatField(default=0.0, help_text="USD of the calls whose model has a USD price")
     verified_successes = models.BigIntegerField(default=0)
     evidence_total = models.BigIntegerField(default=0)
     evidence_present = models.BigIntegerField(default=0)
@@ -661,6 +678,10 @@ class Rollup(models.Model):
     @property
     def cost_per_verified_success(self) -> float | None:
         return self.cost / self.verified_successes if self.verified_successes else None
+
+    @property
+    def cost_usd_per_verified_success(self) -> float | None:
+        return self.cost_usd / self.verified_successes if self.verified_successes else None
 
 
 class RollupMark(models.Model):
@@ -711,11 +732,13 @@ class AlertRule(models.Model):
     INVARIANT_FAILURES = "invariant_failures"
     EVIDENCE_LOST = "evidence_lost"
     COST_PER_SUCCESS_ABOVE = "cost_per_success_above"
+    COST_USD_PER_SUCCESS_ABOVE = "cost_usd_per_success_above"
     KINDS = [
         (HIT_RATE_BELOW, "Cache hit rate below"),
         (INVARIANT_FAILURES, "Compaction invariant failures above"),
         (EVIDENCE_LOST, "Required evidence lost more than"),
-        (COST_PER_SUCCESS_ABOVE, "Cost per verified success above"),
+        (COST_USD_PER_SUCCESS_ABOVE, "Cost per verified success above (USD)"),
+        (COST_PER_SUCCESS_ABOVE, "Cost per verified success above (units)"),
     ]
     AUTO = "auto"
     JSON = "json"
@@ -730,7 +753,7 @@ class AlertRule(models.Model):
     evidence_key = models.CharField(
         max_length=200, blank=True, help_text="evidence_lost only: the watched key; empty: any required evidence"
     )
-    threshold = models.FloatField(help_text="A hit rate (0..1), a count, or cost units, by kind")
+    threshold = models.FloatField(help_text="A hit rate (0..1), a count, US dollars or cost units, by kind")
     window_hours = models.PositiveIntegerField(default=1)
     format = models.CharField(max_length=16, choices=FORMATS, default=AUTO)
     created = models.DateTimeField(default=timezone.now)

@@ -54,7 +54,7 @@ def enqueue_notifications(regression_ids: list[int]) -> None:
 
 
 @shared_task(**ANALYSIS_TASK, max_retries=8)
-def analyze_calls(self, call_ids: list[int]) -> int:
+def analyze_calls(self: Task[[list[int]], int], call_ids: list[int]) -> int:
     """Analyse one ingested batch (one task per batch, never per manifest)."""
     try:
         return analysis.analyze_calls(call_ids, notify=enqueue_notifications)
@@ -66,7 +66,7 @@ def analyze_calls(self, call_ids: list[int]) -> int:
 
 @shared_task(**ANALYSIS_TASK, max_retries=3)
 def sweep_unanalysed(
-    self,
+    self: Task[[float, int, float], int],
     older_than_seconds: float = 60,
     max_calls: int = SWEEP_MAX_CALLS,
     max_seconds: float = SWEEP_MAX_SECONDS,
@@ -87,7 +87,7 @@ def sweep_unanalysed(
 
 
 @shared_task(**ANALYSIS_TASK, max_retries=3)
-def refresh_rollups(self) -> int:
+def refresh_rollups(self: Task[[], int]) -> int:
     """Beat, every CTXVIEW_ROLLUP_INTERVAL_SECONDS: recompute each dirty rollup bucket once.
     Safe on several workers at once (they claim different marks); returns buckets refreshed."""
     try:
@@ -97,8 +97,7 @@ def refresh_rollups(self) -> int:
 
 
 # A webhook delivery: signed, retried with backoff up to notify.MAX_ATTEMPTS attempts.
-WEBHOOK_DELIVERY: dict[str, Any] = {
-    "bind": True,
+WEBHOOK_DELIVERY: dict[str, Any] = {  # with bind=True
     "autoretry_for": (notify.TransientNotifyError, *TRANSIENT),
     "retry_backoff": 5,
     "retry_backoff_max": MAX_COUNTDOWN_SECONDS,
@@ -110,7 +109,7 @@ WEBHOOK_DELIVERY: dict[str, Any] = {
 }
 
 
-def _deliver(task: Task, send: Callable[[int], str], pk: int) -> str:
+def _deliver(task: Task[[int], str], send: Callable[[int], str], pk: int) -> str:
     if task.request.is_eager:
         # Without a broker (the embedded default) this runs inside the caller's request: one
         # attempt only, never a blocking retry loop; the sweep or the next beat run tries again.
@@ -121,14 +120,14 @@ def _deliver(task: Task, send: Callable[[int], str], pk: int) -> str:
     return send(pk)
 
 
-@shared_task(**WEBHOOK_DELIVERY)
-def notify_regression(self: Task, regression_id: int) -> str:
+@shared_task(bind=True, **WEBHOOK_DELIVERY)
+def notify_regression(self: Task[[int], str], regression_id: int) -> str:
     """POST one regression to its project's webhook."""
     return _deliver(self, notify.send, regression_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=60)
-def sweep_notifications(self) -> int:
+def sweep_notifications(self: Task[[], int]) -> int:
     """Re-enqueue webhook notifications that were never sent and whose retries are gone."""
     pending = notify.pending()
     for pk in pending:
@@ -138,7 +137,7 @@ def sweep_notifications(self) -> int:
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_jitter=True, max_retries=3, time_limit=240,
              soft_time_limit=200, acks_late=True)
-def evaluate_alert_rules(self) -> int:
+def evaluate_alert_rules(self: Task[[], int]) -> int:
     """Beat, every CTXVIEW_ALERT_INTERVAL_SECONDS: evaluate every alert rule and enqueue the
     delivery of each new event, and of events whose retries were lost. Rerunning it sends
     nothing twice: an event is written once per episode start or end. Returns new events."""
@@ -151,20 +150,20 @@ def evaluate_alert_rules(self) -> int:
     return len(new)
 
 
-@shared_task(**WEBHOOK_DELIVERY)
-def notify_alert(self: Task, event_id: int) -> str:
+@shared_task(bind=True, **WEBHOOK_DELIVERY)
+def notify_alert(self: Task[[int], str], event_id: int) -> str:
     """POST one alert event (firing or resolved) to its project's webhook."""
     return _deliver(self, alerts.send, event_id)
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=10, retry_jitter=True, max_retries=5, time_limit=600)
-def ensure_partitions(self) -> int:
+def ensure_partitions(self: Task[[], int]) -> int:
     """Hourly: create today's partitions and those of the days ahead (PostgreSQL; a no-op
     on SQLite). Ingest creates a missing day itself, so a late run never fails an ingest."""
     return partitions.ensure_ahead()
 
 
 @shared_task(bind=True, autoretry_for=TRANSIENT, retry_backoff=60, retry_jitter=True, max_retries=3, time_limit=3600)
-def enforce_retention(self) -> dict[str, int]:
+def enforce_retention(self: Task[[], dict[str, int]]) -> dict[str, int]:
     """Daily: expire raw calls past each project's retention, rollups past theirs."""
     return retention.enforce_retention()

@@ -17,6 +17,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from ctxkit.models import format_usd
 from manifests.alerts.measure import Measurement, measure
 from manifests.analysis import rollups
 from manifests.models import AlertEvent, AlertRule
@@ -37,6 +38,8 @@ def figure(rule: AlertRule, value: float | None) -> str:
         return f"{value:.1%}"
     if rule.kind == AlertRule.COST_PER_SUCCESS_ABOVE:
         return f"{value:,.2f} units"
+    if rule.kind == AlertRule.COST_USD_PER_SUCCESS_ABOVE:
+        return format_usd(value)
     return f"{value:g}"
 
 
@@ -51,6 +54,8 @@ def describe(rule: AlertRule) -> str:
     elif rule.kind == AlertRule.EVIDENCE_LOST:
         key = f"evidence {rule.evidence_key!r}" if rule.evidence_key else "required evidence"
         what = f"{key} lost more than {rule.threshold:g} times" if rule.threshold else f"{key} lost at all"
+    elif rule.kind == AlertRule.COST_USD_PER_SUCCESS_ABOVE:
+        what = f"cost per verified success above {format_usd(rule.threshold)}"
     else:
         what = f"cost per verified success above {rule.threshold:,.2f} units"
     return f"{what} {window}, {_scope(rule)}"

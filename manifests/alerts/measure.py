@@ -66,6 +66,9 @@ def measure(rule: AlertRule, now: datetime) -> Measurement:
     if rule.kind == AlertRule.COST_PER_SUCCESS_ABOVE:
         cost = totals.cost_per_success
         return Measurement(cost, None if cost is None else cost > rule.threshold)
+    if rule.kind == AlertRule.COST_USD_PER_SUCCESS_ABOVE:
+        cost = totals.cost_usd_per_success
+        return Measurement(cost, None if cost is None else cost > rule.threshold)
     raise ValueError(f"unknown alert kind {rule.kind!r}")
 
 

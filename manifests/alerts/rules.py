@@ -26,6 +26,7 @@ THRESHOLDS: dict[str, tuple[str, float | None]] = {
     AlertRule.HIT_RATE_BELOW: ("a hit rate between 0 and 1 (0.5 is 50 %)", None),
     AlertRule.INVARIANT_FAILURES: ("a count of failed invariants (0: any failure)", 0.0),
     AlertRule.EVIDENCE_LOST: ("a count of losses (0: any loss)", 0.0),
+    AlertRule.COST_USD_PER_SUCCESS_ABOVE: ("US dollars per verified success", None),
     AlertRule.COST_PER_SUCCESS_ABOVE: ("cost units per verified success", None),
 }
 
@@ -39,7 +40,8 @@ def threshold_error(kind: str, threshold: float) -> str | None:
         threshold < 0 or threshold != int(threshold) or threshold > MAX_COUNT
     ):
         return f"must be a whole number, 0 to {MAX_COUNT}: {unit}"
-    if kind == AlertRule.COST_PER_SUCCESS_ABOVE and not 0 < threshold <= MAX_COST:
+    if kind in (AlertRule.COST_PER_SUCCESS_ABOVE, AlertRule.COST_USD_PER_SUCCESS_ABOVE) \
+            and not 0 < threshold <= MAX_COST:
         return f"must be above 0: {unit}"
     return None
 

@@ -144,9 +144,10 @@ class RunHistory:
         return cause, (calls[cause.lost_at][0], history[cause.lost_at].label)
 
 
-def attribute(data: CallData, positions: dict[str, float], history: RunHistory, cost: float) -> list[Attribution]:
-    """The call's attributions; ``cost`` (its CallFigures.cost) goes on its first attribution
-    of each cause, so that what the calls of a cause paid sums each call once."""
+def attribute(data: CallData, positions: dict[str, float], history: RunHistory,
+              cost: tuple[float, float | None]) -> list[Attribution]:
+    """The call's attributions; ``cost`` (its CallFigures.cost and cost_usd) goes on its first
+    attribution of each cause, so that what the calls of a cause paid sums each call once."""
     m = data.manifest
     cited = fig.cited_keys(m)
     out: list[Attribution] = []
@@ -161,5 +162,5 @@ def attribute(data: CallData, positions: dict[str, float], history: RunHistory, 
     for row in out:
         if row.cause not in costed:
             costed.add(row.cause)
-            row.call_cost = cost
+            row.call_cost, row.call_cost_usd = cost
     return out

@@ -28,7 +28,7 @@ from ctxkit import figures as fig
 from ctxkit.manifest import Usage
 from manifests.analysis import cache_words
 from manifests.analysis.data import clean
-from manifests.analysis.prices import PriceBook
+from manifests.analysis.prices import PriceBook, usd_prices
 from manifests.models import CacheEvent, Call, Compaction, ContextEdit, PrefixEntry
 from manifests.storage import partitions
 
@@ -49,7 +49,9 @@ NEIGHBOUR_FIELDS = (
     "input_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
+    "cache_write_1h_tokens",
     "output_tokens",
+    "provider",
     "analyzed_at",
     "call_id",
 )
@@ -71,6 +73,7 @@ EVENT_FIELDS = [
     "agent",
     "model",
     "saving",
+    "saving_usd",
 ]
 
 
@@ -241,6 +244,10 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
         detail = f"{same} within the TTL but nothing was read: the previous call did not write the cache"
     if across:
         detail = f"since {who}: {detail}"
+    usage = Usage(input_tokens=call["input_tokens"], cache_read_tokens=read,
+                  cache_write_tokens=call["cache_write_tokens"], output_tokens=call["output_tokens"],
+                  cache_write_1h_tokens=call["cache_write_1h_tokens"])
+    usd = usd_prices(price, call["model"], call["provider"], call["input_tokens"], call["started_at"])
     return CacheEvent(
         project_id=call["project_id"],
         call_id=call["pk"],
@@ -257,9 +264,8 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
         run_id=call["run_id"],
         agent=call["agent"],
         model=call["model"],
-        saving=fig.cache_saving(Usage(input_tokens=call["input_tokens"], cache_read_tokens=read,
-                                      cache_write_tokens=call["cache_write_tokens"],
-                                      output_tokens=call["output_tokens"]), call["prefix_tokens"], price.weights),
+        saving=fig.cache_saving(usage, call["prefix_tokens"], price.weights),
+        saving_usd=None if usd is None else fig.cache_saving(usage, call["prefix_tokens"], usd.weights),
     )
 
 

@@ -8,7 +8,7 @@ from ctxkit import figures as fig
 from ctxkit.figures import context_tokens, in_context
 from ctxkit.manifest import Manifest
 from manifests.analysis.data import CallData, clean
-from manifests.analysis.prices import Price
+from manifests.analysis.prices import Price, usd_prices
 from manifests.models import Call, CallFigures
 
 
@@ -17,17 +17,21 @@ def relative_positions(manifest: Manifest) -> dict[str, float]:
     return fig.relative_positions(manifest.items)
 
 
-def cost(data: CallData, price: Price) -> float:
-    """The call's cost: ctxkit.figures.cost_units of its usage at its model's price row."""
-    return fig.cost_units(data.manifest.usage, price.weights)
+def cost(data: CallData, price: Price) -> tuple[float, float | None]:
+    """The call's cost: ctxkit.figures.cost_units of its usage at its model's price row, and
+    ctxkit.figures.cost_usd at its model's USD prices (None: the model has none)."""
+    usage, call = data.manifest.usage, data.call
+    usd = usd_prices(price, call.model, call.provider, usage.input_tokens, call.started_at)
+    return fig.cost_units(usage, price.weights), fig.cost_usd(usage, usd)
 
 
-def stored_costs(calls: Iterable[Call]) -> dict[int, float]:
-    """The cost stored in the figures of each of ``calls`` that has them, by call pk."""
+def stored_costs(calls: Iterable[Call]) -> dict[int, tuple[float, float | None]]:
+    """The costs (relative, USD) stored in the figures of each of ``calls`` that has them, by call pk."""
     pks = [c.pk for c in calls]
     if not pks:
         return {}
-    return dict(CallFigures.objects.filter(call_id__in=pks).values_list("call_id", "cost"))
+    rows = CallFigures.objects.filter(call_id__in=pks).values_list("call_id", "cost", "cost_usd")
+    return {pk: (units, usd) for pk, units, usd in rows}
 
 
 def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFigures:
@@ -38,6 +42,7 @@ def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFi
     read = fig.input_read(usage.input_tokens, ctx_tokens)
     uncached = fig.uncached_tokens(usage)
     effective_limit = fig.effective_limit(call.window, price.effective_limit_ratio)
+    units, usd = cost(data, price)
 
     # Duplicates among the candidates: deduplicated ones, and any whose content hash an
     # earlier candidate already had. Also what of that still reached the model.
@@ -84,6 +89,7 @@ def compute(data: CallData, price: Price, positions: dict[str, float]) -> CallFi
         tool_tokens=tool_tokens,
         tool_share=fig.tool_share(tool_tokens, ctx_tokens),
         untrusted_tokens=untrusted,
-        cost=cost(data, price),
+        cost=units,
+        cost_usd=usd,
         evidence_positions=evidence_positions,
     )

@@ -218,13 +218,14 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     for d in data:
         positions = figures.relative_positions(d.manifest)
         new_figures.append(figures.compute(d, prices.for_model(d.call.model), positions))
-        new_attributions.extend(attribution.attribute(d, positions, history, new_figures[-1].cost))
+        done = new_figures[-1]
+        new_attributions.extend(attribution.attribute(d, positions, history, (done.cost, done.cost_usd)))
         new_reviews.extend(compaction_review.review(d))
     # The later calls keep their figures: their attributions carry the cost stored there.
     costs = figures.stored_costs([d.call for d in later])
     for d in later:
         cost = costs.get(d.call.pk)
-        if cost is None:  # no figures stored: the cost the analysis would store
+        if cost is None:  # no figures stored: the costs the analysis would store
             cost = figures.cost(d, prices.for_model(d.call.model))
         new_attributions.extend(attribution.attribute(d, figures.relative_positions(d.manifest), history, cost))
         new_reviews.extend(compaction_review.review(d))

@@ -93,6 +93,12 @@ def _money(cost: float) -> float:
     return round(float(cost), 6)
 
 
+def _usd(cost: float) -> float:
+    """USD sums, rounded as :func:`_money` does, to a billionth of a dollar (a call often costs
+    less than a cent)."""
+    return round(float(cost), 9)
+
+
 def _counts(queryset: Any, field: str) -> dict[str, int]:
     return {k: n for k, n in queryset.values_list(field).annotate(n=Count("pk")).order_by(field) if n}
 
@@ -116,6 +122,7 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
         output_tokens=Sum("output_tokens"),
         uncached_input_tokens=Sum("figures__uncached_input_tokens"),
         cost=Sum("figures__cost"),
+        cost_usd=Sum("figures__cost_usd"),
         verified_successes=Count("pk", filter=Q(verified="yes")),
         evidence_total=Sum("evidence_count"),
         evidence_missing=Sum("evidence_missing"),
@@ -123,6 +130,7 @@ def hour_values(project_id: int, start: datetime, agent: str, model: str) -> dic
     values: dict[str, Any] = {k: v or 0 for k, v in totals.items()}
     values["evidence_present"] = values["evidence_total"] - values.pop("evidence_missing")
     values["cost"] = _money(values["cost"])
+    values["cost_usd"] = _usd(values["cost_usd"])
     ids = calls.values("pk")
     # The children carry their call's time: the hour names their partition (PostgreSQL).
     hour = {"started_at__gte": start, "started_at__lt": start + HOUR}
@@ -159,6 +167,7 @@ def day_values(project_id: int, start: datetime, agent: str, model: str) -> dict
             for k, n in getattr(row, name).items():
                 target[k] = target.get(k, 0) + n
     values["cost"] = _money(values["cost"])
+    values["cost_usd"] = _usd(values["cost_usd"])
     return values
 
 

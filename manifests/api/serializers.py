@@ -14,7 +14,7 @@ from manifests.models import Attribution, Call, Compaction, ContextEdit, Evidenc
 from manifests.selectors import window as window_selectors
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(serializers.ModelSerializer[Run]):
     call_count = serializers.IntegerField(read_only=True)
 
     class Meta:
@@ -22,11 +22,17 @@ class RunSerializer(serializers.ModelSerializer):
         fields = ["run_id", "agent", "model", "parent_run_id", "first_seen", "last_seen", "call_count"]
 
 
-class CallSummarySerializer(serializers.ModelSerializer):
+class CallSummarySerializer(serializers.ModelSerializer[Call]):
     run_id = serializers.CharField(source="run.run_id", read_only=True)
     uncached_input_tokens = serializers.IntegerField(read_only=True)
     # ctxkit.figures.hit_rate: null when the call had no input.
     cache_hit_ratio = serializers.FloatField(read_only=True, allow_null=True)
+    # The stored figures (docs/analysis.md): null until the call is analysed; cost_usd also null
+    # when the model has no USD price (neither genai-prices' table nor a price row has one).
+    cost = serializers.FloatField(source="figures.cost", read_only=True, default=None, allow_null=True,
+                                  help_text="The call's cost in relative units (ctxkit.figures.cost_units)")
+    cost_usd = serializers.FloatField(source="figures.cost_usd", read_only=True, default=None, allow_null=True,
+                                      help_text="The call's cost in US dollars (ctxkit.figures.cost_usd)")
 
     class Meta:
         model = Call
@@ -49,10 +55,13 @@ class CallSummarySerializer(serializers.ModelSerializer):
             "input_tokens",
             "cache_read_tokens",
             "cache_write_tokens",
+            "cache_write_1h_tokens",
             "output_tokens",
             "reasoning_tokens",
             "uncached_input_tokens",
             "cache_hit_ratio",
+            "cost",
+            "cost_usd",
             "status",
             "finish_reason",
             "verified",
@@ -64,7 +73,7 @@ class CallSummarySerializer(serializers.ModelSerializer):
         ]
 
 
-class ItemSerializer(serializers.ModelSerializer):
+class ItemSerializer(serializers.ModelSerializer[Item]):
     id = serializers.CharField(source="item_id")
     in_context = serializers.SerializerMethodField()
     context_tokens = serializers.SerializerMethodField()
@@ -80,13 +89,13 @@ class ItemSerializer(serializers.ModelSerializer):
         return figures.context_tokens(item)
 
 
-class EvidenceSerializer(serializers.ModelSerializer):
+class EvidenceSerializer(serializers.ModelSerializer[Evidence]):
     class Meta:
         model = Evidence
         fields = ["key", "label", "literal", "expected_item", "present", "found_in", "used"]
 
 
-class AttributionSerializer(serializers.ModelSerializer):
+class AttributionSerializer(serializers.ModelSerializer[Attribution]):
     """A cause of missing evidence (is_risk false) or a risk flag on present evidence."""
 
     # Null unless the evidence was lost at an earlier call of the run (the cause was traced there).
@@ -99,13 +108,13 @@ class AttributionSerializer(serializers.ModelSerializer):
                   "lost_at_step"]
 
 
-class InvariantSerializer(serializers.ModelSerializer):
+class InvariantSerializer(serializers.ModelSerializer[Invariant]):
     class Meta:
         model = Invariant
         fields = ["name", "ok", "detail", "lost"]
 
 
-class CompactionSerializer(serializers.ModelSerializer):
+class CompactionSerializer(serializers.ModelSerializer[Compaction]):
     id = serializers.CharField(source="event_id")
     invariants = InvariantSerializer(many=True, read_only=True)
 
@@ -124,7 +133,7 @@ class CompactionSerializer(serializers.ModelSerializer):
         ]
 
 
-class ContextEditSerializer(serializers.ModelSerializer):
+class ContextEditSerializer(serializers.ModelSerializer[ContextEdit]):
     class Meta:
         model = ContextEdit
         fields = ["type", "cleared_count", "cleared_tokens", "kept", "item_ids"]
@@ -213,9 +222,22 @@ class CallDetailSerializer(CallSummarySerializer):
         return window_selectors.call_breakdown(call, list(call.items.all()))
 
     @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_prices(self, call: Call) -> dict[str, float]:
+    def get_prices(self, call: Call) -> dict[str, float | None]:
         """The call's model's row of the price book, per 1k tokens in relative units (what the
-        call's cost is computed with; ``ctxkit check-prefix`` prices a broken prefix with it)."""
-        price = PriceBook.load().for_model(call.model)
+        call's cost is computed with; ``ctxkit check-prefix`` prices a broken prefix with it),
+        and its USD prices per million tokens (what its ``cost_usd`` is computed with; null
+        when the model has none)."""
+        book = PriceBook.load()
+        price = book.for_model(call.model)
+        usd = book.usd(call.model, call.provider, call.input_tokens, call.started_at)
+
+        def per_mtok(value: float | None) -> float | None:
+            return None if value is None else round(value * 1_000_000, 9)
+
         return {"input_per_1k": price.input_per_1k, "output_per_1k": price.output_per_1k,
-                "cache_read_per_1k": price.cache_read_per_1k, "cache_write_per_1k": price.cache_write_per_1k}
+                "cache_read_per_1k": price.cache_read_per_1k, "cache_write_per_1k": price.cache_write_per_1k,
+                "input_usd_per_mtok": per_mtok(usd.input if usd else None),
+                "output_usd_per_mtok": per_mtok(usd.output if usd else None),
+                "cache_read_usd_per_mtok": per_mtok(usd.cache_read if usd else None),
+                "cache_write_usd_per_mtok": per_mtok(usd.cache_write if usd else None),
+                "cache_write_1h_usd_per_mtok": per_mtok(usd.cache_write_1h if usd else None)}

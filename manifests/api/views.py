@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
@@ -77,6 +77,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
+class _DjangoInternals(Protocol):
+    """Attributes Django keeps on its requests and responses that its stubs do not declare."""
+
+    _has_been_logged: bool  # a response already logged: Django's request log skips it
+    _read_started: bool  # a request whose body has been read from
+    _resource_closers: list[Callable[[], object]]  # called when the WSGI server closes the response
+
+
 def error_body(message: str, path: str = "$") -> dict[str, Any]:
     """The one shape of every API error (docs/api.md)."""
     return {"error": message, "errors": [{"path": path, "message": message}]}
@@ -89,7 +97,7 @@ def _client_disconnected(exc: Exception, context: dict[str, Any]) -> Response:
     message = "the connection closed before the whole body was received"
     response = Response(error_body(message), status=400)
     # Django's "Bad Request" warning would repeat the info line (a flag of Django's own, not in its stubs).
-    response._has_been_logged = True  # type: ignore[attr-defined]
+    cast(_DjangoInternals, response)._has_been_logged = True
     return response
 
 
@@ -148,7 +156,7 @@ def _unbuffered(stream: Any) -> Any:
     ``_read_at_most`` does here."""
     wsgi_input = stream
     if isinstance(stream, HttpRequest):
-        if stream._read_started:  # type: ignore[attr-defined]  # Django's own flag, not in its stubs
+        if cast(_DjangoInternals, stream)._read_started:
             return stream
         wsgi_input = stream.META.get("wsgi.input")
     reader = getattr(wsgi_input, "reader", None)
@@ -156,7 +164,7 @@ def _unbuffered(stream: Any) -> Any:
     if type(wsgi_input).__module__ != "gunicorn.http.body" or reader is None or buffered is None or buffered.tell():
         return stream
     if isinstance(stream, HttpRequest):
-        stream._read_started = True  # type: ignore[attr-defined]  # as Django's own read would mark it
+        cast(_DjangoInternals, stream)._read_started = True  # as Django's own read would mark it
     return reader
 
 
@@ -233,8 +241,7 @@ class ManifestIngestView(APIView):
         if held:
             # The WSGI server closes the response once it is sent: the batch's analysis is
             # enqueued then, while the client goes on (Django's own hook for what a response holds).
-            response._resource_closers.append(  # type: ignore[attr-defined]  # not in Django's stubs
-                partial(ingest.enqueue_analyses, held))
+            cast(_DjangoInternals, response)._resource_closers.append(partial(ingest.enqueue_analyses, held))
         return response
 
 
@@ -305,7 +312,7 @@ class RunCallListView(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[Call]:
         run = generics.get_object_or_404(Run, project=key_of(self.request).project, run_id=self.kwargs["run_id"])
-        return Call.objects.filter(run=run).select_related("run").order_by("step", "started_at", "pk")
+        return Call.objects.filter(run=run).select_related("run", "figures").order_by("step", "started_at", "pk")
 
 
 class CallDetailView(generics.RetrieveAPIView):
@@ -325,7 +332,7 @@ class CallDetailView(generics.RetrieveAPIView):
         if key is None:
             raise Http404("No Call matches the given query.")  # as get_object_or_404 words it
         pk, at = key
-        qs = Call.objects.filter(started_at=at).select_related("run").prefetch_related(
+        qs = Call.objects.filter(started_at=at).select_related("run", "figures").prefetch_related(
             Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
             Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
             Prefetch("compactions", queryset=Compaction.objects.filter(started_at=at).prefetch_related(

@@ -287,9 +287,9 @@ def record(*, now: datetime | None = None, mark_latest: bool = False) -> bytes:
     instrument_steps.pop(RUN_ID, None)
     clock = (now or timezone.now()).replace(second=0, microsecond=0)
     # run() and flush() are attributes the SDK sets on its instrument() function.
-    with ctxkit.instrument.run(run_id=RUN_ID):  # type: ignore[attr-defined]
+    with ctxkit.instrument.run(run_id=RUN_ID):
         run_agent(client, clock, mark_latest=mark_latest)
-    ctxkit.instrument.flush(timeout=5.0)  # type: ignore[attr-defined]  # what a script does before it exits
+    ctxkit.instrument.flush(timeout=5.0)  # what a script does before it exits
     client.close()
     if len(sink.lines) != STEPS:  # deterministic: anything else is a bug to see, not a thinner demo
         raise RuntimeError(f"ctxkit.instrument recorded {len(sink.lines)} of the demo's {STEPS} calls")

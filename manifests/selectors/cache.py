@@ -25,7 +25,8 @@ def by_agent_model(project: Project, filters: Filters) -> list[dict[str, Any]]:
         s.rollups(project, filters)
         .values("agent", "model")
         .annotate(calls=Sum("calls"), input=Sum("input_tokens"), read=Sum("cache_read_tokens"),
-                  write=Sum("cache_write_tokens"), cost=Sum("cost"), prefix_changes=Sum("prefix_changes"))
+                  write=Sum("cache_write_tokens"), cost=Sum("cost"), cost_usd=Sum("cost_usd"),
+                  prefix_changes=Sum("prefix_changes"))
         .order_by("agent", "model")
     )
     out = []
@@ -38,12 +39,15 @@ def by_agent_model(project: Project, filters: Filters) -> list[dict[str, Any]]:
 def miss_cost(project: Project, filters: Filters) -> dict[str, Any]:
     """What the misses added, per model and cause: ctxkit.figures.cache_saving of each miss
     (its prefix written or sent uncached instead of read from the cache) at its model's
-    prices, stored on the event by the analysis. Misses below the provider's minimum could
-    not hit anyway."""
+    prices, stored on the event by the analysis, in units and in USD (None: the model has no USD
+    price). Misses below the provider's minimum could not hit anyway."""
     qs = filters.apply(CacheEvent.objects.filter(project=project, cause__in=FIXABLE))
-    totals = qs.values("model", "cause").annotate(n=Count("*"), extra=Sum("saving")).order_by("model", "cause")
-    rows = [{"model": r["model"], "cause": r["cause"], "calls": r["n"], "extra": r["extra"] or 0.0} for r in totals]
-    return {"rows": rows, "total": sum(r["extra"] for r in rows)}
+    totals = qs.values("model", "cause").annotate(n=Count("*"), extra=Sum("saving"), extra_usd=Sum("saving_usd")) \
+        .order_by("model", "cause")
+    rows = [{"model": r["model"], "cause": r["cause"], "calls": r["n"], "extra": r["extra"] or 0.0,
+             "extra_usd": r["extra_usd"]} for r in totals]
+    usd = [r["extra_usd"] for r in rows if r["extra_usd"] is not None]
+    return {"rows": rows, "total": sum(r["extra"] for r in rows), "total_usd": sum(usd) if usd else None}
 
 
 def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
 
+from ctxkit.models import format_usd
 from manifests.models import Call, Project
 from manifests.selectors.call_list import CallQuery, calls
 from manifests.selectors.filters import FilterError, Filters
@@ -73,7 +74,8 @@ def arrivals(project: Project, filters: Filters, cq: CallQuery, *, after: int = 
         qs.select_related("run", "figures", "cache_event")
         .only("pk", "call_id", "step", "agent", "model", "status", "started_at", "received_at", "input_tokens",
               "output_tokens", "evidence_count", "evidence_missing", "analyzed_at", "run__run_id",
-              "figures__cache_hit_ratio", "figures__cost", "cache_event__cause", "cache_event__changed_segment")
+              "figures__cache_hit_ratio", "figures__cost", "figures__cost_usd", "cache_event__cause",
+              "cache_event__changed_segment")
         .order_by("-pk")[: WINDOW + 1]
     )
     truncated = len(found) > WINDOW
@@ -118,7 +120,11 @@ def row(project: Project, call: Call) -> dict[str, Any]:
         "evidence_missing": call.evidence_missing,
         "analysed": call.analyzed_at is not None,
         "hit": _pct(figures.cache_hit_ratio) if figures else "",
-        "cost": f"{figures.cost:.3f}" if figures else "",
+        "cost": f"{_usd(figures.cost_usd)} · {figures.cost:.3f}" if figures else "",
         "cache": event.cause if event else "",
         "cache_segment": event.changed_segment if event else "",
     }
+
+
+def _usd(amount: float | None) -> str:
+    return "–" if amount is None else format_usd(amount)

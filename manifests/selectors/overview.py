@@ -25,7 +25,9 @@ def _headline(totals: s.Totals, runs: int) -> dict[str, float | None]:
         "hit_rate": totals.hit_rate,
         "evidence_coverage": totals.evidence_coverage,
         "invariant_failures": totals["invariant_failures"],
+        "cost_usd": totals["cost_usd"],
         "cost": totals["cost"],
+        "cost_usd_per_success": totals.cost_usd_per_success,
         "cost_per_success": totals.cost_per_success,
     }
 
@@ -37,8 +39,10 @@ CARDS = [
     ("hit_rate", "Cache hit rate", "pct", True),
     ("evidence_coverage", "Evidence coverage", "pct", True),
     ("invariant_failures", "Invariant failures", "int", False),
+    ("cost_usd", "Cost (USD)", "usd", False),
     ("cost", "Cost (relative units)", "num", False),
-    ("cost_per_success", "Cost per verified success", "num", False),
+    ("cost_usd_per_success", "Cost per verified success (USD)", "usd", False),
+    ("cost_per_success", "Cost per verified success (units)", "num", False),
 ]
 
 

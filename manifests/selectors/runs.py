@@ -116,6 +116,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
             "window": from_totals(categories.get(c.pk, []), window=c.window, input_tokens=c.input_tokens),
             "effective_limit": fig.effective_limit if fig else None,
             "cost": fig.cost if fig else None,
+            "cost_usd": fig.cost_usd if fig else None,
             "hit_rate": c.cache_hit_ratio,
             "cache_cause": ev.cause if ev else "",
             "cache_segment": ev.changed_segment if ev else "",
@@ -125,6 +126,14 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
             "edits": edits.get(c.pk, []),
         })
     return rows
+
+
+def run_cost(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The run's cost: its analysed calls' costs added up, in units and in USD (the USD total of
+    the calls that have a USD price; None when none has)."""
+    usd = [s["cost_usd"] for s in steps if s["cost_usd"] is not None]
+    return {"units": sum(s["cost"] or 0.0 for s in steps), "usd": sum(usd) if usd else None,
+            "unpriced": sum(1 for s in steps if s["cost"] is not None and s["cost_usd"] is None)}
 
 
 def label_last_items(steps: list[dict[str, Any]]) -> None:

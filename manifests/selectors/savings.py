@@ -2,11 +2,11 @@
 
 Over the last seven days (whatever the page's range), per day: the cost units a cache fix
 regains (ctxkit.figures.cache_saving of each miss, at its model's prices from the price
-book, stored on the cache event by the analysis), the calls and runs a fix concerns, and for
-missing evidence what the affected calls paid (their cost, stored on their attributions by the
-analysis). Every read is bounded by time: cache misses and missing evidence are read from one
-index each, and the first calls from their own days' partitions on PostgreSQL, however large
-the tables grow.
+book, stored on the cache event by the analysis) and the same in USD (at the model's USD prices),
+the calls and runs a fix concerns, and for missing evidence what the affected calls paid (their
+cost in units and in USD, stored on their attributions by the analysis). Every read is bounded
+by time: cache misses and missing evidence are read from one index each, and the first calls
+from their own days' partitions on PostgreSQL, however large the tables grow.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class Saving:
 
     ``regained`` is the cost units a cache fix regains per day (None for missing evidence,
     which regains no tokens); ``affected_cost`` what the affected calls paid per day (missing
-    evidence only); ``first_call_id`` the earliest call of the cause in the seven days."""
+    evidence only); ``first_call_id`` the earliest call of the cause in the seven days. The ``_usd``
+    twins are the same in US dollars, None when no call of the fix has a USD price."""
 
     kind: str  # "cache" or "evidence"
     cause: str
@@ -48,6 +49,8 @@ class Saving:
     runs: float
     first_call_id: str
     first_at: datetime
+    regained_usd: float | None = None
+    affected_cost_usd: float | None = None
 
     @property
     def order(self) -> tuple[float, float]:
@@ -92,13 +95,19 @@ def _per_day(total: float | int | None) -> float:
     return (total or 0) / SAVING_DAYS
 
 
+def _usd_per_day(total: float | None) -> float | None:
+    """A USD total per day; None when no row had a USD price (the sum of nulls)."""
+    return None if total is None else total / SAVING_DAYS
+
+
 def cache_causes(project: Project, filters: Filters) -> list[Saving]:
     """Per cache-miss cause: cost units regained per day, calls and runs per day."""
     since, until = saving_range(filters)
     misses = _misses(project, filters, since, until)
     labels = dict(CacheEvent.CAUSES)
     rows = list(misses.values("cause").annotate(
-        saving=Sum("saving"), calls=Count("*"), runs=Count("run", distinct=True), first_at=Min("started_at"),
+        saving=Sum("saving"), saving_usd=Sum("saving_usd"), calls=Count("*"), runs=Count("run", distinct=True),
+        first_at=Min("started_at"),
     ).order_by("cause"))
     firsts = _first_calls(misses, {row["cause"]: row["first_at"] for row in rows})
     out = []
@@ -107,7 +116,8 @@ def cache_causes(project: Project, filters: Filters) -> list[Saving]:
         if first is None:  # its misses were deleted since the aggregate (retention)
             continue
         out.append(Saving("cache", row["cause"], labels.get(row["cause"], row["cause"]), _per_day(row["saving"]),
-                          None, _per_day(row["calls"]), _per_day(row["runs"]), *first))
+                          None, _per_day(row["calls"]), _per_day(row["runs"]), *first,
+                          regained_usd=_usd_per_day(row["saving_usd"])))
     out.sort(key=lambda s: s.order)
     return out
 
@@ -122,9 +132,11 @@ def regression_savings(project: Project, filters: Filters, regressions: Iterable
         misses = _misses(project, Filters(), max(since, first.started_at), until).filter(agent=r.agent, model=r.model)
         if r.cause in dict(CacheEvent.CAUSES) and r.cause not in NOT_FIXABLE:
             misses = misses.filter(cause=r.cause)
-        totals = misses.aggregate(saving=Sum("saving"), calls=Count("*"), runs=Count("run", distinct=True))
+        totals = misses.aggregate(saving=Sum("saving"), saving_usd=Sum("saving_usd"), calls=Count("*"),
+                                  runs=Count("run", distinct=True))
         out[r.pk] = Saving("regression", r.cause, f"{r.agent} · {r.model}", _per_day(totals["saving"]), None,
-                           _per_day(totals["calls"]), _per_day(totals["runs"]), first.call_id, first.started_at)
+                           _per_day(totals["calls"]), _per_day(totals["runs"]), first.call_id, first.started_at,
+                           regained_usd=_usd_per_day(totals["saving_usd"]))
     return out
 
 
@@ -157,7 +169,8 @@ def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
     # grouped over all causes would sort the seven days' rows first.
     rows = []
     for cause in MISSING_CAUSES:
-        row = lost.filter(cause=cause).aggregate(cost=Sum("call_cost"), calls=Count("call_cost"),
+        row = lost.filter(cause=cause).aggregate(cost=Sum("call_cost"), cost_usd=Sum("call_cost_usd"),
+                                                 calls=Count("call_cost"),
                                                  runs=Count("run", distinct=True), first_at=Min("started_at"))
         if row["first_at"] is not None:
             rows.append({"cause": cause, **row})
@@ -168,7 +181,8 @@ def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
         if first is None:  # its calls were deleted since the aggregate (retention)
             continue
         out.append(Saving("evidence", row["cause"], labels.get(row["cause"], row["cause"]), None,
-                          _per_day(row["cost"]), _per_day(row["calls"]), _per_day(row["runs"]), *first))
+                          _per_day(row["cost"]), _per_day(row["calls"]), _per_day(row["runs"]), *first,
+                          affected_cost_usd=_usd_per_day(row["cost_usd"])))
     out.sort(key=lambda s: s.order)
     return out
 

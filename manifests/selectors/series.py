@@ -64,6 +64,10 @@ class Totals:
     def cost_per_success(self) -> float | None:
         return self["cost"] / self["verified_successes"] if self["verified_successes"] else None
 
+    @property
+    def cost_usd_per_success(self) -> float | None:
+        return self["cost_usd"] / self["verified_successes"] if self["verified_successes"] else None
+
 
 def totals(project: Project, filters: Filters) -> Totals:
     row = rollups(project, filters).aggregate(**{f: Sum(f) for f in SUM_FIELDS})

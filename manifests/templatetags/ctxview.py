@@ -5,6 +5,8 @@ from __future__ import annotations
 from django import template
 from django.utils.html import format_html
 
+from ctxkit.models import format_usd
+
 register = template.Library()
 
 
@@ -17,12 +19,20 @@ def pct(value: float | None, digits: int = 0) -> str:
 
 
 @register.filter
+def usd(value: float | None) -> str:
+    """ctxkit.models.format_usd of a figure; '–' when there is none (no USD price)."""
+    return "–" if value is None or value == "" else format_usd(float(value))
+
+
+@register.filter
 def figure(value: float | None, fmt: str) -> str:
-    """A headline figure in its format: int, pct or num."""
+    """A headline figure in its format: int, pct, usd or num."""
     if value is None:
         return "–"
     if fmt == "pct":
         return pct(value, 1)
+    if fmt == "usd":
+        return usd(value)
     if fmt == "int":
         return f"{int(value):,}"
     return f"{float(value):,.2f}"
@@ -37,6 +47,8 @@ def delta(value: float | None, fmt: str) -> str:
         return f"{value * 100:+.1f} pt"
     if fmt == "int":
         return f"{int(value):+,}"
+    if fmt == "usd":
+        return ("+" if value >= 0 else "") + usd(value)
     return f"{value:+,.2f}"
 
 

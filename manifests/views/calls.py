@@ -6,6 +6,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from ctxkit.models import WINDOW_ASSUMED
 from manifests import replay
 from manifests.models import Attribution, Project
 from manifests.selectors import calls as calls_sel
@@ -53,7 +54,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         # About 250 stops along the slider; the number box beside it takes any token count.
         "step": max(1, max(call.window * 3, 2000) // 250),
     }
-    return page(request, "manifests/call.html", project, filters, "runs", {
+    return page(request, "manifests/call.html", project, filters, "call", {
         "call": call,
         "items": ordered,
         "fold_at": fold_at,
@@ -65,6 +66,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
         "cache_event": cache_event,
         "allocation": allocation,
         "window_panel": window_sel.call_window(call, items),
+        "window_assumed": any(str(w).startswith(WINDOW_ASSUMED) for w in call.warnings or ()),
         "diff": diff,
         "next_call": calls_sel.next_call(call),
         "whatif": whatif,

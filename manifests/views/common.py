@@ -15,9 +15,7 @@ from django.shortcuts import render
 from manifests.models import Project
 from manifests.selectors import filters as f
 from manifests.selectors.projects import filter_options, project_for
-
-NAV = [("overview", "Overview"), ("runs", "Runs"), ("live", "Live"), ("evidence", "Evidence"), ("cache", "Cache"),
-       ("compactions", "Compactions")]
+from manifests.views.registry import BY_NAME, TABS
 
 PRESETS = ("1h", "24h", "7d", "30d")
 
@@ -78,13 +76,20 @@ def json_endpoint(view: Page) -> Page:
     return wrapper
 
 
-def page(request: HttpRequest, template: str, project: Project, filters: f.Filters, active: str,
+def nav(name: str) -> dict[str, Any]:
+    """The nav's context for the page registered as ``name`` (views/registry.py): the tabs and
+    the one it lights."""
+    return {"nav": TABS, "active": BY_NAME[name].tab}
+
+
+def page(request: HttpRequest, template: str, project: Project, filters: f.Filters, name: str,
          context: dict[str, Any], *, keep: dict[str, str] | None = None) -> HttpResponse:
-    """Render a dashboard page with the navigation and the filter bar.
+    """Render the dashboard page registered as ``name`` with the navigation and the filter bar.
 
     ``keep`` holds the page's own query parameters (a search, a selected run) that the
     filter form carries along so applying a filter keeps them.
     """
+    tabs = nav(name)
     qs = filters.querystring()
     options = filter_options(project)
     # The filter bar shows what the URL says, even a value with no data (agent=nobody).
@@ -105,8 +110,7 @@ def page(request: HttpRequest, template: str, project: Project, filters: f.Filte
         "default_range": f.DEFAULT_RANGE,
         "qs": qs,
         "qs_suffix": f"?{qs}" if qs else "",
-        "nav": NAV,
-        "active": active,
+        **tabs,
         "keep": keep,
         "preset_ranges": [{"label": f"last {r}", "active": filters.range == r,
                            "qs": with_keep(filters.querystring(range=r, since="", until=""))} for r in PRESETS],

@@ -34,5 +34,5 @@ def compare(request: HttpRequest, project: Project, filters: Filters) -> HttpRes
     context: dict[str, Any] = {"a_id": a_id or (a.call_id if a else ""), "b_id": b_id, "b": b, "a": a}
     if a is not None:
         context["cmp"] = compare_sel.compare(a, b)
-    return page(request, "manifests/compare.html", project, filters, "runs", context,
+    return page(request, "manifests/compare.html", project, filters, "compare", context,
                 keep={"a": context["a_id"], "b": b_id})

@@ -23,7 +23,7 @@ def search(request: HttpRequest, project: Project, filters: Filters) -> HttpResp
     target = search_sel.destination(matches)
     if target is not None:
         return HttpResponseRedirect(target)
-    return page(request, "manifests/search.html", project, filters, "",
+    return page(request, "manifests/search.html", project, filters, "search",
                 {"query": query, "find_query": query, "matches": matches,
                  "ref_scan_calls": search_sel.REF_SCAN_CALLS}, keep={"q": query})
 
@@ -34,7 +34,7 @@ def calls(request: HttpRequest, project: Project, filters: Filters) -> HttpRespo
     sort = parse_sort(request.GET.get("sort"), call_list.SORTS, call_list.DEFAULT_SORT)
     result = call_list.calls_page(project, filters, cq, sort, request.GET.get("page"))
     export_qs = "&".join(p for p in (filters.querystring(), urlencode(cq.params())) if p)
-    return page(request, "manifests/calls.html", project, filters, "runs", {
+    return page(request, "manifests/calls.html", project, filters, "calls", {
         "page_obj": result,
         "cq": cq,
         "sort": sort,

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from ctxkit.manifest import INVARIANT_NAMES
-from manifests.models import Rollup, Run
+from manifests.models import Project, Rollup, Run
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import evidence as evidence_sel
@@ -77,7 +77,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 @project_page
-def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+def overview(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     regressions = overview_sel.regressions(project, filters)
     charts = overview_sel.charts(project, filters, regressions)
     # Click-through: each bucket opens its calls; a prefix-change marker its prefix changes.
@@ -99,7 +99,7 @@ def overview(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 
 
 @project_page
-def runs(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+def runs(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     sort = parse_sort(request.GET.get("sort"), runs_sel.RUN_SORTS, runs_sel.DEFAULT_RUN_SORT)
     result = runs_sel.runs_page(project, filters, request.GET.get("page"), sort)
     qs = filters.querystring()
@@ -113,7 +113,7 @@ def runs(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 
 
 @project_page
-def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> HttpResponse:
+def run_detail(request: HttpRequest, project: Project, filters: Filters, run_id: str) -> HttpResponse:
     run = Run.objects.filter(project=project, run_id=run_id).first()
     if run is None:
         raise Http404(f"No run {run_id!r} in this project.")
@@ -153,14 +153,15 @@ def run_detail(request: HttpRequest, project, filters: Filters, run_id: str) -> 
     table = Paginator(sort_list(steps, sort, runs_sel.STEP_SORTS), runs_sel.STEPS_PER_PAGE).get_page(
         request.GET.get("page"))
     runs_sel.label_last_items(list(table.object_list))
-    return page(request, "manifests/run.html", project, filters, "runs", {"run": run, "steps": steps,
+    return page(request, "manifests/run.html", project, filters, "run", {"run": run, "steps": steps,
                                                                          "table": table, "sort": sort,
-                                                                         "chart": chart},
+                                                                         "chart": chart,
+                                                                         "run_cost": runs_sel.run_cost(steps)},
                 keep={"sort": request.GET.get("sort", "")})
 
 
 @project_page
-def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+def evidence(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     key = request.GET.get("key", "").strip()
     run_id = request.GET.get("run", "").strip()
@@ -195,7 +196,7 @@ def evidence(request: HttpRequest, project, filters: Filters) -> HttpResponse:
 STAGES = ["candidate", "granted", "truncated", "summarized", "present", "used"]
 
 
-def _timeline_chart(slug: str, filters: Filters, rows: list[dict]) -> dict:
+def _timeline_chart(slug: str, filters: Filters, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A grid: one column per step, one row per stage; 1 yes, 0 no, null unknown."""
     declared = [r for r in rows if r["declared"]]
     z = []
@@ -211,7 +212,7 @@ def _timeline_chart(slug: str, filters: Filters, rows: list[dict]) -> dict:
 
 
 @project_page
-def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+def cache(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     return page(request, "manifests/cache.html", project, filters, "cache", {
         "by_agent_model": cache_sel.by_agent_model(project, filters),
         "regressions": cache_sel.regressions(project, filters),
@@ -224,7 +225,7 @@ def cache(request: HttpRequest, project, filters: Filters) -> HttpResponse:
     })
 
 
-def _cache_chart(slug: str, filters: Filters, chart: dict) -> dict:
+def _cache_chart(slug: str, filters: Filters, chart: dict[str, Any]) -> dict[str, Any]:
     """Click-through: a line's bucket opens that agent/model's calls of the bucket (cache.js adds
     the bucket's since and until: a week of hourly lines would repeat a URL per point); a point
     its call."""
@@ -238,7 +239,7 @@ def _cache_chart(slug: str, filters: Filters, chart: dict) -> dict:
 
 
 @project_page
-def compactions(request: HttpRequest, project, filters: Filters) -> HttpResponse:
+def compactions(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     failed = request.GET.get("failed", "").strip()
     if failed and failed not in INVARIANT_NAMES:
         return bad_request(request, "failed", f"{failed!r} is not one of {', '.join(INVARIANT_NAMES)}",

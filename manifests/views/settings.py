@@ -18,19 +18,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from manifests import alerts, facts, services
+from manifests import alerts, facts, forms, services
 from manifests.analysis import notify
-from manifests.forms import ApiKeyForm, InviteForm, RoleForm, WebhookForm
 from manifests.models import AlertRule, ApiKey, Membership, Project, WatchedFact
 from manifests.selectors.facts import facts_of
 from manifests.selectors.projects import project_for, project_settings
-from manifests.views.common import NAV
+from manifests.views.common import nav
 
 Handler = Callable[..., HttpResponse]
 
 
 def _forbidden(request: HttpRequest, project: Project, message: str) -> HttpResponse:
-    return render(request, "manifests/forbidden.html", {"project": project, "nav": NAV, "message": message},
+    return render(request, "manifests/forbidden.html", {"project": project, **nav("settings"), "message": message},
                   status=403)
 
 
@@ -52,17 +51,16 @@ def settings_access(*, owner_only: bool) -> Callable[[Handler], Handler]:
 
 
 def _page(request: HttpRequest, project: Project, *, status: int = 200, **context: Any) -> HttpResponse:
-    threshold = {"url": project.webhook_url, "threshold_points": project.regression_threshold_points,
-                 "window_calls": project.regression_window_calls}
     base = {
         "project": project,
-        "nav": NAV,
-        "active": "settings",
+        **nav("settings"),
         "is_owner": project.role == Membership.OWNER,
         "roles": Membership.ROLES,
-        "key_form": ApiKeyForm(),
-        "invite_form": InviteForm(),
-        "webhook_form": WebhookForm(initial=threshold),
+        "key_form": forms.ApiKeyForm(),
+        "invite_form": forms.InviteForm(),
+        "webhook_input": {"url": project.webhook_url, "threshold_points": project.regression_threshold_points,
+                          "window_calls": project.regression_window_calls},
+        "webhook_fields": forms.WebhookSerializer().fields,
         "alert_kinds": AlertRule.KINDS,
         "alert_formats": AlertRule.FORMATS,
         "alert_input": {},
@@ -91,7 +89,7 @@ def project_settings_page(request: HttpRequest, project: Project) -> HttpRespons
 @require_POST
 @settings_access(owner_only=True)
 def create_key(request: HttpRequest, project: Project) -> HttpResponse:
-    form = ApiKeyForm(request.POST)
+    form = forms.ApiKeyForm(request.POST)
     if not form.is_valid():
         return _page(request, project, key_form=form, status=400)
     key, raw = services.create_api_key(project=project, name=form.cleaned_data["name"],
@@ -114,7 +112,7 @@ def revoke_key(request: HttpRequest, project: Project, key_id: int) -> HttpRespo
 @require_POST
 @settings_access(owner_only=True)
 def invite_member(request: HttpRequest, project: Project) -> HttpResponse:
-    form = InviteForm(request.POST)
+    form = forms.InviteForm(request.POST)
     if form.is_valid():
         try:
             m = services.invite_member(project=project, username=form.cleaned_data["username"],
@@ -138,7 +136,7 @@ def change_member(request: HttpRequest, project: Project, membership_id: int) ->
             return _page(request, project, member_error=exc.message, status=400)
         messages.success(request, f"{m.user.username} no longer has access to the project.")
         return _back(project, "members")
-    form = RoleForm(request.POST)
+    form = forms.RoleForm(request.POST)
     if not form.is_valid():
         errors = map(str, form.errors.get("role", ["bad role"]))
         return _page(request, project, member_error="; ".join(errors), status=400)
@@ -153,14 +151,15 @@ def change_member(request: HttpRequest, project: Project, membership_id: int) ->
 @require_POST
 @settings_access(owner_only=True)
 def configure_webhook(request: HttpRequest, project: Project) -> HttpResponse:
-    form = WebhookForm(request.POST)
-    if not form.is_valid():
-        return _page(request, project, webhook_form=form, status=400)
-    data = form.cleaned_data
-    generated = services.new_webhook_secret() if data["new_secret"] else None
-    secret = generated or data["secret"] or None
-    services.configure_webhook(project=project, url=data["url"], secret=secret,
-                               threshold_points=data["threshold_points"], window_calls=data["window_calls"])
+    data = {name: request.POST.get(name, "") for name in forms.WEBHOOK_FIELDS}
+    try:
+        hook = forms.parse_webhook(data)
+    except forms.WebhookInputError as exc:
+        return _page(request, project, webhook_errors=exc.errors, webhook_input=data, status=400)
+    generated = services.new_webhook_secret() if hook["new_secret"] else None
+    secret = generated or hook["secret"] or None
+    services.configure_webhook(project=project, url=hook["url"], secret=secret,
+                               threshold_points=hook["threshold_points"], window_calls=hook["window_calls"])
     if generated:
         # Like a new API key: shown in this response only.
         return _page(request, project, new_secret=generated)

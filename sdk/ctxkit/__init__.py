@@ -65,7 +65,11 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Memory", "Fact"), "context.memory"),
     "clear_thinking": "context.editing",
     # cost and caching
-    **dict.fromkeys(("cost", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"),
+    **dict.fromkeys(
+        ("cost", "cost_usd", "run_cost", "RunCost", "cache_saving", "cache_break_even", "ttl_expired"), "costs"
+    ),
+    # model facts: context windows and USD prices (genai-prices' bundled table)
+    **dict.fromkeys(("model_facts", "ModelFacts", "UsdPrices", "window_for"), "models"),
     # the window by category (an agent's /context)
     **dict.fromkeys(("window_breakdown", "WindowBreakdown"), "breakdown"),
     # prefix stability in an agent's tests (docs/sdk.md, "Catch cache breaks in CI")
@@ -173,6 +177,11 @@ __all__ = [
     "cache_saving",
     "cache_break_even",
     "ttl_expired",
+    "cost_usd",
+    "model_facts",
+    "ModelFacts",
+    "UsdPrices",
+    "window_for",
     "assert_prefix_stable",
     "scan_prefix",
     "Client",
@@ -230,7 +239,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ctxkit.context.readback import KeyField, ReadBack, format_readback, read_back, to_evidence
     from ctxkit.context.summary import Summary, extractive_summarizer
     from ctxkit.context.tokens import Estimator, bpe_estimator, clip, count_cjk, estimate_tokens, file_report
-    from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, run_cost, ttl_expired
+    from ctxkit.costs import RunCost, cache_break_even, cache_saving, cost, cost_usd, run_cost, ttl_expired
     from ctxkit.instrumentation import instrument
     from ctxkit.manifest import (
         SCHEMA_V1,
@@ -252,6 +261,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         decode_manifest,
         json_schema,
     )
+    from ctxkit.models import ModelFacts, UsdPrices, model_facts, window_for
     from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
     from ctxkit.record.client import Client
     from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id

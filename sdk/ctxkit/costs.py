@@ -4,7 +4,8 @@ One unit is the price of one uncached input token. The weights and the formula a
 ``ctxkit.figures``'s (:data:`~ctxkit.figures.COST_WEIGHTS`, :func:`~ctxkit.figures.cost_units`), the same the
 server uses; this module only adds them up and applies them to the caching questions:
 
-- :func:`cost` -- one call's cost, from a ``Usage``, a ``Manifest`` or a provider's raw usage.
+- :func:`cost` -- one call's cost, from a ``Usage``, a ``Manifest`` or a provider's raw usage;
+  :func:`cost_usd` -- the same in US dollars at the model's own prices (``ctxkit.models``).
 - :func:`run_cost` -- a run's cost: the total and each call's share.
 - :func:`cache_saving` / :func:`cache_break_even` -- caching a prefix of P
   tokens over n calls saves (c_in - c_read) P (n - 1) - (c_write - c_in) P; it pays from
@@ -23,9 +24,11 @@ from datetime import datetime
 from typing import Any
 
 from ctxkit.figures import COST_WEIGHTS, cost_units
+from ctxkit.figures import cost_usd as cost_usd_of
 from ctxkit.manifest import Manifest, Usage
+from ctxkit.models import model_facts
 
-__all__ = ["RunCost", "cache_break_even", "cache_saving", "cost", "run_cost", "ttl_expired"]
+__all__ = ["RunCost", "cache_break_even", "cache_saving", "cost", "cost_usd", "run_cost", "ttl_expired"]
 
 
 def _usage(call: Any) -> Usage:
@@ -41,6 +44,20 @@ def _usage(call: Any) -> Usage:
 def cost(call: Usage | Manifest | Any) -> float:
     """One call's cost in relative units (:func:`ctxkit.figures.cost_units` of its usage)."""
     return cost_units(_usage(call))
+
+
+def cost_usd(call: Usage | Manifest | Any, model: str | None = None, *, provider: str | None = None,
+             at: datetime | None = None) -> float | None:
+    """One call's cost in US dollars (:func:`ctxkit.figures.cost_usd`) at the model's own prices
+    in genai-prices' table: a manifest names its model, provider and date; for a usage pass
+    ``model`` (and ``at``, else today's prices). None when the table does not know the model."""
+    if isinstance(call, Manifest):
+        model, provider, at = model or call.model, provider or call.provider, at or call.started_at
+    if not model:
+        raise ValueError("cost_usd needs the model of a usage (model=)")
+    usage = _usage(call)
+    facts = model_facts(model, provider)
+    return cost_usd_of(usage, facts.prices_at(usage.input_tokens, at) if facts is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

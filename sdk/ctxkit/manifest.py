@@ -396,10 +396,8 @@ def _hints(struct_type: type[msgspec.Struct]) -> dict[str, tuple[Any, bool]]:
     if struct_type not in _HINTS:
         annotations = typing.get_type_hints(struct_type, include_extras=True)
         info = msgspec.inspect.type_info(struct_type)
-        _HINTS[struct_type] = {
-            f.encode_name: (annotations[f.name], f.required)
-            for f in info.fields  # type: ignore[attr-defined]
-        }
+        assert isinstance(info, msgspec.inspect.StructType)  # the type of a Struct class
+        _HINTS[struct_type] = {f.encode_name: (annotations[f.name], f.required) for f in info.fields}
     return _HINTS[struct_type]
 
 

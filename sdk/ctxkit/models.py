@@ -17,12 +17,13 @@ input price, a 1-hour cache write the (5-minute) cache write price.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["DEFAULT_WINDOW", "ModelFacts", "UsdPrices", "WINDOW_ASSUMED", "model_facts", "window_for"]
+__all__ = ["DEFAULT_WINDOW", "ModelFacts", "UsdPrices", "WINDOW_ASSUMED", "format_usd", "model_facts", "window_for"]
 
 DEFAULT_WINDOW = 128_000
 # Opens the warning of a manifest whose window was assumed (neither stated nor in the table).
@@ -118,6 +119,16 @@ def model_facts(model: str, provider: str | None = None) -> ModelFacts | None:
                 continue
             return ModelFacts(model_id=info.id, window=info.context_window, _info=info)
     return None
+
+
+def format_usd(amount: float) -> str:
+    """US dollars as people read them: 1234.5 -> '$1,234.50'; below a dollar three significant
+    digits, so a call's cost of a few hundredths of a cent shows ('$0.000412')."""
+    sign, amount = ("-" if amount < 0 else ""), abs(amount)
+    if amount >= 1 or amount == 0:
+        return f"{sign}${amount:,.2f}"
+    decimals = min(9, max(2, 2 - math.floor(math.log10(amount))))
+    return f"{sign}${amount:.{decimals}f}"
 
 
 def window_for(model: str, provider: str | None = None) -> tuple[int, bool]:

@@ -62,11 +62,13 @@ _NEVER_PATCHED = frozenset({"ctxkit", "pytest", "_pytest", "pluggy", "builtins",
 class _RealTypeCheck(type):
     """``isinstance(x, datetime)`` stays true for real datetimes while the name is patched."""
 
+    real: type  # the class each patched class stands for
+
     def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, cls.real)  # type: ignore[attr-defined]
+        return isinstance(obj, cls.real)
 
     def __subclasscheck__(cls, sub: type) -> bool:
-        return issubclass(sub, cls.real)  # type: ignore[attr-defined]
+        return issubclass(sub, cls.real)
 
 
 def _clock_types(instant: dt.datetime) -> tuple[type, type]:

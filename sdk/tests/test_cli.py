@@ -33,7 +33,9 @@ def test_count_prints_size_cjk_tokens_and_window_shares(tmp_path: Path, capsys) 
     assert f"bytes={len(text.encode())}" in out
     assert f"chars={len(text)}" in out
     assert "cjk_chars=7" in out
-    tokens = int(re.search(r"est_tokens=(\d+)", out).group(1))  # type: ignore[union-attr]
+    found = re.search(r"est_tokens=(\d+)", out)
+    assert found is not None
+    tokens = int(found.group(1))
     assert 10 <= tokens <= 40
     assert f"8k window: {100 * tokens / 8000:.2f}%" in out
     assert f"128k window: {100 * tokens / 128000:.2f}%" in out

@@ -4,12 +4,14 @@ those of the same counts asked one by one (an estimator not recognised as the de
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.allocator import cache as alloc_cache
-from ctxkit.context.operators.extract import cut_lines, plan_extract, plan_summary
+from ctxkit.context.operators.extract import LinePlan, cut_lines, plan_extract, plan_summary
 from ctxkit.context.tokens import count_cjk, estimate_tokens, memo_estimator
 
 
@@ -64,11 +66,11 @@ def test_it_records_a_one_line_turn_that_cannot_fit_as_the_line_plan_would() -> 
        st.integers(min_value=0, max_value=80), st.sampled_from([None, "web#3", "网页#3"]),
        st.sampled_from([plan_extract, plan_summary]))
 def test_it_cuts_a_line_plan_by_arithmetic_as_by_counting(
-    lines: list[str], budget: int, ref: str | None, make: object
+    lines: list[str], budget: int, ref: str | None, make: Callable[..., LinePlan]
 ) -> None:
     text = "\n".join(lines)
-    fast = cut_lines(make(text, estimate=memo_estimator()), budget, ref=ref, estimate=memo_estimator())  # type: ignore[operator]
-    slow = cut_lines(make(text, estimate=counted), budget, ref=ref, estimate=counted)  # type: ignore[operator]
+    fast = cut_lines(make(text, estimate=memo_estimator()), budget, ref=ref, estimate=memo_estimator())
+    slow = cut_lines(make(text, estimate=counted), budget, ref=ref, estimate=counted)
     assert (fast[0], fast[1].to_dict()) == (slow[0], slow[1].to_dict())
 
 

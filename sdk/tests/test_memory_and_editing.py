@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
 
@@ -96,7 +97,7 @@ def test_a_fact_carries_the_write_back_records_confidence() -> None:
     assert memory.write("refund.rate", "0.0321", source="bi://refund/v2", confidence="explicit").confidence == \
         "explicit"
     with pytest.raises(ValueError, match="confidence"):
-        memory.write("refund.rate", "0.03", confidence="probably")  # type: ignore[arg-type]
+        memory.write("refund.rate", "0.03", confidence=cast(Any, "probably"))
 
 
 def _read_only_task() -> tuple[Memory, Fact, Fact]:

@@ -93,3 +93,14 @@ def test_it_prices_a_cache_miss_with_the_models_own_ratio():
     prices = model_facts("claude-opus-5-5").prices_at(usage.input_tokens, AT)
     saving = figures.cache_saving(usage, 50_000, prices.weights)
     assert saving == pytest.approx(50_000 * (prices.cache_write_1h - prices.cache_read))
+
+
+def test_it_prices_a_recorded_manifest_in_usd_from_the_top_level_api():
+    import ctxkit
+
+    m = recorded("claude-opus-5-5", usage=Usage(input_tokens=2_000, cache_read_tokens=1_000, output_tokens=100))
+    prices = ctxkit.model_facts("claude-opus-5-5").prices_at(2_000, AT)
+    assert ctxkit.cost_usd(m) == pytest.approx(1_000 * prices.input + 1_000 * prices.cache_read + 100 * prices.output)
+    assert ctxkit.cost_usd(m.usage, "claude-opus-5-5", at=AT) == ctxkit.cost_usd(m)
+    assert ctxkit.cost_usd(m.usage, "house-model-7") is None
+    assert ctxkit.window_for("claude-opus-5-5") == (1_000_000, True)

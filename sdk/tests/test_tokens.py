@@ -162,7 +162,7 @@ def _fake_tiktoken(calls: list[str]) -> types.ModuleType:
         calls.append(name)
         return Encoding()
 
-    module.get_encoding = get_encoding  # type: ignore[attr-defined]
+    module.__dict__["get_encoding"] = get_encoding
     return module
 
 

@@ -8,7 +8,7 @@ from ctxkit.agents import memory_files
 from ctxkit.breakdown import CATEGORIES, SEGMENTS, from_totals, item_category, summed, window_breakdown
 from ctxkit.context.layout import canonical_json
 from ctxkit.instrumentation.bodies import manifest_from_bodies
-from ctxkit.manifest import Item
+from ctxkit.manifest import Action, Item, ItemKind
 
 CLAUDE_MD = ("<system-reminder>\nCodebase and user instructions are shown below. Be sure to adhere to these "
              "instructions.\n\nContents of /home/u/.claude/CLAUDE.md (user's private global instructions for all "
@@ -16,8 +16,8 @@ CLAUDE_MD = ("<system-reminder>\nCodebase and user instructions are shown below.
              "codebase):\n\n# Rules\nAlways run the tests.\n</system-reminder>")
 
 
-def _item(item_id: str, kind: str, tokens: int, *, action: str = "keep", text: str | None = None) -> Item:
-    return Item(id=item_id, kind=kind, action=action, requested_tokens=tokens,  # type: ignore[arg-type]
+def _item(item_id: str, kind: ItemKind, tokens: int, *, action: Action = "keep", text: str | None = None) -> Item:
+    return Item(id=item_id, kind=kind, action=action, requested_tokens=tokens,
                 used_tokens=tokens if action == "keep" else None, text=text)
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from ctxkit import figures
 from ctxkit.manifest import Manifest, decode_manifest
+from ctxkit.models import model_facts
 from manifests.analysis.prices import DEFAULT_PRICE
 from manifests.analysis.rollups import day_start, hour_start
 from manifests.models import Call, Project
@@ -46,6 +47,14 @@ class CallRef:
     @property
     def cost(self) -> float:
         return figures.cost_units(self.manifest.usage, DEFAULT_PRICE.weights)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """ctxkit.figures.cost_usd at the model's own USD prices (genai-prices' table), as of
+        the call's date and for its input; None for a model the table does not know."""
+        facts = model_facts(self.model, self.manifest.provider or None)
+        u = self.manifest.usage
+        return figures.cost_usd(u, facts.prices_at(u.input_tokens, self.started_at) if facts else None)
 
     @property
     def input_cap(self) -> int:
@@ -115,7 +124,8 @@ def buckets(refs: dict[str, CallRef], bucket: str) -> dict[tuple[datetime, str, 
         u, m = r.manifest.usage, r.manifest
         b = out.setdefault((floor(r.started_at), r.agent, r.model), {
             "calls": 0, "items": 0, "input_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0,
-            "output_tokens": 0, "uncached_input_tokens": 0, "cost": 0.0, "verified_successes": 0,
+            "output_tokens": 0, "uncached_input_tokens": 0, "cost": 0.0, "cost_usd": 0.0,
+            "verified_successes": 0,
             "evidence_total": 0, "evidence_present": 0, "compactions": 0, "invariant_failures": 0,
             "attributions": Counter(), "tokens_by_kind": Counter(),
         })
@@ -127,6 +137,7 @@ def buckets(refs: dict[str, CallRef], bucket: str) -> dict[tuple[datetime, str, 
         b["output_tokens"] += u.output_tokens
         b["uncached_input_tokens"] += r.uncached
         b["cost"] += r.cost
+        b["cost_usd"] += r.cost_usd or 0.0
         b["verified_successes"] += int(m.outcome is not None and m.outcome.verified == "yes")
         b["evidence_total"] += len(m.evidence)
         b["evidence_present"] += sum(1 for e in m.evidence if e.present)
@@ -161,4 +172,5 @@ def assert_rollups_match(project: Project, bucket: str) -> None:
     for key, want in expected.items():
         got = dict(actual[key])
         assert abs(got.pop("cost") - want["cost"]) <= 1e-6 * max(1.0, want["cost"]) + 1e-6, key
-        assert got == {k: v for k, v in want.items() if k != "cost"}, key
+        assert abs(got.pop("cost_usd") - want["cost_usd"]) <= 1e-9 * max(1.0, want["cost_usd"]) + 1e-9, key
+        assert got == {k: v for k, v in want.items() if k not in ("cost", "cost_usd")}, key

@@ -121,3 +121,74 @@ def test_it_lets_an_admin_edit_the_price_table(admin_client):
     assert response.status_code == 302, response.content[:2000]
     row.refresh_from_db()
     assert (row.input_per_1k, row.cache_ttl_seconds) == (1.5, 600)
+
+
+def test_it_refuses_a_bad_price_row_in_the_admin_naming_the_field(admin_client):
+    row = ModelPrice.objects.create(model_pattern="gpt-5*")
+    form = {
+        "model_pattern": "gpt-5*", "input_per_1k": "-1", "output_per_1k": "6", "cache_read_per_1k": "0.15",
+        "cache_write_per_1k": "0", "cache_ttl_seconds": "600", "min_cacheable_tokens": "1024",
+        "effective_limit_ratio": "0",
+    }
+    response = admin_client.post(f"/admin/manifests/modelprice/{row.pk}/change/", form)
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "must be a price per 1k tokens in relative units, 0 to" in body and "must be a share of the window" in body
+    listed = {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-0-id": str(row.pk), "_save": "Save",
+              "form-0-input_per_1k": "2", "form-0-output_per_1k": "6", "form-0-cache_read_per_1k": "0.1",
+              "form-0-cache_write_per_1k": "1", "form-0-cache_ttl_seconds": "600",
+              "form-0-min_cacheable_tokens": "1024", "form-0-effective_limit_ratio": "5"}
+    response = admin_client.post("/admin/manifests/modelprice/", listed)
+    assert response.status_code == 200 and "must be a share of the window" in response.content.decode()
+    row.refresh_from_db()
+    assert (row.input_per_1k, row.effective_limit_ratio) == (1.0, 0.25)
+
+
+def test_it_stores_the_usd_cost_genai_prices_calculates(project):
+    import genai_prices
+
+    usage = Usage(input_tokens=90_000, cache_read_tokens=60_000, cache_write_tokens=20_000,
+                  cache_write_1h_tokens=15_000, output_tokens=2_000)
+    call = store_and_analyse(project, [manifest("c1", model="claude-opus-5-5", usage=usage, window=1_000_000)])[0]
+    theirs = genai_prices.calc_price(
+        genai_prices.Usage(input_tokens=90_000, cache_read_tokens=60_000, cache_write_tokens=20_000,
+                           cache_write_1h_tokens=15_000, output_tokens=2_000),
+        "claude-opus-5-5", genai_request_timestamp=call.started_at).total_price
+    assert call.cache_write_1h_tokens == 15_000
+    assert call.figures.cost_usd == pytest.approx(float(theirs), rel=1e-9)
+    # The relative cost stays in units of the price row, beside it.
+    assert call.figures.cost == pytest.approx(
+        (10_000 * 1 + 60_000 * 0.1 + 20_000 * 1.25 + 2_000 * 4) / 1000)
+
+
+def test_it_takes_a_price_rows_usd_columns_over_the_table(project):
+    ModelPrice.objects.create(model_pattern="claude-opus-5-5", input_usd_per_mtok=3, cache_read_usd_per_mtok=0.1)
+    ModelPrice.objects.create(model_pattern="house-*", input_usd_per_mtok=1, output_usd_per_mtok=2)
+    usage = Usage(input_tokens=10_000, cache_read_tokens=4_000, cache_write_tokens=1_000, output_tokens=500)
+    opus, house, unknown = store_and_analyse(project, [
+        manifest("c1", model="claude-opus-5-5", usage=usage),
+        manifest("c2", model="house-model", usage=usage),
+        manifest("c3", model="mystery-model", usage=usage),
+    ])
+    # Input and cache reads from the row; writes and output the table's ($5 and $20 per million).
+    assert opus.figures.cost_usd == pytest.approx((5_000 * 3 + 4_000 * 0.1 + 1_000 * 5 + 500 * 20) / 1e6)
+    # A model the table does not know: the row's prices, reads and writes at the input price.
+    assert house.figures.cost_usd == pytest.approx((10_000 * 1 + 500 * 2) / 1e6)
+    assert unknown.figures.cost_usd is None and unknown.figures.cost > 0
+    assert Price(input_usd_per_mtok=1).usd(None) is None  # no output price: no USD cost
+
+
+def test_it_lets_an_admin_set_a_usd_price_and_refuses_a_bad_one(admin_client):
+    row = ModelPrice.objects.create(model_pattern="house-*")
+    form = {
+        "model_pattern": "house-*", "input_per_1k": "1", "output_per_1k": "4", "cache_read_per_1k": "0.1",
+        "cache_write_per_1k": "1.25", "cache_ttl_seconds": "300", "min_cacheable_tokens": "1024",
+        "effective_limit_ratio": "0.25", "input_usd_per_mtok": "2.5", "output_usd_per_mtok": "",
+    }
+    response = admin_client.post(f"/admin/manifests/modelprice/{row.pk}/change/", form)
+    assert response.status_code == 302, response.content[:2000]
+    row.refresh_from_db()
+    assert (row.input_usd_per_mtok, row.output_usd_per_mtok) == (2.5, None)
+    response = admin_client.post(f"/admin/manifests/modelprice/{row.pk}/change/", {**form, "output_usd_per_mtok": "-3"})
+    assert response.status_code == 200
+    assert "must be a price in US dollars per million tokens" in response.content.decode()

@@ -1,7 +1,7 @@
 """The SQL forms of the figures (manifests/figures.py) equal their Python definitions
 (ctxkit.figures) on generated rows, on whichever database the suite runs on: tokens in
-context, hit rate, uncached tokens, cost, the saving of a cache miss, and the input cap, input read, headroom and shares
-of the window."""
+context, hit rate, uncached tokens, cost (relative and USD), the saving of a cache miss, and the input
+cap, input read, headroom and shares of the window."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ctxkit import figures as ref
 from ctxkit.breakdown import item_category
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import ACTIONS, Budget
+from ctxkit.models import model_facts
 from manifests import figures
 from manifests.models import Call, Item
 from tests.analysis.support import item, manifest, store
@@ -99,6 +100,24 @@ def test_it_computes_the_saving_of_a_cache_miss_the_same_in_sql_and_python(call,
         assert row.saving >= 0
         if read >= prefix:
             assert row.saving == 0
+
+
+@EXAMPLES
+@given(usages=st.lists(st.tuples(USAGE, TOKENS, TOKENS), min_size=1, max_size=6))
+def test_it_computes_the_usd_cost_and_saving_the_same_in_sql_and_python(call, usages):
+    # The model's own USD prices (1-hour writes apart), as the analysis takes them.
+    prices = model_facts("claude-opus-5-5").prices_at(0, call.started_at)
+    for (input_tokens, read, write, output), write_1h, prefix in usages:
+        Call.objects.filter(pk=call.pk).update(input_tokens=input_tokens, cache_read_tokens=read,
+                                               cache_write_tokens=write, cache_write_1h_tokens=write_1h,
+                                               output_tokens=output, prefix_tokens=prefix)
+        row = Call.objects.filter(pk=call.pk).annotate(
+            usd=figures.cost_usd(prices), saving_usd=figures.cache_saving(weights=prices.weights)).get()
+        assert row.usd == pytest.approx(ref.cost_usd(row, prices), rel=1e-9)
+        assert row.saving_usd == pytest.approx(ref.cache_saving(row, prefix, prices.weights), rel=1e-9, abs=1e-12)
+        # The 1-hour writes cost more than the 5-minute ones they are part of, never less.
+        if write and write_1h and prices.cache_write_1h > prices.cache_write:
+            assert row.usd > ref.cost_units(row, {**prices.weights, "cache_write_1h": prices.cache_write})
 
 
 WINDOWS = st.tuples(

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxkit.manifest import Compaction, Evidence, Invariant, Item, Outcome, Usage
+from ctxkit.models import format_usd
 from manifests import services
 from manifests.models import Run
 from manifests.selectors import evidence as evidence_sel
@@ -142,6 +143,8 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         assert (missing, risks) == (ref.decisions, ref.risks), call_id
         assert (body["input_cap"], body["input_read"], body["headroom"]) == (ref.input_cap, ref.input_read,
                                                                               ref.headroom), call_id
+        assert body["cost"] == pytest.approx(ref.cost, rel=1e-9, abs=1e-12)
+        assert body["cost_usd"] == pytest.approx(ref.cost_usd, rel=1e-9, abs=1e-15)
 
         # The call view
         page = client.get(reverse("call-detail", args=[project.slug, call_id]), {"range": "all"})
@@ -153,6 +156,9 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         assert _pct_equal(ctx["figures"].cache_hit_ratio, ref.hit_rate)
         assert ctx["figures"].context_tokens == ref.context_tokens
         assert ctx["figures"].cost == pytest.approx(ref.cost, rel=1e-9, abs=1e-12)
+        assert ctx["figures"].cost_usd == pytest.approx(ref.cost_usd, rel=1e-9, abs=1e-15)
+        shown_usd = page.content.decode().split('<b id="cost-usd"', 1)[1].split("</b>", 1)[0]
+        assert shown_usd.endswith(">" + (format_usd(ref.cost_usd) if ref.cost_usd is not None else "–")), call_id
         # Headroom and the shares of the window: the page's summary and bar, and the stored figures.
         assert (ctx["allocation"]["input_read"], ctx["allocation"]["headroom"]) == (ref.input_read, ref.headroom)
         assert ctx["allocation"]["used"] + ctx["allocation"]["unitemized"] + ctx["allocation"]["headroom"] == \
@@ -178,6 +184,7 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         for step in page.context["steps"]:
             ref = refs[step["call"].call_id]
             assert step["context_tokens"] == ref.context_tokens
+            assert step["cost_usd"] == pytest.approx(ref.cost_usd, rel=1e-9, abs=1e-15)
             assert _pct_equal(step["hit_rate"], ref.hit_rate)
         for key in KEYS:
             for row in evidence_sel.timeline(project, run, key):
@@ -202,6 +209,7 @@ def test_every_page_shows_the_reference_figures(owner, workload):
     assert _pct_equal(cards["evidence_coverage"],
                       sum(e.present for e in evidence) / len(evidence) if evidence else None)
     assert cards["cost"] == pytest.approx(sum(r.cost for r in all_refs), rel=1e-6, abs=1e-6)
+    assert cards["cost_usd"] == pytest.approx(sum(r.cost_usd or 0.0 for r in all_refs), rel=1e-6, abs=1e-9)
     for a in page.context["missing"]:  # the latest missing evidence, with the decision the timeline shows
         assert (a.evidence_key, a.cause, a.lost_at.step if a.lost_at else None, a.action, a.reason) in \
             refs[a.call.call_id].decisions

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -152,8 +153,8 @@ def redis_prefix() -> Iterator[str]:
 def workers(tmp_path: Path, redis_prefix: str) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(**kwargs: object) -> Worker:
-        w = Worker(tmp_path, redis_prefix, **kwargs)  # type: ignore[arg-type]
+    def start(**kwargs: Any) -> Worker:  # Worker's own keywords
+        w = Worker(tmp_path, redis_prefix, **kwargs)
         started.append(w)
         return w
 

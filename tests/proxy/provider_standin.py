@@ -1,9 +1,14 @@
-"""A small local HTTP server that answers like the Anthropic and OpenAI APIs, for the real
-``anthropic`` / ``openai`` clients (base_url pointed here) in tests and bench/instrument.py.
+"""A small local HTTP server that answers like the Anthropic, OpenAI and Gemini APIs, for the real
+``anthropic`` / ``openai`` / ``google-genai`` clients (base_url pointed here), agent CLIs, tests
+and bench/instrument.py.
 
 Answers JSON or server-sent events (``"stream": true``) with usage that carries cache fields;
 model ``rate-limited`` gets a 429 and model ``broken`` a 500, in each provider's error shape.
 ``GET /v1/responses/<id>`` answers the last Responses request again (``?stream=true``: its events).
+Gemini: ``POST /{v1,v1beta}/models/<model>:generateContent`` (JSON), ``:streamGenerateContent``
+(server-sent events with ``?alt=sse``, a JSON array without), ``:countTokens``; a request whose
+last user text asks to "use a tool" is answered with a ``functionCall`` of its first declared
+function. Every request's query string is kept (``queries``), so a test can see a key forwarded.
 Sets TCP_NODELAY, so Nagle's delay does not hide per-call costs.
 """
 
@@ -21,6 +26,8 @@ CHAT_USAGE = {"prompt_tokens": 2000, "completion_tokens": 12, "total_tokens": 20
               "prompt_tokens_details": {"cached_tokens": 1024}, "completion_tokens_details": {"reasoning_tokens": 0}}
 RESPONSES_USAGE = {"input_tokens": 1500, "input_tokens_details": {"cached_tokens": 1024}, "output_tokens": 12,
                    "output_tokens_details": {"reasoning_tokens": 4}, "total_tokens": 1512}
+GEMINI_USAGE = {"promptTokenCount": 2000, "cachedContentTokenCount": 1500, "candidatesTokenCount": 12,
+                "thoughtsTokenCount": 4, "toolUsePromptTokenCount": 30, "totalTokenCount": 2046}
 TEXT = "The refund rate is 0.0321."
 JSON_TEXT = '{"rate": "0.0321"}'  # the answer when the request asks for a JSON schema (the SDKs' parse())
 
@@ -108,6 +115,37 @@ def response_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
 
 
+def _gemini_tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A functionCall of the first declared function when the last user text asks to use a tool."""
+    contents = body.get("contents") or []
+    last = contents[-1] if contents else {}
+    asks = last.get("role", "user") == "user" and any("use a tool" in str(p.get("text", ""))
+                                                      for p in last.get("parts") or [])
+    declared = [f for t in body.get("tools") or [] for f in t.get("functionDeclarations") or []]
+    if not asks or not declared:
+        return None
+    return {"functionCall": {"name": declared[0]["name"], "args": {"path": "README.md"}}}
+
+
+def gemini_chunks(body: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    """The streamed chunks of one answer; usage and finish reason on the last (usage is cumulative)."""
+    call = _gemini_tool_call(body)
+    pieces = [[call]] if call else [[{"text": "The refund rate "}], [{"text": "is 0.0321."}]]
+    chunks = [{"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+               "usageMetadata": {"promptTokenCount": GEMINI_USAGE["promptTokenCount"]}, "modelVersion": model,
+               "responseId": "gem_standin"} for parts in pieces]
+    chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+    chunks[-1]["usageMetadata"] = dict(GEMINI_USAGE)
+    return chunks
+
+
+def gemini_response(body: dict[str, Any], model: str) -> dict[str, Any]:
+    call = _gemini_tool_call(body)
+    return {"candidates": [{"content": {"role": "model", "parts": [call or {"text": TEXT}]}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": dict(GEMINI_USAGE), "modelVersion": model, "responseId": "gem_standin"}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: StandIn
@@ -142,11 +180,36 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _json_array(self, chunks: list[dict[str, Any]]) -> None:
+        data = ("[" + ",\r\n".join(json.dumps(c) for c in chunks) + "]").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _gemini(self, path: str, query: str, body: dict[str, Any]) -> None:
+        model, _, method = path.rsplit("/", 1)[-1].partition(":")
+        if model in ("rate-limited", "broken"):
+            status, code = (429, "RESOURCE_EXHAUSTED") if model == "rate-limited" else (500, "INTERNAL")
+            return self._send(status, {"error": {"code": status, "message": "stand-in error", "status": code}})
+        if method == "countTokens":
+            return self._send(200, {"totalTokens": 1950})
+        if method == "generateContent":
+            return self._send(200, gemini_response(body, model))
+        if method == "streamGenerateContent":
+            chunks = gemini_chunks(body, model)
+            return self._sse([(None, c) for c in chunks]) if "alt=sse" in query else self._json_array(chunks)
+        return self._send(404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}})
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        path = self.path.split("?")[0]
+        path, _, query = self.path.partition("?")
         self.server.requests.append((path, body))
+        self.server.queries.append(query)
         self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
+        if ":" in path.rsplit("/", 1)[-1]:
+            return self._gemini(path, query, body)
         anthropic = path.endswith("/messages")
         model = body.get("model")
         if model == "rate-limited":
@@ -175,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
         # JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
         path, _, query = self.path.partition("?")
         self.server.requests.append((path, {}))
+        self.server.queries.append(query)
         self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
         if "/responses/" not in path:
             return self._send(404, {"error": {"message": f"no route {path}"}})
@@ -189,6 +253,7 @@ class StandIn(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.headers: list[dict[str, str]] = []  # each request's (names in lower case), in order
+        self.queries: list[str] = []  # each request's query string, in order
         self.last_response: dict[str, Any] = {"model": "gpt-4o"}
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 

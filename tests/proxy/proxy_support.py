@@ -53,7 +53,7 @@ def npm_ci(folder: Path) -> None:
 def running_proxy(upstream_url: str, sink: Any, **config: Any) -> Iterator[RunningProxy]:
     capture = Capture(sink, include_text=config.pop("include_text", True), agent=config.pop("agent", ""))
     proxy = start_in_thread(ProxyConfig(port=0, anthropic_upstream=upstream_url, openai_upstream=upstream_url,
-                                        **config), capture)
+                                        gemini_upstream=upstream_url, **config), capture)
     try:
         yield proxy
     finally:

@@ -247,7 +247,9 @@ def test_the_proxy_maps_a_call_as_instrument_does(provider):
         data = msgspec.to_builtins(m)
         return {k: data.get(k) for k in keep}
 
-    for proxied, instrumented_one in zip(by_proxy.manifests, by_instrument.manifests, strict=True):
+    # Each instrumented client has its own recorder thread: their manifests arrive in any order.
+    in_steps = sorted(by_instrument.manifests, key=lambda m: m.step)
+    for proxied, instrumented_one in zip(sorted(by_proxy.manifests, key=lambda m: m.step), in_steps, strict=True):
         assert comparable(proxied) == comparable(instrumented_one)
 
 

@@ -258,3 +258,24 @@ def test_it_reports_a_test_event_that_could_not_be_delivered(project, owner):
         assert "not delivered: the receiver answered HTTP 410" in c.get(url(project)).content.decode()
     finally:
         receiver.close()
+
+
+def test_it_takes_the_forms_limits_from_the_serializers(project, owner):
+    from manifests import alerts, facts, forms
+
+    body = client_for(owner).get(url(project)).content.decode()
+    rule, fact, hook = (s().fields for s in (alerts.AlertRuleSerializer, facts.WatchedFactSerializer,
+                                             forms.WebhookSerializer))
+    assert f'id="alert-window" min="1" max="{rule["window_hours"].max_value}"' in body
+    assert f'id="alert-agent" maxlength="{rule["agent"].max_length}"' in body
+    assert f'id="fact-label" maxlength="{fact["label"].max_length}"' in body
+    assert f'id="fact-text" rows="2" maxlength="{fact["text"].max_length}"' in body
+    assert f'name="url" value="" maxlength="{hook["url"].max_length}"' in body
+    assert f'min="{hook["window_calls"].min_value}" max="{hook["window_calls"].max_value}"' in body
+
+
+def test_it_takes_a_webhook_host_without_a_scheme_as_https(project, owner):
+    data = {"url": "hooks.example/ctxview", "threshold_points": "20", "window_calls": "20"}
+    assert client_for(owner).post(url(project, "webhook"), data).status_code == 302
+    project.refresh_from_db()
+    assert project.webhook_url == "https://hooks.example/ctxview"

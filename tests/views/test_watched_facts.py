@@ -116,13 +116,3 @@ def test_it_shows_a_lost_fact_on_the_call_evidence_and_compaction_pages(project,
     compactions_page = c.get(f"/p/{project.slug}/compactions/?range=all").content.decode()
     assert "required_evidence" in compactions_page and "<code>deploy-target</code>" in compactions_page
 
-
-def test_it_takes_the_forms_limits_from_the_serializers(project, owner):
-    from manifests.alerts import AlertRuleSerializer
-
-    body = page(owner).get(url(project)).content.decode()
-    rule_fields, fact_fields = AlertRuleSerializer().fields, facts.WatchedFactSerializer().fields
-    assert f'id="alert-window" min="1" max="{rule_fields["window_hours"].max_value}"' in body
-    assert f'id="alert-agent" maxlength="{rule_fields["agent"].max_length}"' in body
-    assert f'id="fact-label" maxlength="{fact_fields["label"].max_length}"' in body
-    assert f'id="fact-text" rows="2" maxlength="{fact_fields["text"].max_length}"' in body

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ctxkit.agents import claude_code, codex, generic
+from ctxkit.agents import claude_code, codex, gemini_cli, generic
 
 __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agent_name", "delegation", "mcp_server",
            "memory_files", "session_of", "summary_strategy", "summary_trigger"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
-IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER,)
+IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, gemini_cli.INSTALLATION_HEADER)
 MCP_MARK = claude_code.MCP_MARK
 SUBAGENT_TOOLS: tuple[str, ...] = claude_code.SUBAGENT_TOOLS  # tools whose calls start a sub-agent
 
@@ -32,9 +32,10 @@ class Delegation:
     subagent_type: str = ""
 
 
-def session_of(request: dict[str, Any], headers: dict[str, str]) -> str:
-    """The agent's own session id for a request, ``""`` when it names none."""
-    return claude_code.session(request, headers)
+def session_of(request: dict[str, Any], headers: dict[str, str], first_text: str = "") -> str:
+    """The agent's own session id for a request (``first_text``: the first text of its first
+    user message), ``""`` when it names none."""
+    return claude_code.session(request, headers) or gemini_cli.session(headers, first_text)
 
 
 def agent_name(headers: dict[str, str], default: str) -> str:

@@ -1,4 +1,4 @@
-"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic or OpenAI client.
+"""``ctxkit.instrument(client)``: record a manifest for every call of an Anthropic, OpenAI or Google GenAI client.
 
 This package implements it; ``ctxkit`` exports the entry point as ``ctxkit.instrument``.
 
@@ -16,7 +16,10 @@ it: ``create`` (``stream=True`` too), ``parse``, the ``stream(...)`` helpers (An
 ``with_options(...)`` / ``copy(...)``. The hook is each resource's ``_post``, which all of these go
 through (``ctxkit.instrumentation.wrap``); every style gives the manifest the plain ``create`` would. Per
 call, ``ctxview={"run_id": ..., "agent": ..., "evidence": ..., "window": ...}`` is taken out of
-the keyword arguments before the SDK sees them.
+the keyword arguments before the SDK sees them. A ``google-genai`` client's ``generate_content``
+and ``generate_content_stream`` (sync and ``client.aio``) are recorded through its API client's
+``request`` methods (``wrap.wrap_api_client``). Which resources to hook, and how, each provider's
+module says (ctxkit.providers).
 
 Without an API key (argument or ``CTXVIEW_API_KEY``) it returns the client untouched. It never
 raises into the agent and never imports the provider SDKs itself (it inspects the client it is
@@ -69,12 +72,15 @@ def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: s
 
 def _hook(client: Any, recorder: Recorder) -> None:
     """Record ``client``'s model calls with ``recorder``, and those of the clients it derives."""
-    from ctxkit.instrumentation.wrap import warn_once, wrap
+    from ctxkit.instrumentation.wrap import warn_once, wrap, wrap_api_client
 
-    for name, resource, paths, adapter, resumed in sdk_resources(client):
-        if not wrap(resource, paths, recorder, adapter, resumed):
-            warn_once("ctxkit.instrument: %s.%s has no _post to hook (another SDK version?); its calls run "
-                      "unrecorded", type(client).__name__, name)
+    for provider, (name, resource, paths, adapter, resumed) in sdk_resources(client):
+        api_client = provider.HOOK == "api_client"
+        ok = wrap_api_client(resource, paths, recorder, adapter, provider.with_path) if api_client \
+            else wrap(resource, paths, recorder, adapter, resumed)
+        if not ok:
+            warn_once("ctxkit.instrument: %s.%s has no %s to hook (another SDK version?); its calls run "
+                      "unrecorded", type(client).__name__, name, "request" if api_client else "_post")
     for name in _DERIVES:
         _derive(client, name, recorder)
     try:

@@ -353,3 +353,140 @@ def wrap(resource: Any, paths: Collection[str], recorder: Recorder, adapter: Ada
     for name in PUBLIC_METHODS:
         _take_ctxview(resource, name)
     return ok
+
+
+# --------------------------------------------------------------------------- #
+# A client whose model calls go through one API client (google-genai): its request methods
+
+
+def _bodies(stream: Iterator[Any], record: CallRecord, recorder: Recorder, t0: float) -> Iterator[Any]:
+    """The chunks of a streamed call as the agent reads them; their bodies kept for the mapping."""
+    events: list[Any] = []
+    record.stream_events = events
+    try:
+        for chunk in stream:
+            events.append(getattr(chunk, "body", chunk))
+            yield chunk
+    except BaseException as exc:
+        record.error = exc if not isinstance(exc, GeneratorExit) else None
+        raise
+    finally:
+        record.duration = time.perf_counter() - t0
+        recorder.submit(record)
+
+
+async def _async_bodies(stream: Any, record: CallRecord, recorder: Recorder, t0: float) -> AsyncIterator[Any]:
+    events: list[Any] = []
+    record.stream_events = events
+    try:
+        async for chunk in stream:
+            events.append(getattr(chunk, "body", chunk))
+            yield chunk
+    except BaseException as exc:
+        record.error = exc if not isinstance(exc, GeneratorExit) else None
+        raise
+    finally:
+        record.duration = time.perf_counter() - t0
+        recorder.submit(record)
+
+
+def wrap_api_client(api_client: Any, methods: Collection[str], recorder: Recorder, adapter: Adapter,
+                    with_path: Callable[[dict[str, Any], str], dict[str, Any]]) -> bool:
+    """Record the model calls an API client makes (``request`` / ``request_streamed`` and their
+    async twins, called with the HTTP method, the path, the request body and options): those
+    whose path names one of ``methods`` (``:generateContent``, ...), on this instance. The body
+    the mapping reads is ``with_path(body, path)``; a response's body (a chunk's, streamed) is
+    kept as the text the SDK read and decoded on the builder thread. False if the client has
+    none of these methods."""
+    adapter = _given(adapter)
+    hooked = False
+
+    def recorded(path: Any) -> bool:
+        return isinstance(path, str) and any(m in path for m in methods)
+
+    def begin(body: Any, path: str) -> CallRecord | None:
+        try:
+            return recorder.new_record(adapter, with_path(_snapshot(body), path), _per_call.get())
+        except Exception:
+            return None
+
+    def hook(name: str, make: Callable[[Any], Any]) -> None:
+        nonlocal hooked
+        original = getattr(api_client, name, None)
+        if original is None or getattr(original, "__ctxkit_wrapped__", False):
+            hooked = hooked or original is not None
+            return
+        method = make(original)
+        method.__ctxkit_wrapped__ = True
+        functools.update_wrapper(method, original)
+        try:
+            setattr(api_client, name, method)
+            hooked = True
+        except Exception:
+            pass
+
+    def sync_request(original: Any) -> Any:
+        def request(http_method: Any, path: Any, request_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            record = begin(request_dict, path) if recorded(path) else None
+            if record is None:
+                return original(http_method, path, request_dict, *args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                result = original(http_method, path, request_dict, *args, **kwargs)
+            except BaseException as exc:
+                _failed(record, recorder, exc, t0)
+                raise
+            record.response, record.duration = getattr(result, "body", None), time.perf_counter() - t0
+            recorder.submit(record)
+            return result
+        return request
+
+    def sync_streamed(original: Any) -> Any:
+        def request_streamed(http_method: Any, path: Any, request_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            record = begin(request_dict, path) if recorded(path) else None
+            if record is None:
+                return original(http_method, path, request_dict, *args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                stream = original(http_method, path, request_dict, *args, **kwargs)
+            except BaseException as exc:
+                _failed(record, recorder, exc, t0)
+                raise
+            return _bodies(stream, record, recorder, t0)
+        return request_streamed
+
+    def async_request(original: Any) -> Any:
+        async def request(http_method: Any, path: Any, request_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            record = begin(request_dict, path) if recorded(path) else None
+            if record is None:
+                return await original(http_method, path, request_dict, *args, **kwargs)
+            record.started, t0 = time.time(), time.perf_counter()
+            try:
+                result = await original(http_method, path, request_dict, *args, **kwargs)
+            except BaseException as exc:
+                _failed(record, recorder, exc, t0)
+                raise
+            record.response, record.duration = getattr(result, "body", None), time.perf_counter() - t0
+            recorder.submit(record)
+            return result
+        return request
+
+    def async_streamed(original: Any) -> Any:
+        async def request_streamed(http_method: Any, path: Any, request_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            record = begin(request_dict, path) if recorded(path) else None
+            if record is None:
+                return await original(http_method, path, request_dict, *args, **kwargs)
+            record.started, t0 = time.time(), time.perf_counter()
+            try:
+                stream = await original(http_method, path, request_dict, *args, **kwargs)
+            except BaseException as exc:
+                _failed(record, recorder, exc, t0)
+                raise
+            return _async_bodies(stream, record, recorder, t0)
+        return request_streamed
+
+    hook("request", sync_request)
+    hook("request_streamed", sync_streamed)
+    hook("async_request", async_request)
+    hook("async_request_streamed", async_streamed)
+    return hooked

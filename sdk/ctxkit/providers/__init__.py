@@ -1,6 +1,6 @@
 """One module per wire format a model call can take, and the registry the rest of ctxkit asks.
 
-Each module (``anthropic``, ``openai_chat``, ``openai_responses``) owns everything about its
+Each module (``anthropic``, ``openai_chat``, ``openai_responses``, ``gemini``) owns everything about its
 API: which requests are its (routing by path and headers, and which of them are recorded
 model calls), the request as items and prefix segments, the response or stream as answer,
 usage and finish, its error shapes, whether a call streams, its compaction markers, the names
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ctxkit.providers import anthropic, openai_chat, openai_responses
+from ctxkit.providers import anthropic, gemini, openai_chat, openai_responses
 from ctxkit.providers.call import Adapter
 from ctxkit.providers.common import Message, ToolCall
 from ctxkit.record.call_items import Part
@@ -32,11 +32,13 @@ class Provider(Protocol):
 
     NAME: str  # the wire format
     UPSTREAM: str  # the proxy's upstream its requests go to (``--<UPSTREAM>-upstream``)
-    SDK: str  # the top-level module of its Python SDK (``ctxkit.instrument``)
+    SDK: str  # the module of its Python SDK's clients (``ctxkit.instrument``)
+    HOOK: str  # how ctxkit.instrument hooks them: "post" (each resource's _post), "api_client"
     APIS: dict[str, Adapter]  # the recorded APIs and their mapping to a manifest
 
     def claims(self, path: str, headers: Any) -> bool: ...
     def recorded(self, method: str, path: str, query: str) -> str: ...
+    def with_path(self, request: dict[str, Any], path: str) -> dict[str, Any]: ...
     def streamed(self, api: str, request: dict[str, Any], path: str) -> bool: ...
     def well_formed(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]: ...
     def history(self, api: str, request: dict[str, Any]) -> list[Any]: ...
@@ -57,9 +59,10 @@ class Provider(Protocol):
 
 # In routing order: the first that claims a request has it; OpenAI's upstream takes the rest.
 _ANTHROPIC: Provider = anthropic
+_GEMINI: Provider = gemini
 _OPENAI_CHAT: Provider = openai_chat
 _OPENAI_RESPONSES: Provider = openai_responses
-PROVIDERS: tuple[Provider, ...] = (_ANTHROPIC, _OPENAI_CHAT, _OPENAI_RESPONSES)
+PROVIDERS: tuple[Provider, ...] = (_ANTHROPIC, _GEMINI, _OPENAI_CHAT, _OPENAI_RESPONSES)
 DEFAULT_UPSTREAM = openai_chat.UPSTREAM
 UPSTREAMS: tuple[str, ...] = tuple(dict.fromkeys(p.UPSTREAM for p in PROVIDERS))
 _BY_API: dict[str, Provider] = {api: p for p in PROVIDERS for api in p.APIS}
@@ -110,12 +113,14 @@ def request_parts(provider: str, params: dict[str, Any]) -> tuple[list[Part], li
     return openai_chat.chat_parts(params)
 
 
-def sdk_resources(client: Any) -> list[Resource]:
-    """The resources of a provider SDK's client that ``ctxkit.instrument`` hooks; TypeError for
-    a client no provider knows."""
-    module = type(client).__module__.split(".")[0]
-    found = [r for p in PROVIDERS if p.SDK == module for r in p.sdk_resources(client)]
+def sdk_resources(client: Any) -> list[tuple[Provider, Resource]]:
+    """(its provider, resource) for each resource of a provider SDK's client that
+    ``ctxkit.instrument`` hooks (as the provider's ``HOOK`` says); TypeError for a client no
+    provider knows."""
+    module = type(client).__module__
+    found = [(p, r) for p in PROVIDERS if module == p.SDK or module.startswith(p.SDK + ".")
+             for r in p.sdk_resources(client)]
     if not found:
-        known = " or ".join(dict.fromkeys(p.SDK for p in PROVIDERS))
-        raise TypeError(f"{type(client).__module__}.{type(client).__name__} is not an {known} client")
+        known = ", ".join(dict.fromkeys(p.SDK for p in PROVIDERS))
+        raise TypeError(f"{module}.{type(client).__name__} is not a client of {known}")
     return found

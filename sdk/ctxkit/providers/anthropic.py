@@ -33,6 +33,7 @@ from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
 
 NAME = "anthropic"
 UPSTREAM = "anthropic"
+HOOK = "post"  # ctxkit.instrument hooks each resource's _post
 SDK = "anthropic"
 MESSAGES = "anthropic.messages"
 FIELDS: dict[str, tuple[type, ...]] = {"model": (str,), "max_tokens": (int, float), "system": (str, list),
@@ -227,6 +228,11 @@ def claims(path: str, headers: Any) -> bool:
 def recorded(method: str, path: str, query: str) -> str:
     """The recorded API of one of Anthropic's requests, or ``""``."""
     return MESSAGES if method == "POST" and path == "/v1/messages" else ""
+
+
+def with_path(request: dict[str, Any], path: str) -> dict[str, Any]:
+    """The request as the mapping reads it: the body (the path adds nothing to it)."""
+    return request
 
 
 def streamed(api: str, request: dict[str, Any], path: str) -> bool:

@@ -26,6 +26,7 @@ from ctxkit.record.usage import normalize_usage
 
 NAME = "openai_chat"
 UPSTREAM = "openai"
+HOOK = "post"  # ctxkit.instrument hooks each resource's _post
 SDK = "openai"
 CHAT = "openai.chat"
 FIELDS: dict[str, tuple[type, ...]] = {"model": (str,), "max_tokens": (int, float),
@@ -147,6 +148,11 @@ def claims(path: str, headers: Any) -> bool:
 
 def recorded(method: str, path: str, query: str) -> str:
     return CHAT if method == "POST" and path == "/v1/chat/completions" else ""
+
+
+def with_path(request: dict[str, Any], path: str) -> dict[str, Any]:
+    """The request as the mapping reads it: the body (the path adds nothing to it)."""
+    return request
 
 
 def streamed(api: str, request: dict[str, Any], path: str) -> bool:

@@ -18,6 +18,7 @@ from ctxkit.providers.call import Adapter, CallRecord, field, plain
 from ctxkit.providers.common import ToolCall, block_text
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.openai_chat import (
+    HOOK,
     SDK,
     SYSTEM_ROLES,
     UPSTREAM,
@@ -33,13 +34,14 @@ from ctxkit.providers.openai_chat import (
     stream_error,
     tool_name,
     tools_parts,
+    with_path,
 )
 from ctxkit.record.call_items import Part, text_of
 
 __all__ = ["NAME", "UPSTREAM", "SDK", "APIS", "claims", "recorded", "streamed", "well_formed", "history", "message",
            "normal", "read_events", "answer_text", "tool_calls", "response_id", "error_type", "stream_error",
            "error_body", "tool_name", "sdk_resources", "responses_parts", "responses_manifest", "resumed_manifest",
-           "previous", "is_request", "RESPONSES", "RESUMED_API", "FIELDS"]
+           "previous", "is_request", "with_path", "HOOK", "RESPONSES", "RESUMED_API", "FIELDS"]
 
 NAME = "openai_responses"
 RESPONSES = "openai.responses"

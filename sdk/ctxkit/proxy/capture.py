@@ -250,6 +250,9 @@ class Capture:
             if not isinstance(sent, dict):
                 sent = mask_json(request)
         provider = for_api(exchange.api)
+        unmasked = sent is request
+        request = provider.with_path(request, exchange.path)  # Gemini: the model is in the path
+        sent = request if unmasked else provider.with_path(sent, exchange.path)
         outcome = read_response(exchange, provider.streamed(exchange.api, request, exchange.path))
         history = History(exchange.api, request)
         call_id = uuid.uuid4().hex
@@ -272,7 +275,7 @@ class Capture:
             manifest.parent_run_id = placement.parent_run_id
             manifest.parent_call_id = placement.parent_call_id or None
         compaction = self.compactions.observe(exchange.api, sent, manifest,
-                                              history=history if sent is request else None)
+                                              history=history if unmasked else None)
         if compaction is not None:
             manifest.compactions = [*manifest.compactions, compaction]
         if outcome.warnings:

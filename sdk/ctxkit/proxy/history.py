@@ -42,10 +42,14 @@ class History:
         self.provider: Provider = for_api(api)
         self.request = request
         self.entries: list[Any] = self.provider.history(api, request)
-        self.messages: list[Message] = [self.provider.message(entry) for entry in self.entries]
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    @cached_property
+    def messages(self) -> list[Message]:
+        """Each entry as the provider reads it (read once, when first asked)."""
+        return [self.provider.message(entry) for entry in self.entries]
 
     @cached_property
     def chain(self) -> list[str]:

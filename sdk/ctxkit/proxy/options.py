@@ -12,6 +12,7 @@ from ctxkit.proxy.config import (
     ANTHROPIC_UPSTREAM,
     DEFAULT_CTXVIEW_HOST,
     DEFAULT_PORT,
+    GEMINI_UPSTREAM,
     OPENAI_UPSTREAM,
     ProxyConfig,
 )
@@ -24,9 +25,11 @@ is forwarded unchanged to the provider and recorded as a ctxview context manifes
 
   ANTHROPIC_BASE_URL=http://127.0.0.1:8788 claude          # Claude Code, Anthropic SDKs
   OPENAI_BASE_URL=http://127.0.0.1:8788/v1 my-agent        # OpenAI SDKs, any OpenAI-speaking tool
+  GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8788 gemini      # Gemini CLI, Google GenAI SDKs
 
 Recorded: POST /v1/messages (Anthropic, ?beta=true too), /v1/chat/completions and /v1/responses
-(OpenAI), streamed or not. Everything else (count_tokens, models, files, batches, ...) is
+(OpenAI), /v1beta/models/<model>:generateContent and :streamGenerateContent (Gemini, v1 too),
+streamed or not. Everything else (count_tokens, countTokens, models, files, batches, ...) is
 forwarded unrecorded. Credentials are forwarded, never recorded. Runs: the X-Ctxview-Run header,
 else the client's session (Claude Code), else conversation continuity. Needs `pip install
 ctxkit[proxy]`; see docs/integrations.md.
@@ -45,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--openai-upstream", default=OPENAI_UPSTREAM, metavar="URL",
                         help=f"where OpenAI requests go; the request's path (/v1/...) is appended "
                              f"(default {OPENAI_UPSTREAM})")
+    parser.add_argument("--gemini-upstream", default=GEMINI_UPSTREAM, metavar="URL",
+                        help=f"where Gemini requests go; the request's path (/v1beta/...) is appended "
+                             f"(default {GEMINI_UPSTREAM})")
     parser.add_argument("--ctxview-host", default=None, metavar="URL",
                         help=f"ctxview server that receives the manifests (env CTXVIEW_HOST, "
                              f"default {DEFAULT_CTXVIEW_HOST})")
@@ -74,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     return ProxyConfig(
         host=args.host, port=args.port, anthropic_upstream=args.anthropic_upstream,
-        openai_upstream=args.openai_upstream,
+        openai_upstream=args.openai_upstream, gemini_upstream=args.gemini_upstream,
         ctxview_host=args.ctxview_host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_CTXVIEW_HOST,
         ctxview_api_key=args.ctxview_api_key or os.environ.get("CTXVIEW_API_KEY", ""),
         include_text=not args.no_text, agent=args.agent,
@@ -119,8 +125,9 @@ def run(config: ProxyConfig) -> int:
         import signal
 
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None  # a coroutine run by asyncio.run
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(signum, task.cancel)
         try:
             await serve(config, capture, ready)
         except asyncio.CancelledError:

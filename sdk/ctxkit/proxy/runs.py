@@ -144,7 +144,8 @@ class RunResolver:
         with self._lock:
             run_id, how = headers.get(RUN_HEADER, "").strip(), "header"
             if not run_id:
-                session, how = session_of(request, headers), "session"
+                first = history.first_user
+                session, how = session_of(request, headers, first.texts[0] if first and first.texts else ""), "session"
                 run_id = f"session-{session}" if session else ""
                 if run_id:
                     child = self._subagent(run_id, history, chain)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -64,6 +65,14 @@ def route(method: str, path: str, query: str, headers: Any) -> tuple[str, str]:
     """(the upstream, e.g. "anthropic" or "openai"; the recorded API or "") of one request."""
     provider, api = providers.route(method, path, query, headers)
     return provider.UPSTREAM, api
+
+
+# A key in a URL's query (Gemini's ?key=) as an error text may quote it: never logged or answered.
+_URL_KEY = re.compile(r"([?&](?:key|api_key|access_token)=)[^&#\s'\"]*", re.IGNORECASE)
+
+
+def without_keys(text: str) -> str:
+    return _URL_KEY.sub(r"\1[masked]", text)
 
 
 def _connection_tokens(headers: Any) -> set[str]:
@@ -232,10 +241,10 @@ class Proxy:
                 exchange.failure = "the client disconnected before the response ended"
             raise
         finally:
-            if exchange is not None and tee is not None and tee.whole:
+            if exchange is not None and tee is not None and tee.whole and self.capture is not None:
                 exchange.duration = time.perf_counter() - t0
                 exchange.request_body = b"".join(tee.kept)  # one chunk: that chunk, not a copy
-                self.capture.submit(exchange)  # type: ignore[union-attr]  # recording: not None
+                self.capture.submit(exchange)
 
     async def _exchange(self, request: web.Request, upstream: str, headers: CIMultiDict[str], data: Any,
                         skip: list[str], exchange: Exchange | None, tee: _Tee | None,
@@ -246,8 +255,8 @@ class Proxy:
             up = await self.session.request(request.method, target, headers=headers, data=data,
                                             skip_auto_headers=skip, allow_redirects=False, compress=None)
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-            message = f"ctxkit proxy: the upstream {self.upstreams[upstream]} did not answer " \
-                      f"({type(exc).__name__}: {exc})"[:500]
+            message = without_keys(f"ctxkit proxy: the upstream {self.upstreams[upstream]} did not answer "
+                                    f"({type(exc).__name__}: {exc})")[:500]
             logger.warning("%s %s: %s", request.method, request.path, message)
             if exchange is not None and tee is not None:
                 exchange.failure = message

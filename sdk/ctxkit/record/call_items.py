@@ -43,6 +43,7 @@ from ctxkit.manifest import (
     Prefix,
     Usage,
     Zone,
+    is_item_kind,
 )
 from ctxkit.models import DEFAULT_WINDOW, WINDOW_ASSUMED, window_for
 from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
@@ -173,7 +174,7 @@ def call_manifest(
         zone: Zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
         items.append(Item(
             # infer_kinds gave every part one of the item kinds
-            id=item_id, kind=p.kind, action="keep",  # type: ignore[arg-type]
+            id=item_id, kind=p.kind if is_item_kind(p.kind) else "other", action="keep",
             requested_tokens=tokens, granted_tokens=tokens,
             used_tokens=tokens, position=position, zone=zone,
             trust="untrusted" if p.kind in UNTRUSTED_KINDS else "trusted",

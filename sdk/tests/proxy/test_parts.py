@@ -216,6 +216,13 @@ def test_the_agent_is_the_header_then_the_option_then_the_user_agent():
     ("GET", "/v1/responses/resp_1", "", {}, ("openai", "")),
     ("POST", "/v1/embeddings", "", {}, ("openai", "")),
     ("POST", "/v1/files", "", {}, ("openai", "")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:generateContent", "", {}, ("gemini", "gemini.generate")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:streamGenerateContent", "alt=sse", {}, ("gemini", "gemini.stream")),
+    ("POST", "/v1/models/gemini-2.5-pro:streamGenerateContent", "key=AIza", {}, ("gemini", "gemini.stream")),
+    ("POST", "/v1beta/models/gemini-2.5-pro:countTokens", "", {}, ("gemini", "")),
+    ("GET", "/v1beta/models", "", {}, ("gemini", "")),
+    ("GET", "/v1/models", "", {"x-goog-api-key": "AIza"}, ("gemini", "")),
+    ("POST", "/upload/v1beta/files", "", {}, ("gemini", "")),
 ])
 def test_requests_are_routed_and_only_model_calls_recorded(method, path, query, headers, expected):
     assert route(method, path, query, headers) == expected

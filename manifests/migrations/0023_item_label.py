@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('manifests', '0021_project_indexes_in_composites'),
+        ('manifests', '0022_usd_costs'),
     ]
 
     operations = [
