@@ -5,9 +5,12 @@ test's own thread (Django's live server, the browser tests' server thread, a Cel
 process) or sits in a ``test_*_live.py`` module (gunicorn). ``fuzz``: driven by hypothesis.
 ``make test-fast`` deselects the three; ``make test`` runs everything (pytest.ini registers them).
 
-Under pytest-xdist (``--dist loadgroup``, the Makefile's), the tests of a module that loads
-the demo (``demo_world``, once per module) stay in one process, so the demo is loaded once
-per module rather than once per module and process.
+Under pytest-xdist (``--dist loadgroup``, the Makefile's), the tests of a module whose module
+fixture costs seconds stay in one process, so it is set up once per module rather than once
+per module and process: the browser tests' logged-in ``site`` (a login through Chromium, and
+what the module adds to the demo) and ``seeded`` (``seed_demo`` run twice). The demo world
+itself is built once per process and inserted per module in about a second (tests/demo_world.py):
+its modules spread over the processes like any other.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ BROWSER_DIR = ROOT / "tests" / "browser"
 # Fixtures that start (or hand the test) a server or worker of their own.
 LIVE_FIXTURES = frozenset({"live_server", "server", "workers"})
 # Module-scoped fixtures expensive enough to keep their module's tests together.
-MODULE_WORLDS = frozenset({"demo_world"})
+MODULE_WORLDS = frozenset({"site", "seeded"})
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -197,6 +197,29 @@ def api(key) -> Api:
     return Api(key)
 
 
+@pytest.fixture(scope="session")
+def demo_snapshot(django_db_setup, django_db_blocker) -> Any:
+    """The demo world's rows, built once per test process (tests/demo_world.py)."""
+    from tests.demo_world import take_snapshot
+
+    with django_db_blocker.unblock():
+        return take_snapshot()
+
+
+@pytest.fixture(scope="module")
+def demo_world(demo_snapshot, django_db_blocker) -> Iterator[Any]:
+    """The demo world, committed for the module's tests and deleted when the module ends."""
+    from tests.demo_world import insert, remove
+
+    with django_db_blocker.unblock():
+        world = insert(demo_snapshot)
+    try:
+        yield world
+    finally:
+        with django_db_blocker.unblock():
+            remove(demo_snapshot)
+
+
 @pytest.fixture
 def standin() -> Iterator[Any]:
     """The local stand-in for the Anthropic and OpenAI APIs (tests/proxy/provider_standin.py)."""

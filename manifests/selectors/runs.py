@@ -36,7 +36,7 @@ STEP_SORTS = {
 DEFAULT_STEP_SORT = "step"
 
 
-def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page:
+def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page[Run]:
     """A page of runs, newest first (or by ``sort``); the per-run totals are computed for
     this page only."""
     sort = sort or Sort("last", True)

@@ -3,8 +3,9 @@
 Playwright's own browser download does not work here: ``make browser`` (a dependency of
 ``make test``) installs Debian's chromium, and a missing one is a failure, never a skip.
 
-The server is Django's LiveServerThread, started once per session; the demo data is loaded
-once per module (tests/views/support.py) and committed, so the server thread sees it. The
+The server is Django's LiveServerThread, started once per session; the demo world (built once
+per process, tests/demo_world.py) is inserted once per module and committed, so the server
+thread sees it. The
 tests are marked ``django_db`` (so pytest-django sets the test database up) but only read
 through the browser; what a test needs written is written by a module fixture, before the
 test's transaction begins.
@@ -27,7 +28,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.browser.chromium import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
-from tests.views.support import World, demo_world_fixture  # noqa: F401
+from tests.demo_world import World
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

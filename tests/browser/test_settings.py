@@ -4,7 +4,7 @@ The tests that write (through the live server: a new key, a login) are not marke
 ``django_db``: a test transaction held open here would lock SQLite against the server's
 writes. The read-only one is marked, which is also what makes pytest-django set the
 test database up when this module runs alone. The module's demo project
-(tests/views/support.py) is deleted when the module ends.
+(tests/demo_world.py) is deleted when the module ends.
 """
 
 from __future__ import annotations

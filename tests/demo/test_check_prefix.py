@@ -11,7 +11,6 @@ import pytest
 from ctxkit.cli import main
 from manifests.demo import runs as demo
 from manifests.models import Call, ModelPrice
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

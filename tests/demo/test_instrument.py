@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.http import QueryDict
 from django.test import Client
 
@@ -31,14 +30,6 @@ def _project(name: str = "Helpdesk") -> Project:
 
 def _calls(project: Project) -> list[Call]:
     return list(Call.objects.filter(project=project, run__run_id=demo_instrument.RUN_ID).order_by("step"))
-
-
-def test_it_loads_the_instrumented_run_with_seed_demo(capsys):
-    call_command("seed_demo")
-    assert "instrument run: 8 calls recorded around the anthropic client, 0 already there" in capsys.readouterr().out
-    calls = _calls(Project.objects.get(slug="demo"))
-    assert [c.step for c in calls] == list(range(8))
-    assert {(c.agent, c.builder_name) for c in calls} == {("helpdesk", "ctxkit.instrument")}
 
 
 def test_it_records_each_call_of_the_real_client_as_instrument_does_in_production():

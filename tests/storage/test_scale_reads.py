@@ -15,7 +15,6 @@ from manifests.selectors import compactions as compaction_sel
 from manifests.selectors import search as search_sel
 from manifests.selectors.filters import Filters
 from manifests.selectors.sorting import Sort
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

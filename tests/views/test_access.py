@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
-from tests.views.support import CANARY, demo_world_fixture  # noqa: F401
+from tests.demo_world import CANARY
 
 pytestmark = pytest.mark.django_db
 

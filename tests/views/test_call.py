@@ -17,7 +17,7 @@ from manifests import analysis, ingest
 from manifests.models import CacheEvent, Call, Evidence, Item, Membership
 from manifests.templatetags.call_items import item_rows
 from tests.conftest import make_manifest
-from tests.views.support import CANARY, demo_world_fixture  # noqa: F401
+from tests.demo_world import CANARY
 
 pytestmark = pytest.mark.django_db
 

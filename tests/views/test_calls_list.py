@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from manifests.models import Attribution, CacheEvent, Call
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

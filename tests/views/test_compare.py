@@ -10,7 +10,7 @@ import pytest
 from ctxkit.figures import in_context
 from manifests.models import Call
 from manifests.selectors.calls import diff_with_previous
-from tests.views.support import CANARY, demo_world_fixture  # noqa: F401
+from tests.demo_world import CANARY
 
 pytestmark = pytest.mark.django_db
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from django.core.management import call_command
 
 from manifests.demo import runs as demo
-from manifests.models import CacheEvent, Call, Evidence, Invariant, Item, Project, Regression
-from tests.views.support import demo_world_fixture  # noqa: F401
+from manifests.models import CacheEvent, Call, Evidence, Invariant, Item, Regression
 
 pytestmark = pytest.mark.django_db
 
@@ -55,19 +53,6 @@ def test_it_has_an_approval_pause_longer_than_the_cache_ttl(demo_world):
     events = dict(CacheEvent.objects.filter(call__project=demo_world.project, call__run__run_id="research-approval")
                   .values_list("call__step", "cause"))
     assert events[4] == "ttl_expired" and events[3] == events[5] == "hit"
-
-
-def test_it_loads_through_seed_demo_and_stores_nothing_twice(capsys):
-    call_command("seed_demo")
-    out = capsys.readouterr().out
-    assert "demo / demo-password" in out and "ctx_" in out
-    project = Project.objects.get(slug="demo")
-    calls = Call.objects.filter(project=project).count()
-    assert calls > 250
-    assert "Claude Code session: 6 calls captured by ctxkit proxy" in out
-    assert Call.objects.filter(project=project, agent="claude-cli").count() == 6
-    call_command("seed_demo")
-    assert Call.objects.filter(project=project).count() == calls
 
 
 def test_it_gives_each_agent_its_own_system_prompt_and_tools(demo_world):

@@ -6,8 +6,6 @@ import pytest
 from django.test import RequestFactory, override_settings
 from django.views.defaults import server_error
 
-from tests.views.support import demo_world_fixture  # noqa: F401
-
 pytestmark = pytest.mark.django_db
 
 

@@ -11,7 +11,6 @@ from django.http import StreamingHttpResponse
 from django.test import Client
 
 from manifests.models import Call, Evidence, Item
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,6 @@ import re
 
 import pytest
 
-from tests.views.support import demo_world_fixture  # noqa: F401
-
 pytestmark = pytest.mark.django_db
 
 

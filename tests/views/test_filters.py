@@ -9,7 +9,6 @@ import pytest
 from django.http import QueryDict
 
 from manifests.selectors import filters
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

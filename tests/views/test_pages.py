@@ -15,7 +15,6 @@ from manifests.models import Call, Item
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from tests.conftest import make_manifest
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,6 @@ from manifests.selectors.filters import Filters
 from manifests.storage import partitions
 from tests.analysis.support import store_and_analyse
 from tests.conftest import make_manifest
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,6 @@ from urllib.parse import quote
 import pytest
 
 from manifests.models import Call, Item
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,6 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from manifests.management.commands import vendor_plotly
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 
 def test_it_serves_the_pinned_cartesian_plotly_bundle():

@@ -11,7 +11,6 @@ import pytest
 from manifests import replay
 from manifests.models import Call, Evidence, Item
 from manifests.storage import partitions
-from tests.views.support import demo_world_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
