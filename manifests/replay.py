@@ -302,6 +302,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         b = base_allocs[i.item_id]
         rows.append({
             "id": i.item_id,
+            "label": i.label or "",
             "kind": i.kind,
             "zone": i.zone,
             "trust": i.trust,
