@@ -339,8 +339,11 @@ def exactly_once(project_name: str, call_ids: list[str]) -> dict[str, int]:
         for key in set(expected) | set(actual):
             want, got = dict(expected.get(key, {})), dict(actual.get(key, {}))
             cost, stored_cost = want.pop("cost", 0.0), got.pop("cost", 0.0)
-            # Costs are float sums rounded to a millionth (as tests/analysis/figures_reference.py compares them).
-            wrong_buckets += abs(stored_cost - cost) > 1e-6 * max(1.0, cost) + 1e-6 or want != got
+            usd, stored_usd = want.pop("cost_usd", 0.0), got.pop("cost_usd", 0.0)
+            # Costs are float sums rounded to a millionth, USD to a billionth (as
+            # tests/analysis/figures_reference.py compares them).
+            wrong_buckets += (abs(stored_cost - cost) > 1e-6 * max(1.0, cost) + 1e-6
+                              or abs(stored_usd - usd) > 1e-9 * max(1.0, usd) + 1e-9 or want != got)
     return {
         "lost (sent, not stored)": len(set(call_ids) - stored),
         "stored twice": calls.count() - len(stored),

@@ -111,6 +111,7 @@ CALL_COLUMNS: dict[str, str] = {
     "input_tokens": "sr.prefix_tokens + c.item_count * (300 + " + h("g", 4, 400) + ")",
     "cache_read_tokens": f"CASE WHEN {WARM} THEN sr.prefix_tokens ELSE 0 END",
     "cache_write_tokens": f"CASE WHEN {WARM} THEN 0 ELSE sr.prefix_tokens END",
+    "cache_write_1h_tokens": "0",
     "output_tokens": "200 + " + h("g", 5, 1500),
     "status": f"CASE WHEN {h('g', 6, 50)} = 0 THEN 'error' ELSE 'ok' END",
     "finish_reason": "'end_turn'",
@@ -251,6 +252,41 @@ def _cost() -> str:
     return f"CASE c.model {whens} END"
 
 
+def _cost_usd() -> str:
+    """The analysis's cost in USD (manifests/analysis/figures.py): ctxkit.figures.cost_usd at the
+    USD prices of the call's model (genai-prices' table, as of today: the generated inputs stay
+    below every tier), compiled from manifests/figures.py once per generated model; NULL for a
+    model without a USD price."""
+    from datetime import UTC, datetime
+
+    from manifests import figures
+    from manifests.analysis.prices import PriceBook
+    from manifests.models import Call
+
+    book, now = PriceBook.load(), datetime.now(tz=UTC)
+    whens = " ".join(
+        f"WHEN '{m}' THEN {figures.as_sql(figures.cost_usd(usd), Call, 'c') if usd else 'NULL'}"
+        for m in MODELS for usd in [book.usd(m, "", 0, now)]
+    )
+    return f"CASE c.model {whens} END"
+
+
+def _usd_saving() -> str:
+    """The saving of a cache miss in USD, as :func:`_cost_usd` compiles the cost."""
+    from datetime import UTC, datetime
+
+    from manifests import figures
+    from manifests.analysis.prices import PriceBook
+    from manifests.models import Call
+
+    book, now = PriceBook.load(), datetime.now(tz=UTC)
+    whens = " ".join(
+        f"WHEN '{m}' THEN {figures.as_sql(figures.cache_saving('', usd.weights), Call, 'c') if usd else 'NULL'}"
+        for m in MODELS for usd in [book.usd(m, "", 0, now)]
+    )
+    return f"CASE c.model {whens} END"
+
+
 def _per_model(build: Callable[[Any, Any], Any]) -> Callable[[], str]:
     """A figure of manifests/figures.py that depends on the call's model's price row, over
     the call row ``c`` and the item sums ``s``, as one CASE on the model: ``build`` gets the
@@ -309,6 +345,7 @@ FIGURES_COLUMNS: dict[str, str | Callable[[], str]] = {
     "tool_share": _call_figure("c", lambda f: f.tool_share(_sums("tool_tokens"), _sums("tokens"))),
     "untrusted_tokens": "s.untrusted_tokens",
     "cost": _cost,
+    "cost_usd": _cost_usd,
     "evidence_positions": "'{}'::jsonb",
 }
 
@@ -340,6 +377,7 @@ ATTRIBUTION_COLUMNS: dict[str, str | Callable[[], str]] = {
     "agent": "c.agent",
     "model": "c.model",
     "call_cost": lambda: f"CASE WHEN e.nth = 1 THEN {_cost()} END",
+    "call_cost_usd": lambda: f"CASE WHEN e.nth = 1 THEN {_cost_usd()} END",
 }
 
 # The gap the analysis measures: from the previous call's end (when the cache was last used).
@@ -409,6 +447,7 @@ CACHE_EVENT_COLUMNS: dict[str, str | Callable[[], str]] = {
     "agent": "c.agent",
     "model": "c.model",
     "saving": _per_model(lambda f, price: f.cache_saving("", price.weights)),
+    "saving_usd": _usd_saving,
 }
 
 COMPACTION_COLUMNS: dict[str, str] = {

@@ -76,19 +76,20 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
                    sum(c.cache_write_tokens) AS cache_write_tokens, sum(c.output_tokens) AS output_tokens,
                    coalesce(sum(f.uncached_input_tokens), 0) AS uncached,
                    round(coalesce(sum(f.cost), 0)::numeric, 6)::float8 AS cost,
+                   round(coalesce(sum(f.cost_usd), 0)::numeric, 9)::float8 AS cost_usd,
                    count(*) FILTER (WHERE c.verified = 'yes') AS verified_successes,
                    sum(c.evidence_count) AS evidence_total, sum(c.evidence_count - c.evidence_missing) AS present
             FROM calls JOIN manifests_call c ON c.id = calls.id
             LEFT JOIN manifests_callfigures f ON f.call_id = c.id GROUP BY p, hr, calls.agent, calls.model
         )
         INSERT INTO manifests_rollup (project_id, bucket, start, agent, model, calls, items, input_tokens,
-            cache_read_tokens, cache_write_tokens, output_tokens, uncached_input_tokens, cost, verified_successes,
-            evidence_total, evidence_present, compactions, invariant_failures, attributions, cache_causes,
-            tokens_by_kind, prefix_changes, computed_at)
+            cache_read_tokens, cache_write_tokens, output_tokens, uncached_input_tokens, cost, cost_usd,
+            verified_successes, evidence_total, evidence_present, compactions, invariant_failures, attributions,
+            cache_causes, tokens_by_kind, prefix_changes, computed_at)
         SELECT t.p, 'hour', t.hr, t.agent, t.model, t.calls, t.items, t.input_tokens, t.cache_read_tokens,
-               t.cache_write_tokens, t.output_tokens, t.uncached, t.cost, t.verified_successes, t.evidence_total,
-               t.present, coalesce(cm.n, 0), coalesce(cm.failures, 0), coalesce(a.m, '{{}}'), coalesce(cc.m, '{{}}'),
-               coalesce(kd.m, '{{}}'), coalesce(cc.prefix_changes, 0), now()
+               t.cache_write_tokens, t.output_tokens, t.uncached, t.cost, t.cost_usd, t.verified_successes,
+               t.evidence_total, t.present, coalesce(cm.n, 0), coalesce(cm.failures, 0), coalesce(a.m, '{{}}'),
+               coalesce(cc.m, '{{}}'), coalesce(kd.m, '{{}}'), coalesce(cc.prefix_changes, 0), now()
         FROM totals t LEFT JOIN kinds kd USING ({k}) LEFT JOIN attributions a USING ({k})
         LEFT JOIN causes cc USING ({k}) LEFT JOIN compactions cm USING ({k})
         """,
@@ -109,12 +110,13 @@ def rollups(cursor: Any, *, project_ids: Sequence[int]) -> None:
             GROUP BY 1, 2, 3, 4, 5
         )
         INSERT INTO manifests_rollup (project_id, bucket, start, agent, model, calls, items, input_tokens,
-            cache_read_tokens, cache_write_tokens, output_tokens, uncached_input_tokens, cost, verified_successes,
-            evidence_total, evidence_present, compactions, invariant_failures, attributions, cache_causes,
-            tokens_by_kind, prefix_changes, computed_at)
+            cache_read_tokens, cache_write_tokens, output_tokens, uncached_input_tokens, cost, cost_usd,
+            verified_successes, evidence_total, evidence_present, compactions, invariant_failures, attributions,
+            cache_causes, tokens_by_kind, prefix_changes, computed_at)
         SELECT h.project_id, 'day', h.d, h.agent, h.model, sum(calls), sum(items), sum(input_tokens),
                sum(cache_read_tokens), sum(cache_write_tokens), sum(output_tokens), sum(uncached_input_tokens),
-               round(sum(cost)::numeric, 6)::float8, sum(verified_successes), sum(evidence_total),
+               round(sum(cost)::numeric, 6)::float8, round(sum(cost_usd)::numeric, 9)::float8,
+               sum(verified_successes), sum(evidence_total),
                sum(evidence_present), sum(compactions), sum(invariant_failures),
                coalesce((SELECT m FROM maps WHERE (maps.project_id, maps.d, maps.agent, maps.model, maps.name)
                          = (h.project_id, h.d, h.agent, h.model, 'attributions')), '{{}}'),
@@ -185,6 +187,7 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
             "cache_hit_ratio": ref.hit_rate(call.cache_read_tokens, call.input_tokens),
             "uncached_input_tokens": ref.uncached_tokens(call),
             "cost": ref.cost_units(call, book.for_model(call.model).weights),
+            "cost_usd": ref.cost_usd(call, book.usd(call.model, call.provider, call.input_tokens, call.started_at)),
             "headroom_tokens": ref.headroom(call.input_cap, read),
             "window_utilization": ref.window_utilization(read, call.window),
             "reserve_share": ref.reserve_share(call.output_reserve, call.window),
@@ -208,14 +211,18 @@ def verify_figures(project_id: int, sample: int = 40) -> list[str]:
                                 f"classify {getattr(real, name)!r}")
         if abs(event.saving - real.saving) > 1e-9 * max(1.0, abs(real.saving)):
             problems.append(f"call {pk} cache saving: generated {event.saving!r}, classify {real.saving!r}")
+        if (event.saving_usd is None) != (real.saving_usd is None) or (
+                real.saving_usd is not None and abs(event.saving_usd - real.saving_usd) > 1e-12):
+            problems.append(f"call {pk} cache saving_usd: generated {event.saving_usd!r}, "
+                            f"classify {real.saving_usd!r}")
         gap, real_gap = event.gap_seconds, real.gap_seconds
         if (gap is None) != (real_gap is None) or (gap is not None and abs(gap - real_gap) > 1e-6):
             problems.append(f"call {pk} cache gap_seconds: generated {gap!r}, classify {real_gap!r}")
-        problems += _attribution_problems(call, got.cost)
+        problems += _attribution_problems(call, got.cost, got.cost_usd)
     return problems
 
 
-def _attribution_problems(call: Any, cost: float) -> list[str]:
+def _attribution_problems(call: Any, cost: float, cost_usd: float | None) -> list[str]:
     """The call's attributions against what manifests/analysis/attribution.py stores: its
     call's run, agent and model, and its cost on its first attribution of each cause only."""
     from manifests.models import Attribution
@@ -231,4 +238,8 @@ def _attribution_problems(call: Any, cost: float) -> list[str]:
         if a.call_cost != want:
             problems.append(f"call {call.pk} attribution {a.pk} call_cost: generated {a.call_cost!r}, "
                             f"analysis {want!r}")
+        want_usd = None if want is None else cost_usd
+        if a.call_cost_usd != want_usd:
+            problems.append(f"call {call.pk} attribution {a.pk} call_cost_usd: generated {a.call_cost_usd!r}, "
+                            f"analysis {want_usd!r}")
     return problems

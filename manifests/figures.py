@@ -56,6 +56,7 @@ ROLLUP_MAP_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
 ITEM_FIELDS = (
     "item_id", "kind", "action", "trust", "priority", "pinned", "zone", "position", "requested_tokens",
     "granted_tokens", "used_tokens", "reason", "source_ref", "source_version", "content_hash", "group", "text",
+    "label",
 )
 
 
@@ -115,17 +116,15 @@ def _cost(uncached: Combinable, read: Combinable, write: Combinable, write_1h: C
     """ctxkit.figures.cost_units over the token expressions. ``write_1h`` (the part of ``write``
     with a 1-hour TTL) is read only when the weights price it apart (USD prices): relative
     weights price every write alike, so their expression never names the column."""
-    writes = Cast(write, FloatField()) * Value(weights["cache_write"])
+    # Added left to right in ctxkit.figures.cost_units' order, so both sum the same floats.
+    total = (Cast(uncached, FloatField()) * Value(weights["input"])
+             + Cast(read, FloatField()) * Value(weights["cache_read"]))
     if "cache_write_1h" in weights and write_1h is not None:
-        writes = (Cast(write - write_1h, FloatField()) * Value(weights["cache_write"])
-                  + Cast(write_1h, FloatField()) * Value(weights["cache_write_1h"]))
-    return ExpressionWrapper(
-        Cast(uncached, FloatField()) * Value(weights["input"])
-        + Cast(read, FloatField()) * Value(weights["cache_read"])
-        + writes
-        + Cast(output, FloatField()) * Value(weights["output"]),
-        output_field=FloatField(),
-    )
+        total = (total + Cast(write - write_1h, FloatField()) * Value(weights["cache_write"])
+                 + Cast(write_1h, FloatField()) * Value(weights["cache_write_1h"]))
+    else:
+        total = total + Cast(write, FloatField()) * Value(weights["cache_write"])
+    return ExpressionWrapper(total + Cast(output, FloatField()) * Value(weights["output"]), output_field=FloatField())
 
 
 def cache_write_1h_tokens(prefix: str = "") -> Least:

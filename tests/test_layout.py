@@ -72,11 +72,14 @@ def test_it_finds_no_private_name_imported_from_another_module():
 # string literals equal to an API's name, path or header, or holding an agent's own texts.
 WIRE_NAMES = frozenset({"anthropic.messages", "openai.chat", "openai.responses", "openai.responses.resumed",
                         "/v1/messages", "/v1/chat/completions", "/v1/responses", "/chat/completions", "/responses",
-                        "anthropic-version", "previous_response_id", "x-claude-code-session-id"})
+                        "anthropic-version", "previous_response_id", "x-claude-code-session-id",
+                        "gemini.generate", "gemini.stream", "x-goog-api-key", "x-gemini-api-privileged-user-id",
+                        "generateContent", "streamGenerateContent", "usageMetadata"})
 AGENT_TEXTS = ("This session is being continued", "<system-reminder>", "mcp__", "AGENTS.md instructions",
-               "<command-name>")
+               "<command-name>", "<session_context>", "--- Context from")
 SEAM = ("sdk/ctxkit/providers/", "sdk/ctxkit/agents/")
-# record/usage.py takes provider names from its callers ("openai.chat" among the aliases); the
+# record/usage.py takes provider names from its callers ("openai.chat" among the aliases) and reads
+# every provider's usage (the one definition of usage); the
 # demo plays a provider (its stand-in answers /v1/messages).
 SEAM_EXEMPT = ("sdk/ctxkit/record/usage.py", "manifests/demo/")
 

@@ -71,9 +71,10 @@ def summary_trigger(user_text: str) -> str:
 
 def memory_files(text: str) -> list[str] | None:
     """The files a user text injects when it is an agent's memory-file message (Claude Code's
-    CLAUDE.md reminder, Codex's AGENTS.md instructions), by their paths; None for any other text."""
+    CLAUDE.md reminder, Codex's AGENTS.md instructions, Gemini CLI's session context with its
+    GEMINI.md files), by their paths; None for any other text."""
     head = text.lstrip()
-    return claude_code.memory_files(head) or codex.memory_files(head)
+    return claude_code.memory_files(head) or codex.memory_files(head) or gemini_cli.memory_files(head)
 
 
 def mcp_server(name: str) -> str | None:

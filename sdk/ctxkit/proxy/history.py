@@ -1,8 +1,8 @@
 """A call's history, parsed once and read by the run resolver and the compaction watch.
 
 The history is what the call sends of the conversation (its provider says where: Anthropic's
-and Chat Completions' ``messages``, Responses' ``input``); each entry is read once into a
-:class:`~ctxkit.providers.common.Message`. From them: the running hashes that tell which earlier
+and Chat Completions' ``messages``, Responses' ``input``, Gemini's ``contents``); each entry is
+read once into a :class:`~ctxkit.providers.common.Message`. From them: the running hashes that tell which earlier
 conversation a call extends (:attr:`History.chain`), and where a compaction summary stands
 (:attr:`History.summary`): an entry that is a provider's compaction, or the first user message
 when it holds one (a provider's compaction block, or a text that opens like an agent's summary,

@@ -8,7 +8,7 @@ import json
 
 from capture_support import build_all
 
-from ctxkit.agents import session_of
+from ctxkit.agents import memory_files, session_of
 from ctxkit.breakdown import window_breakdown
 from ctxkit.providers import gemini
 from ctxkit.proxy.capture import Exchange
@@ -84,6 +84,27 @@ def test_a_gemini_cli_session_is_named_by_its_installation_and_session_context()
     assert session_of({}, {"user-agent": "curl/8"}, context) == "" and session_of({}, cli, "Say hello") == ""
 
 
+def test_gemini_cli_s_memory_files_are_named_from_its_session_context():
+    context = ("<session_context>\nMy operating system is: linux\n<loaded_context>\n<project_context>\n"
+               "--- Context from: /work/app/GEMINI.md ---\n# Notes\nAnswer in French.\n"
+               "--- End of Context from: /work/app/GEMINI.md ---\n</project_context>\n</loaded_context>\n"
+               "</session_context>")
+    request = {"contents": [{"role": "user", "parts": [{"text": context}, {"text": "Say hello"}]}]}
+    [manifest] = build_all(_exchange("/v1beta/models/gemini-2.5-pro:streamGenerateContent", request, CHUNKS, True))
+    assert [(i.kind, i.source_ref) for i in manifest.items] == [
+        ("memory", "/work/app/GEMINI.md"), ("task", "contents[0].parts[1]")]
+    assert memory_files(context.replace("--- Context from", "--- Notes from")) is None
+
+
 def test_a_key_in_a_url_is_masked_in_what_the_proxy_says():
     said = without_keys("Cannot connect to https://x.test/v1beta/models/m:generateContent?alt=sse&key=AIzaSECRET ok")
     assert "AIzaSECRET" not in said and "alt=sse&key=[masked] ok" in said
+
+
+def test_a_per_call_value_in_a_gemini_system_instruction_is_found_in_its_prefix():
+    from ctxkit.testing import scan_prefix
+
+    request = {"systemInstruction": {"parts": [{"text": "You are Gemini CLI.\nToday is 2026-12-06T12:45:00Z."}]},
+               "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]}
+    findings = scan_prefix(request)
+    assert findings and {f.segment for f in findings} == {"system"}
