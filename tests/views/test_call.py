@@ -18,6 +18,7 @@ from manifests.models import CacheEvent, Call, Evidence, Item, Membership
 from manifests.templatetags.call_items import item_rows
 from tests.conftest import make_manifest
 from tests.demo_world import CANARY
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -305,12 +306,6 @@ def _item(item_id: str, position: int | None, **fields: Any) -> dict[str, Any]:
     return {k: v for k, v in item.items() if v is not None}
 
 
-def _ingest(project, manifests: list[dict]) -> None:
-    report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
-    assert report.count(ingest.ACCEPTED) == len(manifests), [r.errors for r in report.results if r.errors]
-    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
-
-
 def _page(owner, project, call_id: str) -> str:
     client = Client()
     client.force_login(owner)
@@ -341,7 +336,7 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     segments[0]["hash"] = "d" * 64  # system changed
     del segments[1]  # tools gone
     segments.append({"name": "extra", "hash": "e" * 64, "tokens": 10})  # a new segment
-    _ingest(project, [before, after])
+    store_and_analyse(project, [before, after])
 
     diff = section(_page(owner, project, "diff-run/step-1"), '<table class="grid compact" id="diff">', "</table>")
     rows = {(change, item): what for change, item, what in re.findall(
@@ -372,7 +367,7 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
 def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):
     first = make_manifest("same-run/step-0", run_id="same-run", step=0)
     second = make_manifest("same-run/step-1", run_id="same-run", step=1)
-    _ingest(project, [first, second])
+    store_and_analyse(project, [first, second])
     body = _page(owner, project, "same-run/step-1")
     assert 'id="diff"' not in body
     assert (f'Nothing entered, left or changed since <a href="/p/{project.slug}/calls/same-run/step-0/">step 0</a>.'
@@ -394,7 +389,7 @@ def test_it_colours_the_allocation_by_what_was_done_to_each_item(owner, project)
     ]
     m["evidence"] = []
     m["usage"] = {"input_tokens": 260, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 10}
-    _ingest(project, [m])
+    store_and_analyse(project, [m])
     alloc = script_json(_page(owner, project, "alloc-1"), "allocation-data")
     groups = {r["id"]: (r["group"], r["zone"], r["used"], r["in_context"]) for r in alloc["items"]}
     assert groups == {

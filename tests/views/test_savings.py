@@ -22,8 +22,8 @@ from manifests.models import Attribution, CacheEvent, Call, Regression
 from manifests.selectors import savings
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions
-from tests.analysis.support import store_and_analyse
 from tests.conftest import make_manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,8 @@ from django.test import Client
 from manifests import services
 from manifests.analysis import notify
 from manifests.models import ApiKey, Membership, Project, hash_key
-from tests.analysis.support import Receiver, free_port
+from tests.analysis.support import free_port
+from tests.support import Receiver
 
 pytestmark = pytest.mark.django_db
 
