@@ -12,7 +12,7 @@ from django.test import Client
 
 from ctxkit.breakdown import SEGMENTS, summed, window_breakdown
 from ctxkit.manifest import convert_manifest
-from tests.views.window_support import claude_code_manifest
+from tests.views.window_support import claude_code_manifest, rows_of
 
 pytestmark = pytest.mark.django_db
 
@@ -62,3 +62,18 @@ def test_it_adds_up_the_calls_of_one_step(api, project, member):
     assert chart["steps"] == [1] and chart["calls"] == [2]
     assert {s: chart["segments"][s][0] for s in SEGMENTS} == {s: both.segment(s) for s in SEGMENTS}
     assert chart["mcp_tools"] == [2]
+
+
+def test_it_names_each_steps_last_item_as_the_agent_does(api, project, member):
+    manifests = [claude_code_manifest(step, input_tokens=0) for step in range(3)]
+    assert api.post({"manifests": manifests}).status_code in (200, 201, 202, 207)
+    client = Client()
+    client.force_login(member)
+    body = client.get(f"/p/{project.slug}/runs/cc-session/").content.decode()
+    headers = re.findall(r"<th[^>]*>(?:<a[^>]*>)?([^<]+)", body[body.index('id="steps"'):body.index("</thead>",
+                                                                                                  body.index('id="steps"'))])
+    column = headers.index("Last item")
+    steps = rows_of(body, "steps", "data-step")
+    # The prompt opens the run; each later call answers the Read result before it.
+    assert {step: cells[column] for step, cells in steps.items()} == {
+        "0": "user · turn 1", "1": "Read result · turn 1", "2": "Read result · turn 1"}

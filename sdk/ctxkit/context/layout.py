@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.context.tokens import Estimate, resolve_estimate
@@ -92,9 +92,9 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """A block at its place: zone, position in the whole context (0-based), tokens, hash."""
+class Placed(NamedTuple):
+    """A block at its place: zone, position in the whole context (0-based), tokens, hash. A named
+    tuple: immutable, and quicker to make than a frozen dataclass (one per block of every build)."""
 
     block: Block
     zone: Zone
