@@ -38,10 +38,10 @@ _HEAD_RANK = {"system": 0, "task": 1, "constraint": 1, "tools": 2}
 _TAIL_RANK = {"state": 0, "tool_result": 0, "retrieval": 1, "user": 2, "constraint": 3, "task": 3}
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(NamedTuple):
     """One piece of context. ``data`` is structured content (a tool schema) serialised with
-    sorted keys; ``name`` sorts tools (defaults to ``data["name"]``, then the id)."""
+    sorted keys; ``name`` sorts tools (defaults to ``data["name"]``, then the id). A named tuple,
+    like :class:`Placed`: immutable, and quick to make (a build makes one per segment)."""
 
     id: str
     kind: str
