@@ -140,12 +140,12 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and its children (the recording proxy's recorder process)."""
+def cpu_seconds(pid: int, with_children: bool = True) -> float:
+    """CPU time of ``pid`` and (unless told not to) its children (the recording proxy's recorder)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return own + sum(cpu_seconds(child) for child in children(pid))
+    return own + (sum(cpu_seconds(child) for child in children(pid)) if with_children else 0.0)
 
 
 def settle(pid: int) -> None:
@@ -222,10 +222,12 @@ def ratio(recording: float, forwarding: float) -> str:
 
 
 async def measure(targets: dict[str, str], pids: dict[str, int], calls: int, rounds: int, concurrency: int
-                  ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, float]]:
-    """Each target in turn, ``rounds`` times (the order rotating), ``calls`` calls in all per target."""
+                  ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, tuple[float, float]]]:
+    """Each target in turn, ``rounds`` times (the order rotating), ``calls`` calls in all per target;
+    the timings, and the CPU ms per call of each target's process and of its children."""
     got: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in targets}
-    cpu = dict.fromkeys(targets, 0.0)
+    own = dict.fromkeys(targets, 0.0)
+    total = dict.fromkeys(targets, 0.0)
     names = list(targets)
     sessions = {name: new_session() for name in names}
     try:
@@ -235,16 +237,17 @@ async def measure(targets: dict[str, str], pids: dict[str, int], calls: int, rou
         per_round = max(concurrency, calls // rounds)
         for turn in range(rounds):
             for name in names[turn % len(names):] + names[:turn % len(names)]:
-                before = cpu_seconds(pids[name])
+                before = cpu_seconds(pids[name], False), cpu_seconds(pids[name])
                 ttfbs, totals = await load(sessions[name], targets[name], per_round, concurrency)
                 settle(pids[name])  # the recorder catches up before the next target's turn
-                cpu[name] += (cpu_seconds(pids[name]) - before) * 1000 / (per_round * rounds)
+                own[name] += (cpu_seconds(pids[name], False) - before[0]) * 1000 / (per_round * rounds)
+                total[name] += (cpu_seconds(pids[name]) - before[1]) * 1000 / (per_round * rounds)
                 got[name][0].extend(ttfbs)
                 got[name][1].extend(totals)
     finally:
         for session in sessions.values():
             await session.close()
-    return got, cpu
+    return got, {name: (own[name], total[name] - own[name]) for name in names}
 
 
 def main() -> None:
@@ -285,22 +288,23 @@ def main() -> None:
             base_ttfb, base_total = got["direct"]
             print(f"\n{concurrency} concurrent stream(s)")
             print(f"  {'':22} {'TTFB p50':>9} {'p99':>7} {'total p50':>10} {'p99':>7}   "
-                  f"{'+TTFB p50':>9} {'+p99':>6} {'+total p50':>10} {'+p99':>6}   CPU ms/call")
+                  f"{'+TTFB p50':>9} {'+p99':>6} {'+total p50':>10} {'+p99':>6}   CPU ms/call (+ recorder)")
             for name, (ttfbs, totals) in got.items():
                 row = [pct(ttfbs, 50), pct(ttfbs, 99), pct(totals, 50), pct(totals, 99)]
                 more = [*added(ttfbs, base_ttfb), *added(totals, base_total)]
                 extra = "" if name == "direct" else "   " + " ".join(
                     f"{v:+{w}.2f}" for v, w in zip(more, (9, 6, 10, 6), strict=True))
                 extra = extra or " " * 37
+                by_recorder = f" + {cpu[name][1]:.2f}" if cpu[name][1] else ""
                 print(f"  {name:22} {row[0]:9.2f} {row[1]:7.2f} {row[2]:10.2f} {row[3]:7.2f}{extra}   "
-                      f"{cpu[name]:.2f}")
+                      f"{cpu[name][0]:.2f}{by_recorder}")
             recording = added(got["proxy"][0], base_ttfb)
             forwarding = added(got["proxy, not recording"][0], base_ttfb)
             print(f"  added to TTFB, recording / forwarding only: p50 {ratio(recording[0], forwarding[0])}, "
                   f"p99 {ratio(recording[1], forwarding[1])} (goal <= 1.2x)")
         print(f"  load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
-        print("  (CPU ms/call: of the process answering, the recording proxy's recorder process included; "
+        print("  (CPU ms/call: of the process answering, and of the recording proxy's recorder process; "
               "for direct, the stand-in provider)")
         print(f"\nproxy RSS over {args.memory_calls} calls (32 concurrent), MiB, each reading once the recorder "
               f"has caught up: the proxy's process, its recorder's")

@@ -141,7 +141,8 @@ def _gap(call: dict[str, Any], prev: dict[str, Any]) -> float:
     """Seconds between the previous call (its end when known: the cache was last used
     then) and the start of this one."""
     last_use: datetime = prev["ended_at"] or prev["started_at"]
-    return (call["started_at"] - last_use).total_seconds()
+    gap: float = (call["started_at"] - last_use).total_seconds()
+    return gap
 
 
 def _ttl(call: dict[str, Any], prev: dict[str, Any], prices_entry: Any) -> int:
@@ -178,7 +179,8 @@ def compares_across_runs(call: dict[str, Any], prices: PriceBook) -> bool:
     """Whether the first call of a run is compared with another run's call: it read nothing
     from the cache and its cacheable prefix is not below the provider's minimum."""
     cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
-    return call["cache_read_tokens"] == 0 and cacheable >= prices.for_model(call["model"]).min_cacheable_tokens
+    across: bool = call["cache_read_tokens"] == 0 and cacheable >= prices.for_model(call["model"]).min_cacheable_tokens
+    return across
 
 
 def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook, *,
