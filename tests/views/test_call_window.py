@@ -4,13 +4,12 @@ space against the model's window, and the memory file's hostile path as text."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.test import Client
 
 from ctxkit.breakdown import window_breakdown
 from ctxkit.manifest import convert_manifest
+from tests.html_page import parse
 from tests.views.window_support import HOSTILE_DIR, claude_code_manifest, rows_of
 
 pytestmark = pytest.mark.django_db
@@ -25,9 +24,9 @@ def _page(project, member, call_id: str) -> str:
 
 
 def _row(body: str, category: str) -> list[str]:
-    m = re.search(rf'<tr data-category="{category}">(.*?)</tr>', body, flags=re.S)
-    assert m, category
-    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", m.group(1))]
+    """The text of each cell (header or data) of the window table's row of ``category``."""
+    row = parse(body).one(f'tr[data-category="{category}"]')
+    return [cell.text for cell in row.elements() if cell.tag in ("th", "td")]
 
 
 def test_it_shows_the_window_by_category_of_a_claude_code_call(api, project, member):
@@ -50,10 +49,10 @@ def test_it_shows_the_window_by_category_of_a_claude_code_call(api, project, mem
     assert _row(body, "free")[:3] == ["Free space", "197000", "98.5%"]
     assert _row(body, "unitemized")[1] == str(3000 - expected.counted)
     assert "Tool definitions: built-in 2, MCP 1." in body
-    bar = re.search(r'<div class="winbar"[^>]*>(.*?)</div>', body, flags=re.S)
-    assert bar and re.findall(r'data-segment="(\w+)"', bar.group(1)) == [
+    segments = parse(body).one("div.winbar").select("[data-segment]")
+    assert [s.get("data-segment") for s in segments] == [
         "system", "tools", "mcp_tools", "memory", "messages", "tool_results", "unitemized", "free"]
-    assert 'style="width:98.500%"' in bar.group(1)
+    assert segments[-1].get("style") == "width:98.500%"
 
 
 def test_it_names_the_memory_file_as_text(api, project, member):
