@@ -20,6 +20,10 @@ _SIMPLE = re.compile(r"""(?P<tag>[a-zA-Z][\w-]*|\*)?|\#(?P<id>[\w-]+)|\.(?P<cls>
                      r"""\[(?P<attr>[\w-]+)(?:=(?:"(?P<dq>[^"]*)"|'(?P<sq>[^']*)'|(?P<bare>[^\]]*)))?\]""")
 
 
+# The simple selectors of a selector: split at white space outside brackets.
+_PARTS = re.compile(r"(?:[^\s\[]|\[[^\]]*\])+")
+
+
 @dataclass
 class Element:
     tag: str
@@ -52,7 +56,7 @@ class Element:
 
     def select(self, selector: str) -> list[Element]:
         """The elements inside that match ``selector``, in document order."""
-        steps = [_compile(part) for part in selector.split()]
+        steps = [_compile(part) for part in _PARTS.findall(selector)]
         matches = [self]
         for step in steps:
             seen: set[int] = set()
