@@ -5,13 +5,13 @@ step's calls added up, the same numbers as each call's own breakdown."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from django.test import Client
 
 from ctxkit.breakdown import SEGMENTS, summed, window_breakdown
 from ctxkit.manifest import convert_manifest
+from tests.html_page import parse
 from tests.views.window_support import claude_code_manifest, rows_of
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +24,8 @@ def _chart(project, member) -> dict:
     assert r.status_code == 200
     body = r.content.decode()
     assert 'id="chart-window"' in body and "<h2>Window per step</h2>" in body
-    m = re.search(r'<script id="run-data" type="application/json">(.*?)</script>', body, flags=re.S)
-    assert m
-    return json.loads(m.group(1))["breakdown"]
+    data = parse(body).one('script#run-data[type="application/json"]')
+    return json.loads(data.text)["breakdown"]
 
 
 def _breakdown(manifest: dict):
@@ -70,8 +69,7 @@ def test_it_names_each_steps_last_item_as_the_agent_does(api, project, member):
     client = Client()
     client.force_login(member)
     body = client.get(f"/p/{project.slug}/runs/cc-session/").content.decode()
-    headers = re.findall(r"<th[^>]*>(?:<a[^>]*>)?([^<]+)", body[body.index('id="steps"'):body.index("</thead>",
-                                                                                                  body.index('id="steps"'))])
+    headers = [th.text for th in parse(body).select("#steps thead th")]
     column = headers.index("Last item")
     steps = rows_of(body, "steps", "data-step")
     # The prompt opens the run; each later call answers the Read result before it.
