@@ -15,6 +15,7 @@ from manifests.models import Call, Item
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from tests.conftest import make_manifest
+from tests.html_page import Element, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -26,29 +27,28 @@ def body_of(world, path: str) -> str:
 
 
 def script_json(body: str, element_id: str):
-    return json.loads(re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body,
-                                flags=re.S).group(1))
+    return json.loads(parse(body).one(f'script#{element_id}[type="application/json"]').text)
 
 
-def card(body: str, key: str) -> str:
-    return re.search(rf'data-card="{key}">(.*?)</div>\s*</div>', body, flags=re.S).group(1)
+def links(element: Element) -> list[str]:
+    return [a.get("href") or "" for a in element.select("a[href]")]
 
 
 def test_it_shows_headline_figures_and_links_to_the_three_questions(demo_world):
-    body = body_of(demo_world, "")
+    page = parse(body_of(demo_world, ""))
     calls = Call.objects.filter(project=demo_world.project).count()
-    assert re.search(rf'class="value">{calls:,}<', card(body, "calls"))  # 1,274: thousands separated
-    assert re.search(r'class="value">\d+\.\d%<', card(body, "hit_rate"))
-    assert "vs" in card(body, "calls")  # against the previous period
+    cards = {c.get("data-card"): c for c in page.select("[data-card]")}
+    assert cards["calls"].one(".value").text == f"{calls:,}"  # 1,274: thousands separated
+    assert re.fullmatch(r"\d+\.\d%", cards["hit_rate"].one(".value").text)
+    assert "vs" in cards["calls"].text  # against the previous period
     # Question 1: a missing evidence links to its call.
-    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
-    assert "/calls/" in q1 and "Evidence triage" in q1
+    q1 = page.one("#q-evidence")
+    assert any("/calls/" in href for href in links(q1)) and "Evidence triage" in q1.text
     # Question 2: the regression, with the segment that changed, links to its call.
-    q2 = re.search(r'id="q-cache">(.*?)</div>', body, flags=re.S).group(1)
-    assert "prefix_changed: system changed" in q2 and "/calls/research-" in q2
+    q2 = page.one("#q-cache")
+    assert "prefix_changed: system changed" in q2.text and any("/calls/research-" in h for h in links(q2))
     # Question 3: the failed invariant links to the filtered compaction review.
-    q3 = re.search(r'id="q-compactions">(.*?)</div>', body, flags=re.S).group(1)
-    assert "compactions/?failed=user_constraints" in q3
+    assert any("compactions/?failed=user_constraints" in href for href in links(page.one("#q-compactions")))
 
 
 def test_it_passes_the_chart_data_of_the_overview(demo_world):
@@ -64,11 +64,12 @@ def test_it_passes_the_chart_data_of_the_overview(demo_world):
 
 def test_it_lists_runs_with_their_figures(demo_world):
     body = body_of(demo_world, "runs/")
-    row = re.search(r'<tr data-run="refunds-budget-800">(.*?)</tr>', body, flags=re.S).group(1)
-    assert ">7<" in row  # calls
-    assert 'class="missing"' in row  # evidence missing
-    row = re.search(r'<tr data-run="coder-list-endpoint">(.*?)</tr>', body, flags=re.S).group(1)
-    assert re.search(r'<span class="missing">1</span>', row)  # one failed compaction
+    page = parse(body)
+    row = page.one('tr[data-run="refunds-budget-800"]')
+    assert "7" in [td.text for td in row.select("td")]  # calls
+    assert row.select(".missing")  # evidence missing
+    row = page.one('tr[data-run="coder-list-endpoint"]')
+    assert "1" in [span.text for span in row.select("span.missing")]  # one failed compaction
     runs = script_json(body, "runs-data")
     assert all(r["url"].startswith(f"/p/{demo_world.project.slug}/runs/") for r in runs)
 
