@@ -89,21 +89,21 @@ def test_it_draws_each_step_of_a_run(demo_world):
 
 def test_it_finds_evidence_by_key_label_ref_and_content_hash(demo_world):
     body = body_of(demo_world, "evidence/?q=rate_limit")
-    assert re.search(r'id="search-keys">.*rate_limit', body, flags=re.S)
+    assert "rate_limit" in parse(body).one("#search-keys").text
     assert "rate_limit" in body_of(demo_world, "evidence/?q=429 rate")  # by label
     assert "refunds-budget-800/step-6" in body_of(demo_world, "evidence/?q=log%23sha256:4be1c0d2")  # by ref
     digest = Item.objects.filter(project=demo_world.project, item_id="web_page").values_list(
         "content_hash", flat=True).first()
     found = body_of(demo_world, f"evidence/?q={digest}")
-    assert re.search(r'id="search-items">.*research-vendor-page', found, flags=re.S)
+    assert "research-vendor-page" in parse(found).one("#search-items").text
 
 
 def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
     body = body_of(demo_world, "evidence/?key=rate_limit&run=refunds-budget-800")
-    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
-    assert "not declared" in rows["2"]  # the 429 happened at step 3
-    assert 'class="present">yes' in rows["3"]
-    assert 'class="missing">no' in rows["6"] and "summarize" in rows["6"]
+    rows = {tr.get("data-step"): tr for tr in parse(body).select("tr[data-step]")}
+    assert "not declared" in rows["2"].text  # the 429 happened at step 3
+    assert rows["3"].one(".present").text == "yes"
+    assert rows["6"].one(".missing").text == "no" and "summarize" in rows["6"].text
     chart = script_json(body, "timeline-data")
     assert chart["steps"] == [3, 4, 5, 6] and chart["z"][chart["stages"].index("present")] == [1, 1, 1, 0]
     # Without a run, the latest run where it went missing is shown.
@@ -112,21 +112,22 @@ def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
 
 def test_it_breaks_the_causes_down_with_example_calls(demo_world):
     body = body_of(demo_world, "evidence/")
-    causes = dict(re.findall(r'<tr data-cause="(\w+)">(.*?)</tr>', body, flags=re.S))
-    assert "compaction" in causes and "/calls/" in causes["compaction"]
+    causes = {tr.get("data-cause"): tr for tr in parse(body).select("tr[data-cause]")}
+    assert "compaction" in causes and any("/calls/" in href for href in links(causes["compaction"]))
     assert "most-missing" in body
 
 
 def test_it_shows_the_cache_by_agent_and_model_and_the_regression_diff(demo_world):
     body = body_of(demo_world, "cache/")
-    table = re.search(r'id="by-agent-model">(.*?)</table>', body, flags=re.S).group(1)
+    page = parse(body)
+    table = page.one("#by-agent-model").text
     assert "researcher" in table and "claude-sonnet-4-5" in table and "refund-analyst" in table
-    reg = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
-    assert '<b class="changed-segment">system</b>' in reg
-    assert re.search(r"<td>system</td>.*?changed", reg, flags=re.S)
-    assert re.search(r"<td>tools</td>.*?same", reg, flags=re.S)
-    assert float(re.search(r'id="miss-total">([\d.]+)<', body).group(1)) > 0
-    assert re.search(r'id="prefixes">.*<code>', body, flags=re.S)
+    reg = page.one("[data-regression]")
+    assert [b.text for b in reg.select("b.changed-segment")] == ["system"]
+    segments = {row[0]: row for row in ([td.text for td in tr.select("td")] for tr in reg.select("tr")) if row}
+    assert "changed" in segments["system"] and "same" in segments["tools"]
+    assert float(page.one("#miss-total").text) > 0
+    assert page.one("#prefixes").select("code")
     data = script_json(body, "cache-data")
     assert data["points"] and {"hit", "prefix_changed"} <= {p["cause"] for p in data["points"]}
 
