@@ -76,7 +76,7 @@ class WatchedFactSerializer(InputSerializer):
                  says=f"must be an agent name of at most {MAX_AGENT} characters without control characters")
     created = serializers.DateTimeField(read_only=True)
 
-    def get_fields(self) -> dict[str, serializers.Field]:
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         # "label" is added here: as a class attribute it would stand for Field.label.
         fields = super().get_fields()
         label = Text(max_length=MAX_LABEL, help_text="A short name, unique in the project",

@@ -56,6 +56,7 @@ ROLLUP_MAP_FIELDS = ("attributions", "cache_causes", "tokens_by_kind")
 ITEM_FIELDS = (
     "item_id", "kind", "action", "trust", "priority", "pinned", "zone", "position", "requested_tokens",
     "granted_tokens", "used_tokens", "reason", "source_ref", "source_version", "content_hash", "group", "text",
+    "label",
 )
 
 

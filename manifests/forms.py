@@ -19,8 +19,8 @@ class ApiKeyForm(forms.Form):
     can_configure = forms.BooleanField(required=False,
                                        label="configure (alert rules and watched facts through the API)")
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         if not (data.get("can_ingest") or data.get("can_read") or data.get("can_configure")):
             raise forms.ValidationError("give the key at least one scope: ingest, read or configure")
         return data

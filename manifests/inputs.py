@@ -48,7 +48,7 @@ class InputError(ValueError):
         self.errors = errors
 
 
-def from_form(field: serializers.Field) -> bool:
+def from_form(field: serializers.Field[Any, Any, Any, Any]) -> bool:  # any kind of field
     return bool(field.context.get(FORM))
 
 
@@ -106,7 +106,7 @@ class Url(Text):
         return url
 
 
-def _number(field: serializers.Field, data: Any) -> float:
+def _number(field: serializers.Field[Any, Any, Any, Any], data: Any) -> float:
     if isinstance(data, str) and from_form(field):
         try:
             data = float(data.strip())
@@ -170,7 +170,7 @@ class Choice(serializers.ChoiceField):
         super().__init__(choices, error_messages=_said(says, self.KEYS, None), **kwargs)
 
 
-class InputSerializer(serializers.Serializer):
+class InputSerializer(serializers.Serializer[Any]):  # each resource its own instances
     """A resource's serializer: every bad field named at once (a field's own checks, then
     :meth:`check`'s checks across fields, which see only the fields that passed), and a
     field the resource does not have refused by name."""

@@ -265,6 +265,8 @@ class Item(models.Model):
     content_hash = models.CharField(max_length=128, null=True, blank=True)
     group = models.CharField(max_length=200, null=True, blank=True)
     text = models.TextField(null=True, blank=True)
+    label = models.CharField(max_length=200, null=True, blank=True,
+                             help_text="What the agent calls it: a tool by its name, a message by role and turn")
 
     class Meta:
         indexes = [

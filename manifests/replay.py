@@ -302,6 +302,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
         b = base_allocs[i.item_id]
         rows.append({
             "id": i.item_id,
+            "label": i.label or "",
             "kind": i.kind,
             "zone": i.zone,
             "trust": i.trust,
@@ -362,7 +363,7 @@ def replay(call: Call, items: list[Item], evidence: list[Evidence], params: Para
 
 
 def _evidence(e: Evidence, allocs: dict[str, Any], texts: dict[str, str | None], outputs: dict[str, str],
-              whole: set[str]) -> dict:
+              whole: set[str]) -> dict[str, Any]:
     """Would this evidence reach the model in the replay? Read back literally where the
     carrier's text is known; otherwise judged by how much of the carrier survives."""
     carrier = e.found_in or e.expected_item

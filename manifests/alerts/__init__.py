@@ -13,7 +13,6 @@ from manifests.alerts.evaluate import describe, evaluate_all, evaluate_rule, fig
 from manifests.alerts.measure import Measurement, measure, window_start
 from manifests.alerts.rules import (
     AlertRuleSerializer,
-    FieldError,
     RuleInputError,
     RuleSpec,
     as_dict,
@@ -22,6 +21,7 @@ from manifests.alerts.rules import (
     parse_rule,
     rules_of,
 )
+from manifests.inputs import FieldError
 
 __all__ = [
     "AlertRuleSerializer", "FieldError", "Measurement", "RuleInputError", "RuleSpec", "as_dict", "body_for",

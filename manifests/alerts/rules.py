@@ -61,7 +61,7 @@ class RuleSpec:
     format: str = AlertRule.AUTO
 
 
-class AlertRuleStateSerializer(serializers.Serializer):
+class AlertRuleStateSerializer(serializers.Serializer[AlertRule]):
     """A rule's state, written by the evaluation only."""
 
     firing = serializers.BooleanField(help_text="Whether the condition holds now")

@@ -87,7 +87,8 @@ def compares_across_runs(call: dict[str, Any], prices: PriceBook) -> bool:
     """Whether the first call of a run is compared with another run's call: it read nothing
     from the cache and its cacheable prefix is not below the provider's minimum."""
     cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
-    return call["cache_read_tokens"] == 0 and cacheable >= prices.for_model(call["model"]).min_cacheable_tokens
+    across: bool = call["cache_read_tokens"] == 0 and cacheable >= prices.for_model(call["model"]).min_cacheable_tokens
+    return across
 
 
 def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBook, *,

@@ -80,7 +80,8 @@ def _gap(call: dict[str, Any], prev: dict[str, Any]) -> float:
     """Seconds between the previous call (its end when known: the cache was last used
     then) and the start of this one."""
     last_use: datetime = prev["ended_at"] or prev["started_at"]
-    return (call["started_at"] - last_use).total_seconds()
+    gap: float = (call["started_at"] - last_use).total_seconds()
+    return gap
 
 
 def _ttl(call: dict[str, Any], prev: dict[str, Any], prices_entry: Any) -> int:

@@ -22,7 +22,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from email.message import Message
+from typing import IO, Any
 
 from django.db.models import F, Q
 from django.utils import timezone
@@ -80,7 +81,8 @@ def payload(regression: Regression) -> dict[str, Any]:
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # A redirect would re-send (or drop) the signed body somewhere else: refuse it.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: Message, newurl: str) -> None:
         return None
 
 
@@ -102,7 +104,8 @@ def post_signed(url: str, secret: str, event: str, body: bytes) -> int:
     )
     try:
         with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
-            return response.status
+            status: int = response.status
+            return status
     except urllib.error.HTTPError as exc:
         return exc.code
 

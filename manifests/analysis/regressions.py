@@ -54,7 +54,8 @@ def _mode(rows: Sequence[dict[str, Any]]) -> str:
     if not counts:
         return ""
     best = max(counts.values())
-    return next(r["prefix_hash"] for r in reversed(rows) if counts.get(r["prefix_hash"]) == best)
+    mode: str = next(r["prefix_hash"] for r in reversed(rows) if counts.get(r["prefix_hash"]) == best)
+    return mode
 
 
 def _segments(project_id: int, prefix_hash: str) -> list[dict[str, Any]]:

@@ -279,7 +279,7 @@ _filters = [
 ]
 
 
-class RunListView(generics.ListAPIView):
+class RunListView(generics.ListAPIView[Run]):
     pagination_class = BoundedPagination
     serializer_class = RunSerializer
     permission_classes = [HasReadScope]
@@ -301,7 +301,7 @@ class RunListView(generics.ListAPIView):
         return qs.annotate(call_count=Count("calls")).order_by("-last_seen", "-pk")
 
 
-class RunCallListView(generics.ListAPIView):
+class RunCallListView(generics.ListAPIView[Call]):
     pagination_class = BoundedPagination
     serializer_class = CallSummarySerializer
     permission_classes = [HasReadScope]
@@ -315,7 +315,7 @@ class RunCallListView(generics.ListAPIView):
         return Call.objects.filter(run=run).select_related("run", "figures").order_by("step", "started_at", "pk")
 
 
-class CallDetailView(generics.RetrieveAPIView):
+class CallDetailView(generics.RetrieveAPIView[Call]):
     serializer_class = CallDetailSerializer
     permission_classes = [HasReadScope]
 

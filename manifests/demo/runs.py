@@ -40,7 +40,7 @@ import msgspec
 from django.utils import timezone
 
 from ctxkit.context.allocator import Segment
-from ctxkit.context.compaction import Record, compact
+from ctxkit.context.compaction import CompactionResult, Record, compact
 from ctxkit.context.readback import KeyField
 from ctxkit.fixtures import TOOLS_SCHEMA
 from ctxkit.manifest import Claim, ContextEdit, Outcome
@@ -287,7 +287,8 @@ class Demo:
         return self.now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS)
 
     def call(self, builder: ContextBuilder, segments: list[Segment], *, run_id: str, step: int, at: datetime,
-             agent: str, model: str, provider: str = "anthropic", output_tokens: int = 180, compactions: Sequence = (),
+             agent: str, model: str, provider: str = "anthropic", output_tokens: int = 180,
+             compactions: Sequence[CompactionResult] = (),
              records: Sequence[Record] = (), outcome: Outcome | None = None, carried: int = 0,
              key_fields: Sequence[KeyField] | None = None, edits: Sequence[ContextEdit] = ()) -> None:
         built = builder.build(segments, key_fields=key_fields)

@@ -94,7 +94,7 @@ def printable(text: str | None) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-class _DuplicateKeys(dict):
+class _DuplicateKeys(dict[str, Any]):
     """A JSON object that held the same key more than once (``duplicates`` names them)."""
 
     duplicates: list[str]
@@ -105,7 +105,7 @@ def _strict_loads(raw: bytes) -> tuple[Any, bool]:
     msgspec, so used only when the fast checks cannot rule duplicates out."""
     found = False
 
-    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         nonlocal found
         obj = dict(pairs)
         if len(obj) == len(pairs):

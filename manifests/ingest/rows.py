@@ -173,6 +173,7 @@ def iter_item_rows(project_id: int, manifests: list[Manifest], call_pks: list[in
             i.content_hash,
             i.group,
             i.text,
+            i.label,
             m.started_at,  # the call's time: the partition key
         )
         for m, call_pk in zip(manifests, call_pks)

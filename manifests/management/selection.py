@@ -6,6 +6,7 @@ date or time, UTC when no zone is given; ``--until`` is exclusive) and, where it
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.db.models import QuerySet
@@ -49,14 +50,14 @@ def projects(slugs: list[str]) -> list[Project]:
     return [found[s] for s in dict.fromkeys(slugs)]
 
 
-def time_range(options: dict) -> tuple[datetime | None, datetime | None]:
+def time_range(options: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
     since, until = parse_when(options.get("since"), "--since"), parse_when(options.get("until"), "--until")
     if since is not None and until is not None and until <= since:
         raise CommandError("--until must be after --since")
     return since, until
 
 
-def selected_calls(options: dict) -> QuerySet[Call]:
+def selected_calls(options: dict[str, Any]) -> QuerySet[Call]:
     """The calls that ``--project``, ``--since``, ``--until`` and ``--call`` select."""
     chosen = projects(options["project"])
     since, until = time_range(options)

@@ -75,7 +75,7 @@ def regressions(project: Project, filters: Filters, limit: int = 50) -> list[dic
     return out
 
 
-def segment_diff(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
+def segment_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Segment by segment: hash before and after, and whether it changed."""
     old = {seg.get("name"): seg for seg in before or []}
     rows = []
@@ -93,7 +93,7 @@ def segment_diff(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
 PREFIXES_PER_PAGE = 25
 
 
-def prefixes(project: Project, filters: Filters, page: str | int | None) -> Page:
+def prefixes(project: Project, filters: Filters, page: str | int | None) -> Page[PrefixEntry]:
     qs = PrefixEntry.objects.filter(project=project)
     if filters.since is not None:
         qs = qs.filter(last_seen__gte=filters.since)

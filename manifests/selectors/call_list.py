@@ -131,7 +131,7 @@ class _FigureOrder:
         return head + list(rest)
 
 
-def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, page: str | int | None) -> Page:
+def calls_page(project: Project, filters: Filters, cq: CallQuery, sort: Sort, page: str | int | None) -> Page[Call]:
     """One page of the calls list, in two reads so that neither grows with the table:
 
     1. the page's (pk, started_at) pairs, in the sort's order: by time from the calls'

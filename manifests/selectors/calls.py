@@ -104,6 +104,7 @@ class ItemRow(NamedTuple):
     content_hash: str | None
     group: str | None
     text: str | None
+    label: str | None
     in_context: bool
 
 
@@ -168,6 +169,7 @@ def allocation(call: Call, ordered: list[ItemRow], *, effective_limit: int | Non
         rows.append(
             {
                 "id": item.item_id,
+                "label": item.label or "",
                 "kind": item.kind,
                 "zone": (item.zone or "middle") if inside else "not sent",
                 "position": item.position,
@@ -257,6 +259,7 @@ class Change:
     item_id: str
     kind: str
     what: list[str] = field(default_factory=list)
+    label: str = ""  # what the agent calls the item (Item.label), when recorded
 
 
 @dataclass
@@ -284,6 +287,7 @@ class _DiffItem(NamedTuple):
     used_tokens: int | None
     granted_tokens: int | None
     zone: str | None
+    label: str | None
 
 
 _DIFF_FIELDS = _DiffItem._fields
@@ -313,7 +317,8 @@ def diff_with_previous(call: Call, items: list[Any]) -> Diff:
     for item_id, (cur, cur_in) in now.items():
         old, old_in = before.get(item_id, (None, False))
         if cur_in and (old is None or not old_in):
-            entered.append(Change(item_id, cur.kind, ["new candidate" if old is None else f"was {old.action}"]))
+            entered.append(Change(item_id, cur.kind, ["new candidate" if old is None else f"was {old.action}"],
+                                  cur.label or ""))
             continue
         if old is None or not cur_in:
             continue
@@ -327,11 +332,12 @@ def diff_with_previous(call: Call, items: list[Any]) -> Diff:
         if cur.zone != old.zone:
             what.append(f"zone {old.zone} → {cur.zone}")
         if what:
-            changed.append(Change(item_id, cur.kind, what))
+            changed.append(Change(item_id, cur.kind, what, cur.label or ""))
     for item_id, (old, old_in) in before.items():
         cur, cur_in = now.get(item_id, (None, False))
         if old_in and (cur is None or not cur_in):
-            left.append(Change(item_id, old.kind, ["no longer a candidate" if cur is None else cur.action]))
+            left.append(Change(item_id, old.kind, ["no longer a candidate" if cur is None else cur.action],
+                               old.label or ""))
 
     old_segments = {s.get("name"): s for s in prev.prefix_segments or []}
     prefix_changes = []

@@ -10,7 +10,7 @@ reads one day's partition per row.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, OneToOneRel, OuterRef, Prefetch, Q, QuerySet, prefetch_related_objects
@@ -38,7 +38,7 @@ def _invariants(filters: Filters) -> QuerySet[Invariant]:
 
 
 def events(project: Project, filters: Filters, *, failed: str = "", only_failed: bool = False,
-           page: str | int | None = None) -> Page:
+           page: str | int | None = None) -> Page[Compaction]:
     """One page of compactions, latest first, with their call (and run), figures and invariants.
 
     The page is chosen from the compactions alone; its calls, figures and invariants are then
@@ -69,7 +69,7 @@ def events(project: Project, filters: Filters, *, failed: str = "", only_failed:
     return result
 
 
-def failure_counts(project: Project, filters: Filters) -> list[dict]:
+def failure_counts(project: Project, filters: Filters) -> list[dict[str, Any]]:
     """How many compactions failed each invariant in the range (the filter's choices)."""
     return list(
         _invariants(filters).filter(compaction__in=_base(project, filters).values("pk"), ok=False)

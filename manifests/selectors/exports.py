@@ -14,7 +14,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from manifests.models import Attribution, Evidence, Item, Project
 from manifests.selectors.call_list import CallQuery, calls
-from manifests.selectors.filters import Filters, bound_call
+from manifests.selectors.filters import Filters, M, bound_call
 
 CHUNK = 2000
 
@@ -57,6 +57,7 @@ def rows(project: Project, filters: Filters, cq: CallQuery, kind: str) -> Iterat
     """The rows of one export, in a stable order (time, then manifest order)."""
     selected = calls(project, filters, cq)
     names = [f for _, f in COLUMNS[kind]]
+    qs: QuerySet[Any]  # calls, items or evidence: each export its own model
     if kind == "calls":
         qs = selected.order_by("started_at", "pk")
     elif kind == "items":
@@ -70,7 +71,7 @@ def rows(project: Project, filters: Filters, cq: CallQuery, kind: str) -> Iterat
     return qs.values_list(*names).iterator(chunk_size=CHUNK)
 
 
-def _in_range(qs: QuerySet, filters: Filters) -> QuerySet:
+def _in_range(qs: QuerySet[M], filters: Filters) -> QuerySet[M]:
     """Children of the selected calls, bounded by the range on their own time (a copy of their
     call's) and on the call they join: PostgreSQL then reads the range's days' partitions
     only, not every day's (the call ids alone, from a subquery, prune nothing). Ordered by

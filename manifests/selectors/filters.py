@@ -10,14 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 from urllib.parse import urlencode
 
-from django.db.models import F, QuerySet
+from django.db.models import F, Model, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from ctxkit.manifest import EARLIEST, LATEST
+
+M = TypeVar("M", bound=Model)
 
 # Named ranges offered in the filter bar; "all" means no time bound.
 RANGES: dict[str, timedelta | None] = {
@@ -103,13 +106,13 @@ class Filters:
 
     def apply(
         self,
-        qs: QuerySet,
+        qs: QuerySet[M],
         *,
         since_field: str = "started_at",
         until_field: str | None = None,
         agent_field: str = "agent",
         model_field: str = "model",
-    ) -> QuerySet:
+    ) -> QuerySet[M]:
         """Narrow ``qs`` to this time range, agent and model: the one place every page's
         filters meet the data. A run overlaps the range when it was last seen after its
         start and first seen before its end, hence the two time fields."""
@@ -199,7 +202,7 @@ def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     return Filters(agent=agent, model=model, range=key, since=since, as_of=now)
 
 
-def bound_call(qs: QuerySet, filters: Filters, *, call: str = "call", own: str = "started_at") -> QuerySet:
+def bound_call(qs: QuerySet[M], filters: Filters, *, call: str = "call", own: str = "started_at") -> QuerySet[M]:
     """For a row that copies its call's time (``own``) and is joined to its call: bound the
     joined call by the range too and equate the two times. On PostgreSQL the calls table is
     partitioned by its time, and a join on the call's id alone reads every day's partition

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import Count, F, QuerySet
 from django.http import Http404
@@ -9,13 +12,17 @@ from django.http import Http404
 from manifests.models import ApiKey, Membership, Project, Run
 
 
-def projects_for(user) -> QuerySet[Project]:
+def projects_for(user: User | AnonymousUser) -> QuerySet[Project]:
+    if isinstance(user, AnonymousUser):  # a member of nothing
+        return Project.objects.none()
     return Project.objects.filter(members=user).annotate(run_count=Count("runs", distinct=True)).order_by("name")
 
 
-def project_for(user, slug: str) -> Project:
+def project_for(user: User | AnonymousUser, slug: str) -> Project:
     """The project if ``user`` is a member; a 404 otherwise, so a guessed slug does not
     reveal that the project exists."""
+    if isinstance(user, AnonymousUser):
+        raise Http404("no such project")
     membership = Membership.objects.select_related("project").filter(project__slug=slug, user=user).first()
     if membership is None:
         raise Http404("no such project")
@@ -24,7 +31,7 @@ def project_for(user, slug: str) -> Project:
     return project
 
 
-def project_settings(project: Project) -> dict:
+def project_settings(project: Project) -> dict[str, Any]:
     """What the settings page lists: keys (newest first, revoked last), members, webhook."""
     return {
         "keys": list(ApiKey.objects.filter(project=project).order_by(F("revoked_at").asc(nulls_first=True),

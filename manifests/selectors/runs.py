@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Max, Q, Sum
 
 from ctxkit.breakdown import category_of, from_totals
 from ctxkit.figures import hit_rate
@@ -36,7 +36,7 @@ STEP_SORTS = {
 DEFAULT_STEP_SORT = "step"
 
 
-def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page:
+def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page[Run]:
     """A page of runs, newest first (or by ``sort``); the per-run totals are computed for
     this page only."""
     sort = sort or Sort("last", True)
@@ -134,3 +134,22 @@ def run_cost(steps: list[dict[str, Any]]) -> dict[str, float | None]:
     usd = [s["cost_usd"] for s in steps if s["cost_usd"] is not None]
     return {"units": sum(s["cost"] or 0.0 for s in steps), "usd": sum(usd) if usd else None,
             "unpriced": sum(1 for s in steps if s["cost"] is not None and s["cost_usd"] is None)}
+
+
+def label_last_items(steps: list[dict[str, Any]]) -> None:
+    """Give each of ``steps`` (a page of ``run_steps``' rows) ``last_item``: what the agent
+    calls its call's last item (Item.label: the prompt's role and turn, the tool result that
+    made the agent call again), else that item's id; "" for a call without items."""
+    calls = [s["call"] for s in steps]
+    if not calls:
+        return
+    days = partitions.span(c.started_at for c in calls)
+    last = (Item.objects.filter(call_id__in=[c.pk for c in calls], **days).values("call_id")
+            .annotate(ordinal=Max("ordinal")).values_list("call_id", "ordinal"))
+    wanted = Q()
+    for call_id, ordinal in last:
+        wanted |= Q(call_id=call_id, ordinal=ordinal)
+    names = {call_id: label or item_id for call_id, label, item_id in
+             (Item.objects.filter(wanted, **days).values_list("call_id", "label", "item_id") if wanted else ())}
+    for s in steps:
+        s["last_item"] = names.get(s["call"].pk, "")

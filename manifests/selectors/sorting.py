@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import F
+from django.db.models import F, OrderBy
 
 from manifests.selectors.filters import FilterError
+
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Sort:
         return f"-{self.column}" if self.descending else self.column
 
     def order_by(self, columns: Mapping[str, str], tiebreak: str = "pk",
-                 nullable: Collection[str] | None = None) -> list:
+                 nullable: Collection[str] | None = None) -> list[OrderBy | str]:
         """``order_by`` arguments; NULLs sort last in either direction on every database.
 
         ``nullable`` names the columns that can be NULL (all of them when not given): the
@@ -49,7 +51,7 @@ def parse_sort(raw: str | None, columns: Mapping[str, object], default: str) -> 
     return Sort(column, descending)
 
 
-def sort_list(rows: list, sort: Sort, getters: Mapping[str, Callable[[Any], Any]]) -> list:
+def sort_list(rows: list[Row], sort: Sort, getters: Mapping[str, Callable[[Row], Any]]) -> list[Row]:
     """Sort rows already in memory (a run's steps) by ``getters[sort.column](row)``;
     rows without a value go last whichever the direction."""
     get = getters[sort.column]

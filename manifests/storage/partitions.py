@@ -28,6 +28,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def missing_days(days: Iterable[date]) -> list[date]:
     return [d for d in days if any(partition_name(t, d) in absent for t in PARTITIONED_TABLES)]
 
 
-def _create_day(cursor, day: date) -> int:
+def _create_day(cursor: CursorWrapper, day: date) -> int:
     lo, hi = _bounds(day)
     created = 0
     for table in PARTITIONED_TABLES:
@@ -177,7 +178,7 @@ def partition_days(table: str = "manifests_call") -> list[date]:
     return sorted(days)
 
 
-def drop_day(cursor, day: date) -> None:
+def drop_day(cursor: CursorWrapper, day: date) -> None:
     """Drop one day's partitions of every partitioned table (children first). The caller
     has deleted or cleared the rows of plain tables that point into them."""
     _seen.get(connection.settings_dict["NAME"], set()).discard(day)
@@ -185,5 +186,5 @@ def drop_day(cursor, day: date) -> None:
         cursor.execute(f'DROP TABLE IF EXISTS "{partition_name(table, day)}"')
 
 
-def lock(cursor) -> None:
+def lock(cursor: CursorWrapper) -> None:
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PARTITION_LOCK])

@@ -99,7 +99,8 @@ def _delete_where(
     if keep_partitioned and _partitioned(model):
         return 0
     cursor.execute(f"DELETE FROM {table} WHERE {where}", params)
-    return cursor.rowcount
+    deleted: int = cursor.rowcount
+    return deleted
 
 
 def delete_project(*, project: Project) -> None:

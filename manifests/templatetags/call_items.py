@@ -80,7 +80,10 @@ def _row(i: Any, evidence_url: str, qs_amp: str) -> str:
         zone = f'<span class="zone zone-{_e(i.zone)}">{_e(i.zone) if i.zone else DASH}</span>'
     else:
         zone = '<span class="hint">not sent</span>'
+    # What the agent calls it (a tool by its name, a message by role and turn), then its path.
     name = _e(i.item_id)
+    if i.label:
+        name = f'<b class="label">{_e(i.label)}</b><br><span class="hint">{name}</span>'
     if i.pinned:
         name += ' <span class="badge" title="pinned: always kept">pinned</span>'
     if i.group:

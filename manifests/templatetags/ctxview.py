@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from django import template
+from django.template import Context
 from django.utils.html import format_html
 
 from ctxkit.models import format_usd
+from manifests.selectors.sorting import Sort
 
 register = template.Library()
 
 
 @register.filter
-def pct(value: float | None, digits: int = 0) -> str:
-    """0.8123 -> '81%'; None -> '–'."""
+def pct(value: float | str | None, digits: int = 0) -> str:
+    """0.8123 -> '81%'; None (or a template's empty string) -> '–'."""
     if value is None or value == "":
         return "–"
     return f"{float(value) * 100:.{int(digits)}f}%"
 
 
 @register.filter
-def usd(value: float | None) -> str:
+def usd(value: float | str | None) -> str:
     """ctxkit.models.format_usd of a figure; '–' when there is none (no USD price)."""
     return "–" if value is None or value == "" else format_usd(float(value))
 
@@ -53,7 +55,9 @@ def delta(value: float | None, fmt: str) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def sort_th(context, sort, column: str, label: str, numeric: bool = False, first: str = "") -> str:
+def sort_th(
+    context: Context, sort: Sort | None, column: str, label: str, numeric: bool = False, first: str = ""
+) -> str:
     """A sortable column header: a link that sorts by ``column`` (the other direction when it
     already does), with ``aria-sort`` on the sorted one. The link keeps every other query
     parameter but the page number. ``first`` is the direction of a first click
@@ -61,14 +65,11 @@ def sort_th(context, sort, column: str, label: str, numeric: bool = False, first
     query = context["request"].GET.copy()
     query.pop("page", None)
     descending_first = (first or ("desc" if numeric else "asc")) == "desc"
-    active = sort is not None and sort.column == column
-    if active:
-        descending = not sort.descending
-    else:
-        descending = descending_first
+    active = sort if sort is not None and sort.column == column else None  # the sort, when by this column
+    descending = not active.descending if active is not None else descending_first
     query["sort"] = f"-{column}" if descending else column
-    aria = ("descending" if sort.descending else "ascending") if active else "none"
-    arrow = ("▼" if sort.descending else "▲") if active else "↕"
+    aria = ("descending" if active.descending else "ascending") if active is not None else "none"
+    arrow = ("▼" if active.descending else "▲") if active is not None else "↕"
     return format_html(
         '<th scope="col" class="sortable{}" aria-sort="{}"><a href="?{}" data-sort="{}">{}'
         '<span class="sort-arrow" aria-hidden="true"> {}</span></a></th>',

@@ -36,14 +36,14 @@ def export_cell(value: Any) -> Any:
     return value
 
 
-def _csv(header: list[str], rows: Iterator[tuple]) -> Iterator[str]:
+def _csv(header: list[str], rows: Iterator[tuple[Any, ...]]) -> Iterator[str]:
     writer = csv.writer(_Line())
     yield writer.writerow(header)
     for row in rows:
         yield writer.writerow([export_cell(v) for v in row])
 
 
-def _jsonl(header: list[str], rows: Iterator[tuple]) -> Iterator[str]:
+def _jsonl(header: list[str], rows: Iterator[tuple[Any, ...]]) -> Iterator[str]:
     for row in rows:
         yield json.dumps(dict(zip(header, row, strict=True)), default=_json_default, ensure_ascii=False) + "\n"
 

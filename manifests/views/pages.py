@@ -152,6 +152,7 @@ def run_detail(request: HttpRequest, project: Project, filters: Filters, run_id:
     # The charts draw every step; the table pages through them (a run may have thousands).
     table = Paginator(sort_list(steps, sort, runs_sel.STEP_SORTS), runs_sel.STEPS_PER_PAGE).get_page(
         request.GET.get("page"))
+    runs_sel.label_last_items(list(table.object_list))
     return page(request, "manifests/run.html", project, filters, "run", {"run": run, "steps": steps,
                                                                          "table": table, "sort": sort,
                                                                          "chart": chart,

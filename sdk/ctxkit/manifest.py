@@ -217,6 +217,8 @@ class Item(_Struct, kw_only=True):
     content_hash: Hash | None = None
     group: Id | None = None
     text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)] | None = None
+    # What the agent calls it: a tool by its name, a message by role and turn (ctxkit.record.labels).
+    label: Name | None = None
     # Memory write-back: the id of the older fact this one replaces.
     supersedes: Id | None = None
     allocation: ItemAllocation | None = None  # replay settings (above)

@@ -65,18 +65,10 @@ def _request_segments(params: Mapping[str, Any], provider: str) -> list[PrefixSe
 
 
 def _request_provider(params: Mapping[str, Any]) -> str:
-    """Anthropic when the parameters use its shapes (a top-level ``system``, ``input_schema`` tools,
-    ``cache_control`` breakpoints), else OpenAI (chat ``messages`` or Responses ``input``)."""
-    if "system" in params or "cache_control" in params:
-        return "anthropic"
-    tools = params.get("tools") or []
-    if any(isinstance(t, dict) and "input_schema" in t for t in tools):
-        return "anthropic"
-    for message in params.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and any(isinstance(b, dict) and "cache_control" in b for b in content):
-            return "anthropic"
-    return "openai"
+    """The provider whose shapes the parameters use (ctxkit.providers.guess_provider)."""
+    from ctxkit.providers import guess_provider
+
+    return guess_provider(dict(params))
 
 
 def prefix_segments(result: Any, *, provider: str | None = None) -> list[PrefixSegment]:

@@ -82,11 +82,14 @@
       seg.text.push(text); seg.textColor.push(textColor); seg.hover.push(hover); seg.pattern.push(hatched ? "/" : "");
     }
     var at = 0, zones = {};
+    // An item by what the agent calls it (a tool's name, a message's role and turn), its path beside.
+    function named(r) { return r.label ? esc(r.label) : esc(r.id); }
+    function titled(r) { return r.label ? "<b>" + esc(r.label) + "</b> " + esc(r.id) : "<b>" + esc(r.id) + "</b>"; }
     inside.forEach(function (r) {
       var g = GROUP[r.group] || GROUP.whole;
       var tokens = r.used < r.requested ? r.used + " of " + r.requested : String(r.used);
-      push(IN, at, r.used, g.color, label(esc(r.id) + " " + r.used, esc(r.id), r.used), g.text,
-           "<b>" + esc(r.id) + "</b> (" + esc(r.kind) + ", " + esc(r.zone) + " zone)<br>" + tokens + " tokens · " +
+      push(IN, at, r.used, g.color, label(named(r) + " " + r.used, named(r), r.used), g.text,
+           titled(r) + " (" + esc(r.kind) + ", " + esc(r.zone) + " zone)<br>" + tokens + " tokens · " +
            esc(r.action) + " · " + esc(alloc.groups[r.group]) + (r.trust === "untrusted" ? "<br>⚠ untrusted" : ""));
       var z = zones[r.zone] || (zones[r.zone] = { from: at, to: at, tokens: 0 });
       z.to = at + r.used; z.tokens += r.used;
@@ -115,8 +118,8 @@
     outside.forEach(function (r) {
       var tokens = Math.max(1, r.requested);
       var g = GROUP[r.group] || GROUP.dropped;
-      push(OUT, off, tokens, g.color, label(esc(r.id) + " " + r.requested, esc(r.id), tokens), g.text,
-           "<b>" + esc(r.id) + "</b> (" + esc(r.kind) + "), not sent<br>asked for " + r.requested + " tokens · " +
+      push(OUT, off, tokens, g.color, label(named(r) + " " + r.requested, named(r), tokens), g.text,
+           titled(r) + " (" + esc(r.kind) + "), not sent<br>asked for " + r.requested + " tokens · " +
            esc(r.action) + " · " + esc(alloc.groups[r.group]) + "<br>" + esc(r.reason).slice(0, 160), true);
       off += tokens;
     });
@@ -191,9 +194,9 @@
       note = " (the " + limit + " largest of " + alloc.items.length + "; all are in the table)";
     }
     var y = [rows.map(function (r) { return r.zone; }),
-             rows.map(function (r) { return esc(r.id) + (r.trust === "untrusted" ? " ⚠" : "") + (r.pinned ? " (pinned)" : ""); })];
+             rows.map(function (r) { return (r.label ? esc(r.label) + " · " : "") + esc(r.id) + (r.trust === "untrusted" ? " ⚠" : "") + (r.pinned ? " (pinned)" : ""); })];
     var hover = rows.map(function (r) {
-      return "<b>" + esc(r.id) + "</b> · " + esc(r.kind) + " · " + esc(r.action) + " (" + esc(alloc.groups[r.group]) + ")<br>requested " +
+      return (r.label ? "<b>" + esc(r.label) + "</b> " + esc(r.id) : "<b>" + esc(r.id) + "</b>") + " · " + esc(r.kind) + " · " + esc(r.action) + " (" + esc(alloc.groups[r.group]) + ")<br>requested " +
              r.requested + ", granted " + r.granted + ", used " + r.used + "<br>" + esc(r.reason).slice(0, 160);
     });
     var usedColor = rows.map(function (r) { return (GROUP[r.group] || GROUP.whole).color; });
@@ -260,7 +263,13 @@
       var tr = document.createElement("tr");
       tr.dataset.item = r.id;
       if (r.changed) { tr.className = "changed"; }
-      var idCell = cell(tr, r.id);
+      var idCell = cell(tr, r.label || r.id);
+      if (r.label) {  // what the agent calls it, then its path
+        var path = document.createElement("div");
+        path.className = "hint";
+        path.textContent = r.id;
+        idCell.appendChild(path);
+      }
       var policy = document.createElement("div");
       policy.className = "hint";
       policy.textContent = r.policy_recorded ? r.policy : r.policy + " (assumed)";

@@ -3,13 +3,12 @@ resolves, delivered to a real HTTP receiver; reruns send nothing twice; Slack an
 messages have their incoming webhooks' shape; the settings page and the API manage rules
 per role and scope.
 
-Data goes through the real ingest (manifests.ingest.ingest_body) and the analysis task;
+Data goes through the real ingest and the analysis task (tests/support.py: store_and_analyse);
 the rollups the rules read are refreshed by that analysis (interval 0 without a broker).
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 from collections.abc import Iterator
@@ -26,40 +25,13 @@ from rest_framework.test import APIClient
 from ctxview.celery import app as celery_app
 from manifests import alerts, services, tasks
 from manifests.analysis import notify
-from manifests.ingest import ingest_body
 from manifests.models import AlertEvent, AlertRule, Call, CallFigures, Membership
 from tests.conftest import make_manifest
+from tests.support import Receiver, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "alert-secret"
-
-
-class Receiver:
-    """A real HTTP server on 127.0.0.1 (port 0) collecting each POST's headers and body."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        received = self.requests
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def bodies(self) -> list[dict]:
-        return [json.loads(body) for _, body in self.requests]
 
 
 @pytest.fixture
@@ -68,17 +40,7 @@ def receiver(project) -> Iterator[Receiver]:
     project.webhook_url, project.webhook_secret = r.url, SECRET
     project.save()
     yield r
-    r.server.shutdown()
-    r.server.server_close()
-
-
-def ingest(project, manifests: list[dict]) -> list[Call]:
-    """Through the real ingest path, then the analysis task (as the worker runs it)."""
-    report = ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
-    assert [r.status for r in report.results] == ["accepted"] * len(manifests), report.to_dict()
-    calls = list(Call.objects.filter(project=project, call_id__in=[m["call_id"] for m in manifests]))
-    tasks.analyze_calls([c.pk for c in calls])
-    return calls
+    r.close()
 
 
 def recent(call_id: str, minutes_ago: float = 5, **extra: Any) -> dict:
@@ -113,7 +75,7 @@ def alert_bodies(receiver: Receiver) -> list[dict]:
 
 def test_it_fires_and_resolves_a_hit_rate_rule_once_each(project, receiver):
     r = rule(project, kind="hit_rate_below", threshold=0.5, agent="researcher", window_hours=1)
-    ingest(project, [quiet(f"low-{n}") for n in range(3)])  # 700 of 2000 input tokens cached
+    store_and_analyse(project, [quiet(f"low-{n}") for n in range(3)])  # 700 of 2000 input tokens cached
     assert len(evaluate_and_deliver()) == 1
     assert evaluate_and_deliver() == []  # the rerun changes nothing and sends nothing
     ((headers, raw),) = receiver.requests
@@ -123,7 +85,7 @@ def test_it_fires_and_resolves_a_hit_rate_rule_once_each(project, receiver):
     assert fired["value"] == pytest.approx(0.35) and fired["kind"] == "hit_rate_below"
 
     high = {"input_tokens": 2000, "cache_read_tokens": 1990, "cache_write_tokens": 0, "output_tokens": 10}
-    ingest(project, [quiet(f"high-{n}", usage=high) for n in range(12)])
+    store_and_analyse(project, [quiet(f"high-{n}", usage=high) for n in range(12)])
     assert len(evaluate_and_deliver()) == 1
     assert evaluate_and_deliver() == []
     resolved = alert_bodies(receiver)[1]
@@ -136,14 +98,14 @@ def test_it_fires_and_resolves_a_hit_rate_rule_once_each(project, receiver):
 
 def test_it_keeps_a_hit_rate_rule_to_its_agent(project, receiver):
     rule(project, kind="hit_rate_below", threshold=0.5, agent="someone-else")
-    ingest(project, [quiet("low-0")])
+    store_and_analyse(project, [quiet("low-0")])
     assert tasks.evaluate_alert_rules() == 0 and receiver.requests == []
 
 
 def test_it_fires_on_invariant_failures_and_resolves_when_they_leave_the_window(project, receiver):
     r = rule(project, kind="invariant_failures")  # default threshold 0: any failure
     assert r.threshold == 0
-    ingest(project, [recent("compacted-1")])  # a summary that lost the user's constraint
+    store_and_analyse(project, [recent("compacted-1")])  # a summary that lost the user's constraint
     assert evaluate_and_deliver() != []
     assert evaluate_and_deliver() == []
     later = timezone.now() + timedelta(hours=3)
@@ -156,9 +118,9 @@ def test_it_fires_on_invariant_failures_and_resolves_when_they_leave_the_window(
 def test_it_fires_when_a_watched_evidence_key_is_lost_more_than_n_times(project, receiver):
     watched = rule(project, kind="evidence_lost", evidence_key="rate-limit", threshold=1)
     other_key = rule(project, kind="evidence_lost", evidence_key="another-fact")
-    ingest(project, [recent("lost-1")])  # evidence rate-limit: present false, once
+    store_and_analyse(project, [recent("lost-1")])  # evidence rate-limit: present false, once
     assert evaluate_and_deliver() == []
-    ingest(project, [recent("lost-2")])
+    store_and_analyse(project, [recent("lost-2")])
     assert evaluate_and_deliver() != []
     assert evaluate_and_deliver() == []
     assert evaluate_and_deliver(timezone.now() + timedelta(hours=3)) != []
@@ -169,7 +131,7 @@ def test_it_fires_when_a_watched_evidence_key_is_lost_more_than_n_times(project,
 
 def test_it_fires_when_any_required_evidence_is_lost_read_from_the_rollups(project, receiver):
     r = rule(project, kind="evidence_lost")
-    ingest(project, [recent("lost-1"), quiet("fine-1")])
+    store_and_analyse(project, [recent("lost-1"), quiet("fine-1")])
     assert evaluate_and_deliver() != [] and evaluate_and_deliver() == []
     assert evaluate_and_deliver(timezone.now() + timedelta(hours=3)) != []
     assert [a["state"] for a in alert_bodies(receiver)] == ["firing", "resolved"]
@@ -178,14 +140,14 @@ def test_it_fires_when_any_required_evidence_is_lost_read_from_the_rollups(proje
 
 def test_it_fires_on_cost_per_verified_success_and_resolves_when_it_falls(project, receiver):
     r = rule(project, kind="cost_per_success_above", threshold=1.0)
-    ingest(project, [quiet("costly-1"), quiet("failed-1", outcome={"status": "ok", "verified": "no"})])
+    store_and_analyse(project, [quiet("costly-1"), quiet("failed-1", outcome={"status": "ok", "verified": "no"})])
     assert evaluate_and_deliver() != [] and evaluate_and_deliver() == []
     figures = CallFigures.objects.filter(project=project)
     cost = figures.aggregate(c=Sum("cost"))["c"]
     assert alert_bodies(receiver)[0]["value"] == pytest.approx(cost / 1)  # both calls' cost, one success
 
     cheap = {"input_tokens": 10, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 1}
-    ingest(project, [quiet(f"cheap-{n}", usage=cheap) for n in range(19)])
+    store_and_analyse(project, [quiet(f"cheap-{n}", usage=cheap) for n in range(19)])
     assert evaluate_and_deliver() != [] and evaluate_and_deliver() == []
     resolved = alert_bodies(receiver)[1]
     successes = Call.objects.filter(project=project, verified="yes").count()
@@ -197,10 +159,10 @@ def test_it_fires_on_cost_per_verified_success_and_resolves_when_it_falls(projec
 
 def test_it_starts_a_new_episode_when_a_resolved_rule_holds_again(project, receiver):
     r = rule(project, kind="invariant_failures")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     evaluate_and_deliver()
     evaluate_and_deliver(timezone.now() + timedelta(hours=3))
-    ingest(project, [recent("compacted-2", minutes_ago=-175)])  # within the window three hours on
+    store_and_analyse(project, [recent("compacted-2", minutes_ago=-175)])  # within the window three hours on
     evaluate_and_deliver(timezone.now() + timedelta(hours=3))
     assert events(r) == [(1, "firing"), (1, "resolved"), (2, "firing")]
     assert [a["episode"] for a in alert_bodies(receiver)] == [1, 1, 2]
@@ -225,7 +187,7 @@ def test_it_sends_a_slack_message_that_slacks_incoming_webhook_accepts(project, 
     project.name = "Alpha <prod> & co"
     project.save()
     rule(project, kind="invariant_failures", format="slack")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     evaluate_and_deliver()
     evaluate_and_deliver(timezone.now() + timedelta(hours=3))
     firing, resolved = receiver.bodies()
@@ -237,7 +199,7 @@ def test_it_sends_a_slack_message_that_slacks_incoming_webhook_accepts(project, 
 
 def test_it_sends_a_discord_message_with_content_and_an_embed(project, receiver):
     rule(project, kind="invariant_failures", format="discord")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     evaluate_and_deliver()
     (message,) = receiver.bodies()
     assert isinstance(message["content"], str) and 0 < len(message["content"]) <= 2000
@@ -258,7 +220,7 @@ def test_it_picks_the_message_format_by_the_webhook_host_when_auto():
 
 def test_it_records_the_state_without_a_webhook_and_sends_it_never(project):
     r = rule(project, kind="invariant_failures")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     (event_id,) = evaluate_and_deliver()
     event = AlertEvent.objects.get(pk=event_id)
     assert event.notified_at is None and "no webhook" in event.notify_error
@@ -438,7 +400,7 @@ def test_it_evaluates_and_delivers_from_the_management_command(project, receiver
     from django.core.management import call_command
 
     rule(project, kind="invariant_failures")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     out = StringIO()
     call_command("evaluate_alerts", stdout=out)
     call_command("evaluate_alerts", stdout=out)
@@ -452,7 +414,7 @@ def test_it_deletes_the_rules_and_their_events_with_the_project(project, other_p
 
     r = rule(project, kind="invariant_failures")
     kept = rule(other_project, kind="invariant_failures")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     assert alerts.evaluate_all() != [] and AlertEvent.objects.filter(rule=r).exists()
     retention.delete_project(project=project)
     assert list(AlertRule.objects.values_list("pk", flat=True)) == [kept.pk]
@@ -466,7 +428,7 @@ def test_it_writes_one_event_when_two_workers_evaluate_at_once(project):
     from django.db import connection
 
     r = rule(project, kind="invariant_failures")
-    ingest(project, [recent("compacted-1")])
+    store_and_analyse(project, [recent("compacted-1")])
     barrier = threading.Barrier(2)
 
     def worker() -> list[int]:
@@ -484,7 +446,7 @@ def test_it_writes_one_event_when_two_workers_evaluate_at_once(project):
 
 def test_it_keeps_a_firing_hit_rate_rule_firing_when_the_window_has_no_input(project, receiver):
     r = rule(project, kind="hit_rate_below", threshold=0.5)
-    ingest(project, [quiet("low-0")])
+    store_and_analyse(project, [quiet("low-0")])
     assert evaluate_and_deliver() != []
     assert evaluate_and_deliver(timezone.now() + timedelta(hours=3)) == []  # nothing to measure
     r.refresh_from_db()

@@ -1,15 +1,12 @@
-"""Helpers for the analysis tests: manifests built with ctxkit, stored through the
-real ingest service and analysed by calling the analysis directly."""
+"""Helpers for the analysis tests: manifests built with ctxkit's own builder (stored and
+analysed by tests/support.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import msgspec
 
 from ctxkit.manifest import (
     Budget,
@@ -23,8 +20,6 @@ from ctxkit.manifest import (
     Usage,
 )
 from ctxkit.record.builder import build_manifest
-from manifests.ingest import ingest_body
-from manifests.models import Call, Project
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 MODEL = "claude-sonnet-4-5"
@@ -96,65 +91,6 @@ def manifest(
         compactions=compactions,
         outcome=outcome,
     )
-
-
-def as_dict(m: Manifest | dict) -> dict:
-    return m if isinstance(m, dict) else msgspec.to_builtins(m)
-
-
-def store(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
-    """Store manifests through the ingest service; returns their calls in the same order."""
-    bodies = [as_dict(m) for m in manifests]
-    report = ingest_body(project=project, body=json.dumps({"manifests": bodies}).encode())
-    statuses = [r.status for r in report.results]
-    assert statuses == ["accepted"] * len(bodies), report.to_dict()
-    by_id = {c.call_id: c for c in Call.objects.filter(project=project, call_id__in=[b["call_id"] for b in bodies])}
-    return [by_id[b["call_id"]] for b in bodies]
-
-
-def store_and_analyse(project: Project, manifests: Iterable[Manifest | dict]) -> list[Call]:
-    """Store, then analyse as the worker does (the task body, which also enqueues webhooks)."""
-    from manifests import tasks
-
-    calls = store(project, manifests)
-    tasks.analyze_calls([c.pk for c in calls])
-    return [Call.objects.get(pk=c.pk) for c in calls]
-
-
-class Receiver:
-    """A real HTTP server on a free local port that records webhook deliveries and answers
-    with the statuses it is given, in order (then 200)."""
-
-    def __init__(self, statuses: Sequence[int] = ()) -> None:
-        import http.server
-        import threading
-
-        self.statuses = list(statuses)
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                if 300 <= status < 400:
-                    self.send_header("Location", "http://127.0.0.1:9/elsewhere")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/ctxview"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def free_port() -> int:

@@ -11,8 +11,9 @@ from ctxkit.manifest import Claim, Compaction, Evidence, Invariant, Outcome, Usa
 from ctxkit.record.builder import ContextBuilder
 from manifests import analysis
 from manifests.models import Attribution, CallFigures
-from tests.analysis.support import MODEL, T0, flush_rollups, item, manifest, store_and_analyse
+from tests.analysis.support import MODEL, T0, flush_rollups, item, manifest
 from tests.conftest import make_manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

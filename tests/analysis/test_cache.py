@@ -10,7 +10,8 @@ from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.manifest import Prefix, Usage
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
-from tests.analysis.support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, sha, store, store_and_analyse
+from tests.analysis.support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, sha
+from tests.support import store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from ctxkit.manifest import Compaction, Invariant
 from manifests.models import CompactionFigures
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors.filters import Filters
-from tests.analysis.support import T0, item, manifest, store_and_analyse
+from tests.analysis.support import T0, item, manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,8 @@ from django.apps import apps as django_apps
 from ctxkit.manifest import Evidence, Usage
 from manifests.analysis.prices import DEFAULT_PRICE, Price, PriceBook
 from manifests.models import CallFigures, ModelPrice
-from tests.analysis.support import as_dict, item, manifest, store_and_analyse
+from tests.analysis.support import item, manifest
+from tests.support import as_dict, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,8 @@ from ctxkit.manifest import ACTIONS, Budget
 from ctxkit.models import model_facts
 from manifests import figures
 from manifests.models import Call, Item
-from tests.analysis.support import item, manifest, store
+from tests.analysis.support import item, manifest
+from tests.support import store
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,9 @@ from manifests import services
 from manifests.models import Run
 from manifests.selectors import evidence as evidence_sel
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import T0, flush_rollups, manifest, store_and_analyse
+from tests.analysis.support import T0, flush_rollups, manifest
 from tests.conftest import Api
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

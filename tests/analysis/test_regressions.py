@@ -11,17 +11,8 @@ from django.utils import timezone
 from ctxkit.manifest import Usage
 from manifests.analysis import notify
 from manifests.models import Regression
-from tests.analysis.support import (
-    STABLE,
-    SYSTEM,
-    TOOLS,
-    Receiver,
-    free_port,
-    item,
-    manifest,
-    prefix,
-    store_and_analyse,
-)
+from tests.analysis.support import STABLE, SYSTEM, TOOLS, free_port, item, manifest, prefix
+from tests.support import Receiver, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

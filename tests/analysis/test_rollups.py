@@ -18,8 +18,9 @@ from manifests.models import Call, Rollup, RollupMark
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import SYSTEM, T0, TOOLS, flush_rollups, item, manifest, prefix, store, store_and_analyse
+from tests.analysis.support import SYSTEM, T0, TOOLS, flush_rollups, item, manifest, prefix
 from tests.conftest import make_manifest
+from tests.support import store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,9 @@ from django.urls import reverse
 
 from manifests import services
 from manifests.models import Attribution, CallFigures
-from tests.analysis.support import CUT, flush_rollups, hard_cut_run, store_and_analyse
+from tests.analysis.support import CUT, flush_rollups, hard_cut_run
 from tests.conftest import Api
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

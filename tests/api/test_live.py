@@ -20,9 +20,10 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 from ctxkit import Client
 from ctxkit.manifest import convert_manifest
 from manifests.models import Call
-from tests.analysis.support import as_dict, hard_cut_run
+from tests.analysis.support import hard_cut_run
 from tests.conftest import make_manifest
 from tests.live_support import gunicorn
+from tests.support import as_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)

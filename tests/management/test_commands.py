@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 
 from ctxkit.manifest import Evidence, Usage
 from manifests.models import Attribution, Call, CallFigures, Rollup
-from tests.analysis.support import T0, flush_rollups, item, manifest, store_and_analyse
+from tests.analysis.support import T0, flush_rollups, item, manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

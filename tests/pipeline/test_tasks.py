@@ -21,9 +21,9 @@ from ctxview.celery import (
 )
 from manifests import analysis, tasks
 from manifests.models import Call
-from tests.analysis.support import store
 from tests.conftest import make_manifest
 from tests.pipeline.support import REDIS_URL, ROOT, broker, redis_prefix, require_redis  # noqa: F401 - fixture
+from tests.support import store
 
 TASKS = [tasks.analyze_calls, tasks.sweep_unanalysed, tasks.notify_regression, tasks.sweep_notifications]
 

@@ -18,20 +18,10 @@ from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 from manifests.analysis import notify
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import (
-    STABLE,
-    SYSTEM,
-    TOOLS,
-    Receiver,
-    as_dict,
-    flush_rollups,
-    free_port,
-    item,
-    manifest,
-    prefix,
-)
+from tests.analysis.support import STABLE, SYSTEM, TOOLS, flush_rollups, free_port, item, manifest, prefix
 from tests.conftest import make_manifest
 from tests.pipeline.support import REDIS_URL, broker, redis_prefix, wait_for, workers  # noqa: F401 - fixtures
+from tests.support import Receiver, as_dict
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

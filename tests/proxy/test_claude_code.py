@@ -75,6 +75,10 @@ def test_claude_code_through_the_proxy_is_recorded_as_its_session(live_server, k
     tool_use = next(i for i in second["items"] if i["kind"] == "history" and i["group"] == "toolu_standin_1")
     result = next(i for i in second["items"] if i["kind"] == "tool_result")
     assert result["group"] == tool_use["group"] and "The refund rate is 0.0321." in result["text"]
+    # Named as Claude Code names them: the tools, the Read call and its result in the first turn.
+    assert (tool_use["label"], result["label"]) == ("Read call · turn 1", "Read result · turn 1")
+    sent_tools = model_calls[1][3]["tools"]
+    assert [i["label"] for i in second["items"] if i["kind"] == "tools"] == [t["name"] for t in sent_tools]
     for c in (first, second):
         memory = [i for i in c["items"] if i["kind"] == "memory"]
         assert len(memory) == 1 and memory[0]["source_ref"] == str(work / "CLAUDE.md")

@@ -68,6 +68,7 @@ def test_it_records_a_codex_session_as_one_run(live_server, key, sender, tmp_pat
         # Each tool definition is an item, in the order sent.
         tools = [i for i in call["items"] if i["kind"] == "tools"]
         assert [json.loads(i["text"]) for i in tools] == body["tools"]
+        assert [i["label"] for i in tools] == [t.get("name") or t["type"] for t in body["tools"]]  # as Codex names them
         assert "exec_command" in {t.get("name") for t in body["tools"]}
         assert [s["name"] for s in call["prefix_segments"]][:2] == ["system", "tools"]
     read, answered, resumed = details
@@ -79,13 +80,16 @@ def test_it_records_a_codex_session_as_one_run(live_server, key, sender, tmp_pat
     assert json.loads(tool_call["text"]) == {"name": "exec_command", "arguments": json.dumps({"cmd": f"cat {note}"})}
     result = next(i for i in answered["items"] if i["kind"] == "tool_result")
     assert result["group"] == "call_standin_1" and "The refund rate is 0.0321." in result["text"]
+    assert (tool_call["label"], result["label"]) == ("exec_command call · turn 1", "exec_command result · turn 1")
     # The resumed session carries the first turn and asks the second.
+    assert next(i for i in resumed["items"] if i["kind"] == "user")["label"] == "user · turn 2"
     assert next(i for i in resumed["items"] if i["kind"] == "user")["text"] == "who approves the refunds?"
     assert any(i["kind"] == "tool_result" for i in resumed["items"])
 
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/calls/{answered['call_id']}/").content.decode()
     assert f"Tool definitions: built-in {len(sent[1]['tools'])}, MCP 0." in page
+    assert '<b class="label">exec_command result · turn 1</b>' in page
     dump = io.StringIO()
     call_command("dumpdata", stdout=dump)
     assert "The refund rate is 0.0321." in dump.getvalue()  # the dump holds what was recorded...

@@ -19,8 +19,9 @@ from manifests.selectors import calls as call_selectors
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions, retention
-from tests.analysis.support import T0, flush_rollups, store_and_analyse
+from tests.analysis.support import T0, flush_rollups
 from tests.conftest import make_manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

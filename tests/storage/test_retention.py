@@ -12,8 +12,9 @@ from django.db import models
 from manifests import tasks
 from manifests.models import ApiKey, CacheEvent, Call, Compaction, Invariant, Item, Project, Rollup, Run
 from manifests.storage import retention
-from tests.analysis.support import T0, flush_rollups, store_and_analyse
+from tests.analysis.support import T0, flush_rollups
 from tests.conftest import make_manifest
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,8 @@ from ctxkit import figures as ref
 from manifests import figures
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, Call, Item
-from tests.analysis.support import item, manifest, store
+from tests.analysis.support import item, manifest
+from tests.support import store
 
 USAGES = [  # input, cache read, cache write, output: plain, no input, writes beyond the input
     (2000, 1500, 0, 100),

@@ -3,13 +3,13 @@ project on any page, CSRF on every form."""
 
 from __future__ import annotations
 
-import re
 from urllib.parse import quote
 
 import pytest
 from django.test import Client
 
 from tests.demo_world import CANARY
+from tests.html_page import parse
 
 pytestmark = pytest.mark.django_db
 
@@ -81,13 +81,13 @@ def test_it_puts_a_csrf_token_in_every_post_form(demo_world):
     seen = 0
     for url in pages(demo_world.project.slug) + ["/"]:
         body = client.get(url).content.decode()
-        for form in re.findall(r"<form\b[^>]*>.*?</form>", body, flags=re.S | re.I):
-            if re.search(r'method="post"', form, flags=re.I):
+        for form in parse(body).select("form"):
+            if (form.get("method") or "").lower() == "post":
                 seen += 1
-                assert 'name="csrfmiddlewaretoken"' in form, (url, form[:200])
+                assert form.select('input[name="csrfmiddlewaretoken"]'), (url, form.attrs)
     assert seen >= len(pages(demo_world.project.slug))  # the logout form on every page at least
-    login = Client().get("/accounts/login/").content.decode()
-    assert 'name="csrfmiddlewaretoken"' in login
+    login = parse(Client().get("/accounts/login/").content.decode())
+    assert login.select('form input[name="csrfmiddlewaretoken"]')
 
 
 def test_it_refuses_a_post_without_its_csrf_token(demo_world):
@@ -95,7 +95,7 @@ def test_it_refuses_a_post_without_its_csrf_token(demo_world):
     client.force_login(demo_world.owner)
     assert client.post("/accounts/logout/").status_code == 403
     page = client.get(f"/p/{demo_world.project.slug}/").content.decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    token = parse(page).select('input[name="csrfmiddlewaretoken"]')[0].get("value")
     assert client.post("/accounts/logout/", {"csrfmiddlewaretoken": token}).status_code == 302
 
 

@@ -18,14 +18,14 @@ from manifests.models import CacheEvent, Call, Evidence, Item, Membership
 from manifests.templatetags.call_items import item_rows
 from tests.conftest import make_manifest
 from tests.demo_world import CANARY
+from tests.html_page import Element, parse
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
 
 def script_json(body: str, element_id: str):
-    m = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body, flags=re.S)
-    assert m, element_id
-    return json.loads(m.group(1))
+    return json.loads(parse(body).one(f'script#{element_id}[type="application/json"]').text)
 
 
 def get(world, call_id: str) -> str:
@@ -54,25 +54,26 @@ def test_it_draws_the_allocation_in_context_order_with_reserve_and_headroom(demo
 
 def test_it_lists_items_with_trust_reason_and_text(demo_world):
     body = get(demo_world, "refunds-budget-800/step-6")
-    row = re.search(r'<tr class="untrusted[^"]*" data-item="tool_result">(.*?)</tr>', body, flags=re.S)
-    assert row and "untrusted" in row.group(1) and "truncate" in row.group(1)
-    assert "log#sha256:4be1c0d2" in row.group(1)  # the ref
-    assert "text sent" in row.group(1)
+    row = parse(body).one('tr.untrusted[data-item="tool_result"]')
+    assert "untrusted" in row.text and "truncate" in row.text
+    assert "log#sha256:4be1c0d2" in row.text  # the ref
+    assert "text sent" in row.text
 
 
 def test_it_shows_missing_evidence_with_the_decision_that_caused_it(demo_world):
     body = get(demo_world, "refunds-budget-800/step-6")
-    row = re.search(r'<tr data-evidence="rate_limit">(.*?)</tr>', body, flags=re.S).group(1)
+    page = parse(body)
+    row = page.one('tr[data-evidence="rate_limit"]').text
     assert "missing" in row
     assert "history" in row and "summarize" in row  # the item and the action that lost it
     assert "history got 79 tokens at budget 800" in row
-    present = re.search(r'<tr data-evidence="refund_rate">(.*?)</tr>', body, flags=re.S).group(1)
+    present = page.one('tr[data-evidence="refund_rate"]').text
     assert "present" in present
 
 
 def test_it_shows_the_compaction_invariants_and_what_they_lost(demo_world):
     body = get(demo_world, "coder-list-endpoint/step-6")
-    card = re.search(r'<div class="card" data-compaction="[^"]+">(.*?)</div>', body, flags=re.S).group(1)
+    card = parse(body).one("div.card[data-compaction]").text
     assert "user_constraints" in card and "failed" in card
     assert "do not change public API compatibility" in card
     assert "r = 0.42" in card  # 474 -> 197 tokens
@@ -80,9 +81,9 @@ def test_it_shows_the_compaction_invariants_and_what_they_lost(demo_world):
 
 def test_it_says_what_changed_since_the_previous_call(demo_world):
     body = get(demo_world, "refunds-budget-800/step-6")
-    diff = re.search(r'<table class="grid compact" id="diff">(.*?)</table>', body, flags=re.S).group(1)
-    assert re.search(r"changed</span></td><td>history</td>.*action keep → summarize", diff, flags=re.S)
-    assert re.search(r"evidence</span></td><td>rate_limit</td>.*now missing", diff, flags=re.S)
+    diff = [[td.text for td in tr.select("td")] for tr in parse(body).select("table#diff tr")]
+    assert any(row[:2] == ["changed", "history"] and "action keep → summarize" in row[-1] for row in diff)
+    assert any(row[:2] == ["evidence", "rate_limit"] and "now missing" in row[-1] for row in diff)
     assert 'id="prev-call"' in body and "refunds-budget-800/step-5/" in body
     assert "First call of the run" in get(demo_world, "refunds-budget-800/step-0")
 
@@ -121,7 +122,7 @@ def test_it_escapes_hostile_text_everywhere(owner, project, api):
         assert 'onerror="window' not in body, url
     body = client.get(f"/p/{project.slug}/calls/evil-1/").content.decode()
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in body  # shown, as text
-    data = re.search(r'<script id="allocation-data" type="application/json">(.*?)</script>', body, flags=re.S).group(1)
+    data = parse(body).one('script#allocation-data[type="application/json"]').text
     assert "<script" not in data and "\\u003Cscript" in data  # json_script escapes < > &
 
 
@@ -151,11 +152,12 @@ def test_it_counts_the_readme_examples_keep_item_on_the_call_page_the_run_page_a
 
 def test_it_names_the_step_where_the_evidence_was_lost_with_a_link(demo_world):
     body = get(demo_world, "coder-list-endpoint/step-8")
-    row = re.search(r'<tr data-evidence="api_compat">(.*?)</tr>', body, flags=re.S).group(1)
-    assert "Lost in compaction or summary" in row and "Never a candidate" not in row
-    link = re.search(r'<a class="lost-at" href="([^"]+)">step 6</a>', row)
-    assert link and link.group(1).startswith(f"/p/{demo_world.project.slug}/calls/coder-list-endpoint/step-6/")
-    assert "lost at step 6: compaction" in row
+    row = parse(body).one('tr[data-evidence="api_compat"]')
+    assert "Lost in compaction or summary" in row.text and "Never a candidate" not in row.text
+    link = row.one("a.lost-at")
+    assert link.text == "step 6"
+    assert link.get("href").startswith(f"/p/{demo_world.project.slug}/calls/coder-list-endpoint/step-6/")
+    assert "lost at step 6: compaction" in row.text
 
 
 def test_it_folds_many_items_that_were_not_sent(demo_world):
@@ -196,9 +198,10 @@ def test_it_renders_every_step_of_the_demo_runs_with_all_their_items_and_evidenc
     for call in calls:
         body = client.get(f"/p/{demo_world.project.slug}/calls/{call.call_id}/").content.decode()
         assert f'<span id="call-id">{html.escape(call.call_id)}</span>' in body
-        rows = re.findall(r'<tr class="[^"]*" data-item="([^"]*)">', body)
+        page = parse(body)
+        rows = [tr.get("data-item") for tr in page.select("tr[class][data-item]")]
         assert sorted(rows) == sorted(Item.objects.filter(call=call).values_list("item_id", flat=True)), call.call_id
-        evidence = re.findall(r'<tr data-evidence="([^"]*)">', body)
+        evidence = [tr.get("data-evidence") for tr in page.select("tr[data-evidence]")]
         assert sorted(evidence) == sorted(Evidence.objects.filter(call=call).values_list("key", flat=True))
         alloc = script_json(body, "allocation-data")
         assert len(alloc["items"]) == len(rows) and alloc["window"] == call.window
@@ -211,12 +214,16 @@ def test_it_shows_the_budget_the_usage_and_the_cache_cause(demo_world, call_id):
     call = Call.objects.get(project=demo_world.project, call_id=call_id)
     event = CacheEvent.objects.get(call=call)
     summary = section(body, '<div class="summary-line">', "</div>")
+    # Each figure as "label <b>value</b>": the text right before a <b>, and the <b>'s text.
+    figures = {(before.strip(), b.text) for e in parse(body).one("div.summary-line").elements()
+               for before, b in zip(e.children, e.children[1:], strict=False)
+               if isinstance(before, str) and isinstance(b, Element) and b.tag == "b"}
     alloc = script_json(body, "allocation-data")
     for label, value in (("window", call.window), ("output reserve", call.output_reserve),
                          ("safety margin", call.safety_margin), ("input cap", call.input_cap),
                          ("in context", alloc["used"]), ("headroom", alloc["headroom"]),
                          ("input", call.input_tokens), ("effective limit", call.figures.effective_limit)):
-        assert re.search(rf"{re.escape(label)} <b[^>]*>{value}</b>", summary), label
+        assert (label, str(value)) in figures, label
     assert f"({call.cache_read_tokens} cached, {call.cache_write_tokens} written)" in summary
     cause = f'cache: <b class="cause-{event.cause}">{event.get_cause_display()}</b>'
     assert cause in summary
@@ -248,7 +255,9 @@ def test_it_shows_a_compactions_figures_and_each_invariant(demo_world):
     card = section(body, '<div class="card" data-compaction="', "</table>")
     assert "· model summary · trigger: occupancy 0.83 &gt;= 0.80 · 474 → 197 tokens" in card
     assert "r = 0.42 · d = 0.25 · summary item summary-step-6 · kept 1 turns" in card
-    results = dict(re.findall(r"<tr><td>(\w+)</td><td><span class=\"badge \w+\">(\w+)</span>", card))
+    results = {tr.select("td")[0].text: tr.select("td")[1].one(".badge").text
+               for tr in parse(body).one("div.card[data-compaction]").select("tr")
+               if len(tr.select("td")) > 1 and tr.select("td")[1].select(".badge")}
     assert results["user_constraints"] == "failed" and results["pending_obligations"] == "ok"
     assert "No compaction in this call." in get(demo_world, "coder-list-endpoint/step-5")
 
@@ -288,14 +297,15 @@ def test_it_carries_the_filters_along_every_link(demo_world):
     assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7&amp;{FILTERS}" id="compare-link"' in body
     assert f'href="/p/{slug}/evidence/?key=api_compat&amp;run=coder-list-endpoint&amp;{FILTERS}"' in body
     assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}"' in body
-    hashes = re.findall(r'<a class="hash" href="([^"]+)"', body)
-    assert hashes and all(h.startswith(f"/p/{slug}/evidence/?q=") and h.endswith(f"&amp;{FILTERS}") for h in hashes)
+    hashes = [a.get("href") for a in parse(body).select("a.hash[href]")]
+    filters = "&" + html.unescape(FILTERS)
+    assert hashes and all(h.startswith(f"/p/{slug}/evidence/?q=") and h.endswith(filters) for h in hashes)
     # Without filters the links carry none.
     plain = client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/").content.decode()
     assert f'href="/p/{slug}/calls/coder-list-endpoint/step-6/" id="prev-call"' in plain
     assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/"' in plain
     assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7" id="compare-link"' in plain
-    assert all("&amp;" not in h for h in re.findall(r'<a class="hash" href="([^"]+)"', plain))
+    assert all("&" not in a.get("href") for a in parse(plain).select("a.hash[href]"))
 
 
 def _item(item_id: str, position: int | None, **fields: Any) -> dict[str, Any]:
@@ -303,12 +313,6 @@ def _item(item_id: str, position: int | None, **fields: Any) -> dict[str, Any]:
             "zone": "middle", "position": position, "content_hash": f"{len(item_id):064x}", "reason": "kept"}
     item.update(fields)
     return {k: v for k, v in item.items() if v is not None}
-
-
-def _ingest(project, manifests: list[dict]) -> None:
-    report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
-    assert report.count(ingest.ACCEPTED) == len(manifests), [r.errors for r in report.results if r.errors]
-    analysis.analyze_calls(list(Call.objects.filter(project=project).values_list("pk", flat=True)))
 
 
 def _page(owner, project, call_id: str) -> str:
@@ -341,9 +345,10 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     segments[0]["hash"] = "d" * 64  # system changed
     del segments[1]  # tools gone
     segments.append({"name": "extra", "hash": "e" * 64, "tokens": 10})  # a new segment
-    _ingest(project, [before, after])
+    store_and_analyse(project, [before, after])
 
-    diff = section(_page(owner, project, "diff-run/step-1"), '<table class="grid compact" id="diff">', "</table>")
+    page = _page(owner, project, "diff-run/step-1")
+    diff = section(page, '<table class="grid compact" id="diff">', "</table>")
     rows = {(change, item): what for change, item, what in re.findall(
         r'<tr><td><span class="badge \w+">(\w+)</span></td><td>(.*?)</td><td>[^<]*</td><td>(.*?)</td></tr>', diff)}
     assert rows == {
@@ -365,14 +370,15 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     assert "stays" not in diff
     # The badges say which way each change went.
     assert '<span class="badge ok">entered</span>' in diff and '<span class="badge bad">left</span>' in diff
-    assert re.search(r'<span class="badge bad">evidence</span></td><td>lost-key<', diff)
-    assert re.search(r'<span class="badge ok">evidence</span></td><td>found-key<', diff)
+    badges = {tuple(td.text for td in tr.select("td")[:2]): tr.select("td")[0].one(".badge").get("class")
+              for tr in parse(page).select("table#diff tr") if tr.select("td .badge")}
+    assert badges[("evidence", "lost-key")] == "badge bad" and badges[("evidence", "found-key")] == "badge ok"
 
 
 def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):
     first = make_manifest("same-run/step-0", run_id="same-run", step=0)
     second = make_manifest("same-run/step-1", run_id="same-run", step=1)
-    _ingest(project, [first, second])
+    store_and_analyse(project, [first, second])
     body = _page(owner, project, "same-run/step-1")
     assert 'id="diff"' not in body
     assert (f'Nothing entered, left or changed since <a href="/p/{project.slug}/calls/same-run/step-0/">step 0</a>.'
@@ -394,7 +400,7 @@ def test_it_colours_the_allocation_by_what_was_done_to_each_item(owner, project)
     ]
     m["evidence"] = []
     m["usage"] = {"input_tokens": 260, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 10}
-    _ingest(project, [m])
+    store_and_analyse(project, [m])
     alloc = script_json(_page(owner, project, "alloc-1"), "allocation-data")
     groups = {r["id"]: (r["group"], r["zone"], r["used"], r["in_context"]) for r in alloc["items"]}
     assert groups == {

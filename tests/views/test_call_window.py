@@ -4,14 +4,13 @@ space against the model's window, and the memory file's hostile path as text."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.test import Client
 
 from ctxkit.breakdown import window_breakdown
 from ctxkit.manifest import convert_manifest
-from tests.views.window_support import HOSTILE_DIR, claude_code_manifest
+from tests.html_page import parse
+from tests.views.window_support import HOSTILE_DIR, claude_code_manifest, rows_of
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +24,9 @@ def _page(project, member, call_id: str) -> str:
 
 
 def _row(body: str, category: str) -> list[str]:
-    m = re.search(rf'<tr data-category="{category}">(.*?)</tr>', body, flags=re.S)
-    assert m, category
-    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", m.group(1))]
+    """The text of each cell (header or data) of the window table's row of ``category``."""
+    row = parse(body).one(f'tr[data-category="{category}"]')
+    return [cell.text for cell in row.elements() if cell.tag in ("th", "td")]
 
 
 def test_it_shows_the_window_by_category_of_a_claude_code_call(api, project, member):
@@ -50,10 +49,10 @@ def test_it_shows_the_window_by_category_of_a_claude_code_call(api, project, mem
     assert _row(body, "free")[:3] == ["Free space", "197000", "98.5%"]
     assert _row(body, "unitemized")[1] == str(3000 - expected.counted)
     assert "Tool definitions: built-in 2, MCP 1." in body
-    bar = re.search(r'<div class="winbar"[^>]*>(.*?)</div>', body, flags=re.S)
-    assert bar and re.findall(r'data-segment="(\w+)"', bar.group(1)) == [
+    segments = parse(body).one("div.winbar").select("[data-segment]")
+    assert [s.get("data-segment") for s in segments] == [
         "system", "tools", "mcp_tools", "memory", "messages", "tool_results", "unitemized", "free"]
-    assert 'style="width:98.500%"' in bar.group(1)
+    assert segments[-1].get("style") == "width:98.500%"
 
 
 def test_it_names_the_memory_file_as_text(api, project, member):
@@ -72,6 +71,34 @@ def test_it_shows_no_window_panel_for_a_call_without_items(api, project, member)
     assert api.post(manifest).status_code in (200, 201, 202)
     body = _page(project, member, "bare")
     assert 'id="window-heading"' not in body
+
+
+def test_it_names_each_item_as_the_agent_does(api, project, member):
+    # Step 2: two Read calls and their results since the prompt, three tools, one of them MCP.
+    assert api.post(claude_code_manifest(1, input_tokens=0)).status_code in (200, 201, 202)
+    assert api.post(claude_code_manifest(2, input_tokens=0)).status_code in (200, 201, 202)
+    body = _page(project, member, "cc-step-2")
+    names = {item: cells[2].split("\n") for item, cells in rows_of(body, "items", "data-item").items()}
+    assert names["tools[0]"] == ["Read", "tools[0]"]
+    assert names["tools[2]"] == ["mcp__github__search_issues", "tools[2]"]
+    assert names["system[0]"] == ["system", "system[0]"]
+    assert names["messages[0].content[1]"] == ["user · turn 1", "messages[0].content[1]"]
+    assert names["messages[3].content[0]"][0] == "Read call · turn 1"
+    assert names["messages[4].content[0]"][0] == "Read result · turn 1"
+    # Since step 1, the second call and its result entered: named in the diff as well.
+    diff = body[body.index('id="diff"'):]
+    assert 'Read call · turn 1 <span class="hint">messages[3].content[0]</span>' in diff
+    # The allocation chart's data carries the names too.
+    assert '"label": "mcp__github__search_issues"' in body
+
+
+def test_it_shows_a_label_sent_through_the_api_as_text(api, project, member):
+    manifest = claude_code_manifest(0, input_tokens=0)
+    manifest["items"][0]["label"] = '<img src=x onerror="alert(2)">'
+    assert api.post(manifest).status_code in (200, 201, 202)
+    body = _page(project, member, "cc-step-0")
+    assert "<img src=x" not in body
+    assert rows_of(body, "items", "data-item")["tools[0]"][2].split("\n")[0] == '<img src=x onerror="alert(2)">'
 
 
 def test_the_api_carries_the_same_window_by_category_as_the_page(api, project, member):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from urllib.parse import quote
 
 import pytest
@@ -11,6 +10,7 @@ from ctxkit.figures import in_context
 from manifests.models import Call
 from manifests.selectors.calls import diff_with_previous
 from tests.demo_world import CANARY
+from tests.html_page import parse
 
 pytestmark = pytest.mark.django_db
 
@@ -25,8 +25,9 @@ def test_it_compares_a_call_with_its_previous_step_for_the_owner(demo_world):
     body = r.content.decode()
     assert 'id="side-a"' in body and "refunds-budget-800/step-5" in body
     # The rate-limit error was present at step 5 and is lost at step 6.
-    row = re.search(r'<tr data-evidence="rate_limit">(.*?)</tr>', body, flags=re.S).group(1)
-    assert "present" in row and "missing" in row and ">lost<" in row
+    row = parse(body).one('tr[data-evidence="rate_limit"]')
+    assert "present" in row.text and "missing" in row.text
+    assert [badge.text for badge in row.select(".badge")] == ["lost"]
     # The same entered / left items as the call view's "since the previous call".
     call = Call.objects.get(project=demo_world.project, call_id="refunds-budget-800/step-6")
     diff = diff_with_previous(call, list(call.items.all()))
@@ -43,7 +44,8 @@ def test_it_compares_any_two_calls_for_a_member(demo_world):
     body = r.content.decode()
     # Different agents: the prefix changed; an item only the second call sent entered, an item
     # only the first sent left.
-    assert re.search(r'whole prefix</i>.*?badge bad">changed', body, flags=re.S)
+    whole = next(tr for tr in parse(body).select("#compare-prefix tr") if tr.text.startswith("whole prefix"))
+    assert [badge.text for badge in whole.select(".badge.bad")] == ["changed"]
     a, b = (Call.objects.get(project=demo_world.project, call_id=c)
             for c in ("research-001/step-0", "coder-list-endpoint/step-6"))
     sent_a = {i.item_id for i in a.items.all() if in_context(i)}
@@ -58,7 +60,7 @@ def test_it_compares_any_two_calls_for_a_member(demo_world):
 def test_it_shows_what_changed_action_or_tokens(demo_world):
     b = Call.objects.get(project=demo_world.project, call_id="coder-list-endpoint/step-6")
     body = compare(demo_world, demo_world.member, f"b={quote(b.call_id)}").content.decode()
-    changed = re.findall(r'<tr data-change="changed" data-item="[^"]*">(.*?)</tr>', body, flags=re.S)
+    changed = [tr.text for tr in parse(body).select('tr[data-change="changed"]')]
     assert changed, "a compaction step changes items"
     assert all(("action" in c or "tokens" in c or "zone" in c or "content changed" in c) for c in changed)
     assert 'id="compare-prefix"' in body

@@ -15,7 +15,8 @@ from ctxkit.manifest import Outcome, Usage
 from ctxkit.models import format_usd
 from ctxkit.record.call_items import Part, call_manifest
 from manifests.models import AlertRule
-from tests.analysis.support import flush_rollups, store_and_analyse
+from tests.analysis.support import flush_rollups
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

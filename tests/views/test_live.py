@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-import re
 from datetime import timedelta
 
 import pytest
@@ -13,6 +11,7 @@ from django.utils import timezone
 from manifests.models import Call, CallFigures
 from manifests.selectors import live
 from tests.conftest import make_manifest
+from tests.html_page import parse
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +43,7 @@ def ids(answer) -> list[str]:
 
 
 def rows(body: str) -> list[str]:
-    return [html.unescape(m) for m in re.findall(r'<tr data-id="\d+" data-call="([^"]*)"', body)]
+    return [tr.get("data-call") for tr in parse(body).select("tr[data-id][data-call]")]
 
 
 def test_it_shows_the_live_page_to_the_owner_and_a_member(project, owner, member, api):
@@ -220,5 +219,5 @@ def test_it_links_the_live_page_from_the_navigation(project, member):
 def test_it_narrows_the_calls_list_by_status_too(project, member, api):
     send(api, fresh("fine"), fresh("broken", step=1, outcome={"status": "error"}))
     body = as_user(member).get(f"/p/{project.slug}/calls/?status=error").content.decode()
-    assert re.findall(r'<tr data-call="([^"]+)">', body) == ["broken"]
+    assert [tr.get("data-call") for tr in parse(body).select("tr[data-call]")] == ["broken"]
     assert "status: <b>error</b>" in body

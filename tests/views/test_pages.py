@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from urllib.parse import parse_qs, urlsplit
@@ -15,6 +14,7 @@ from manifests.models import Call, Item
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
 from tests.conftest import make_manifest
+from tests.html_page import Element, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -26,29 +26,28 @@ def body_of(world, path: str) -> str:
 
 
 def script_json(body: str, element_id: str):
-    return json.loads(re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body,
-                                flags=re.S).group(1))
+    return json.loads(parse(body).one(f'script#{element_id}[type="application/json"]').text)
 
 
-def card(body: str, key: str) -> str:
-    return re.search(rf'data-card="{key}">(.*?)</div>\s*</div>', body, flags=re.S).group(1)
+def links(element: Element) -> list[str]:
+    return [a.get("href") or "" for a in element.select("a[href]")]
 
 
 def test_it_shows_headline_figures_and_links_to_the_three_questions(demo_world):
-    body = body_of(demo_world, "")
+    page = parse(body_of(demo_world, ""))
     calls = Call.objects.filter(project=demo_world.project).count()
-    assert re.search(rf'class="value">{calls:,}<', card(body, "calls"))  # 1,274: thousands separated
-    assert re.search(r'class="value">\d+\.\d%<', card(body, "hit_rate"))
-    assert "vs" in card(body, "calls")  # against the previous period
+    cards = {c.get("data-card"): c for c in page.select("[data-card]")}
+    assert cards["calls"].one(".value").text == f"{calls:,}"  # 1,274: thousands separated
+    assert re.fullmatch(r"\d+\.\d%", cards["hit_rate"].one(".value").text)
+    assert "vs" in cards["calls"].text  # against the previous period
     # Question 1: a missing evidence links to its call.
-    q1 = re.search(r'id="q-evidence">(.*?)</div>', body, flags=re.S).group(1)
-    assert "/calls/" in q1 and "Evidence triage" in q1
+    q1 = page.one("#q-evidence")
+    assert any("/calls/" in href for href in links(q1)) and "Evidence triage" in q1.text
     # Question 2: the regression, with the segment that changed, links to its call.
-    q2 = re.search(r'id="q-cache">(.*?)</div>', body, flags=re.S).group(1)
-    assert "prefix_changed: system changed" in q2 and "/calls/research-" in q2
+    q2 = page.one("#q-cache")
+    assert "prefix_changed: system changed" in q2.text and any("/calls/research-" in h for h in links(q2))
     # Question 3: the failed invariant links to the filtered compaction review.
-    q3 = re.search(r'id="q-compactions">(.*?)</div>', body, flags=re.S).group(1)
-    assert "compactions/?failed=user_constraints" in q3
+    assert any("compactions/?failed=user_constraints" in href for href in links(page.one("#q-compactions")))
 
 
 def test_it_passes_the_chart_data_of_the_overview(demo_world):
@@ -64,11 +63,12 @@ def test_it_passes_the_chart_data_of_the_overview(demo_world):
 
 def test_it_lists_runs_with_their_figures(demo_world):
     body = body_of(demo_world, "runs/")
-    row = re.search(r'<tr data-run="refunds-budget-800">(.*?)</tr>', body, flags=re.S).group(1)
-    assert ">7<" in row  # calls
-    assert 'class="missing"' in row  # evidence missing
-    row = re.search(r'<tr data-run="coder-list-endpoint">(.*?)</tr>', body, flags=re.S).group(1)
-    assert re.search(r'<span class="missing">1</span>', row)  # one failed compaction
+    page = parse(body)
+    row = page.one('tr[data-run="refunds-budget-800"]')
+    assert "7" in [td.text for td in row.select("td")]  # calls
+    assert row.select(".missing")  # evidence missing
+    row = page.one('tr[data-run="coder-list-endpoint"]')
+    assert "1" in [span.text for span in row.select("span.missing")]  # one failed compaction
     runs = script_json(body, "runs-data")
     assert all(r["url"].startswith(f"/p/{demo_world.project.slug}/runs/") for r in runs)
 
@@ -88,21 +88,21 @@ def test_it_draws_each_step_of_a_run(demo_world):
 
 def test_it_finds_evidence_by_key_label_ref_and_content_hash(demo_world):
     body = body_of(demo_world, "evidence/?q=rate_limit")
-    assert re.search(r'id="search-keys">.*rate_limit', body, flags=re.S)
+    assert "rate_limit" in parse(body).one("#search-keys").text
     assert "rate_limit" in body_of(demo_world, "evidence/?q=429 rate")  # by label
     assert "refunds-budget-800/step-6" in body_of(demo_world, "evidence/?q=log%23sha256:4be1c0d2")  # by ref
     digest = Item.objects.filter(project=demo_world.project, item_id="web_page").values_list(
         "content_hash", flat=True).first()
     found = body_of(demo_world, f"evidence/?q={digest}")
-    assert re.search(r'id="search-items">.*research-vendor-page', found, flags=re.S)
+    assert "research-vendor-page" in parse(found).one("#search-items").text
 
 
 def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
     body = body_of(demo_world, "evidence/?key=rate_limit&run=refunds-budget-800")
-    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
-    assert "not declared" in rows["2"]  # the 429 happened at step 3
-    assert 'class="present">yes' in rows["3"]
-    assert 'class="missing">no' in rows["6"] and "summarize" in rows["6"]
+    rows = {tr.get("data-step"): tr for tr in parse(body).select("tr[data-step]")}
+    assert "not declared" in rows["2"].text  # the 429 happened at step 3
+    assert rows["3"].one(".present").text == "yes"
+    assert rows["6"].one(".missing").text == "no" and "summarize" in rows["6"].text
     chart = script_json(body, "timeline-data")
     assert chart["steps"] == [3, 4, 5, 6] and chart["z"][chart["stages"].index("present")] == [1, 1, 1, 0]
     # Without a run, the latest run where it went missing is shown.
@@ -111,21 +111,22 @@ def test_it_shows_the_timeline_of_one_evidence_across_a_run(demo_world):
 
 def test_it_breaks_the_causes_down_with_example_calls(demo_world):
     body = body_of(demo_world, "evidence/")
-    causes = dict(re.findall(r'<tr data-cause="(\w+)">(.*?)</tr>', body, flags=re.S))
-    assert "compaction" in causes and "/calls/" in causes["compaction"]
+    causes = {tr.get("data-cause"): tr for tr in parse(body).select("tr[data-cause]")}
+    assert "compaction" in causes and any("/calls/" in href for href in links(causes["compaction"]))
     assert "most-missing" in body
 
 
 def test_it_shows_the_cache_by_agent_and_model_and_the_regression_diff(demo_world):
     body = body_of(demo_world, "cache/")
-    table = re.search(r'id="by-agent-model">(.*?)</table>', body, flags=re.S).group(1)
+    page = parse(body)
+    table = page.one("#by-agent-model").text
     assert "researcher" in table and "claude-sonnet-4-5" in table and "refund-analyst" in table
-    reg = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
-    assert '<b class="changed-segment">system</b>' in reg
-    assert re.search(r"<td>system</td>.*?changed", reg, flags=re.S)
-    assert re.search(r"<td>tools</td>.*?same", reg, flags=re.S)
-    assert float(re.search(r'id="miss-total">([\d.]+)<', body).group(1)) > 0
-    assert re.search(r'id="prefixes">.*<code>', body, flags=re.S)
+    reg = page.one("[data-regression]")
+    assert [b.text for b in reg.select("b.changed-segment")] == ["system"]
+    segments = {row[0]: row for row in ([td.text for td in tr.select("td")] for tr in reg.select("tr")) if row}
+    assert "changed" in segments["system"] and "same" in segments["tools"]
+    assert float(page.one("#miss-total").text) > 0
+    assert page.one("#prefixes").select("code")
     data = script_json(body, "cache-data")
     assert data["points"] and {"hit", "prefix_changed"} <= {p["cause"] for p in data["points"]}
 
@@ -155,11 +156,12 @@ def test_it_shows_only_real_losses_in_the_missing_box_and_chart_and_risks_apart(
 
 def test_it_traces_the_timeline_to_the_compaction_that_lost_the_constraint(demo_world):
     body = body_of(demo_world, "evidence/?key=api_compat&run=coder-list-endpoint")
-    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    rows = {tr.get("data-step"): tr for tr in parse(body).select("tr[data-step]")}
     for step in ("6", "7", "8"):
-        assert "Lost in compaction or summary" in rows[step] and "Never a candidate" not in rows[step]
-    assert 'class="lost-at"' not in rows["6"]  # lost here
-    assert re.search(r'class="lost-at" href="[^"]+coder-list-endpoint/step-6/[^"]*">step 6</a>', rows["8"])
+        assert "Lost in compaction or summary" in rows[step].text and "Never a candidate" not in rows[step].text
+    assert not rows["6"].select("a.lost-at")  # lost here
+    lost_at = rows["8"].one("a.lost-at")
+    assert lost_at.text == "step 6" and "coder-list-endpoint/step-6/" in (lost_at.get("href") or "")
 
 
 def test_it_gives_the_same_cause_in_the_api(demo_world):
@@ -179,20 +181,23 @@ def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world
     regression = Regression.objects.get(project=demo_world.project)
     assert regression.first_call.call_id == "research-019/step-0" and regression.call.call_id == "research-019/step-6"
     body = body_of(demo_world, "cache/?range=all")
-    card_html = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
-    assert re.search(r'<a class="first-call" href="[^"]+research-019/step-0/[^"]*">First call with the new prefix',
-                     card_html)
-    assert re.search(r'<a class="crossed-call" href="[^"]+research-019/step-6/[^"]*">the call where it crossed',
-                     card_html)
+    card = parse(body).one("div.card[data-regression]")
+    first, crossed = card.one("a.first-call"), card.one("a.crossed-call")
+    assert "research-019/step-0/" in (first.get("href") or "")
+    assert first.text.startswith("First call with the new prefix")
+    assert "research-019/step-6/" in (crossed.get("href") or "")
+    assert crossed.text.startswith("the call where it crossed")
     # The sentence and the table name the same hashes of the changed segment.
-    before, after = re.search(r"Segment system: <code>([^<]+)</code> → <code>([^<]+)</code>", card_html).groups()
-    row = re.search(r"<td>system</td><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", card_html).groups()
-    assert (before, after) == row
+    sentence = next(e for e in card.elements()
+                    if any(isinstance(c, str) and "Segment system:" in c for c in e.children))
+    hashes = [c.text for c in sentence.children if isinstance(c, Element) and c.tag == "code"]
+    row = next(tr for tr in card.select("tr") if [td.text for td in tr.select("td")][:1] == ["system"])
+    assert len(hashes) >= 2 and hashes[:2] == [code.text for code in row.select("code")][:2]
     # The card, the overview box and the chart markers give the same rates.
     rates = f"{regression.baseline_rate * 100:.0f}% → "
-    assert rates in card_html
+    assert rates in card.text
     overview = body_of(demo_world, "?range=all")
-    assert rates in re.search(r'id="q-cache">(.*?)</div>', overview, flags=re.S).group(1)
+    assert rates in parse(overview).one("#q-cache").text
     marker = script_json(body, "cache-data")["regressions"][0]
     assert (marker["baseline"], marker["current"]) == (regression.baseline_rate, regression.current_rate)
     assert script_json(overview, "overview-data")["regressions"][0] == marker
@@ -200,10 +205,9 @@ def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world
 
 def _pager(body: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
     """The pager's text and its links by label, each link's query parsed."""
-    nav = re.search(r'<nav class="pager" aria-label="Pages">(.*?)</nav>', body, flags=re.S).group(1)
-    links = {html.unescape(label): parse_qs(urlsplit(html.unescape(href)).query)
-             for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', nav)}
-    return re.search(r"<span>(.*?)</span>", nav).group(1), links
+    nav = parse(body).one('nav.pager[aria-label="Pages"]')
+    links = {a.text: parse_qs(urlsplit(a.get("href") or "").query) for a in nav.select("a[href]")}
+    return nav.select("span")[0].text, links
 
 
 def _three_calls(project, **fields) -> None:
@@ -234,7 +238,7 @@ def test_it_pages_the_prefix_registry_and_the_compactions_with_the_shared_pager(
     assert text == "page 2 of 3 (2–2 of 3)"
     assert links == {"« first": {**expected, "page": ["1"]}, "← previous": {**expected, "page": ["1"]},
                      "next →": {**expected, "page": ["3"]}, "last »": {**expected, "page": ["3"]}}
-    assert 'rel="next" class="next-page"' in pages[1] and 'rel="prev"' in pages[1]
+    assert parse(pages[1]).select('a.next-page[rel="next"]') and parse(pages[1]).select('a[rel="prev"]')
     text, links = _pager(pages[0])
     assert text == "page 1 of 3 (1–1 of 3)" and set(links) == {"next →", "last »"}
     text, links = _pager(pages[2])

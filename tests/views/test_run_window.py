@@ -5,14 +5,14 @@ step's calls added up, the same numbers as each call's own breakdown."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from django.test import Client
 
 from ctxkit.breakdown import SEGMENTS, summed, window_breakdown
 from ctxkit.manifest import convert_manifest
-from tests.views.window_support import claude_code_manifest
+from tests.html_page import parse
+from tests.views.window_support import claude_code_manifest, rows_of
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +24,8 @@ def _chart(project, member) -> dict:
     assert r.status_code == 200
     body = r.content.decode()
     assert 'id="chart-window"' in body and "<h2>Window per step</h2>" in body
-    m = re.search(r'<script id="run-data" type="application/json">(.*?)</script>', body, flags=re.S)
-    assert m
-    return json.loads(m.group(1))["breakdown"]
+    data = parse(body).one('script#run-data[type="application/json"]')
+    return json.loads(data.text)["breakdown"]
 
 
 def _breakdown(manifest: dict):
@@ -62,3 +61,17 @@ def test_it_adds_up_the_calls_of_one_step(api, project, member):
     assert chart["steps"] == [1] and chart["calls"] == [2]
     assert {s: chart["segments"][s][0] for s in SEGMENTS} == {s: both.segment(s) for s in SEGMENTS}
     assert chart["mcp_tools"] == [2]
+
+
+def test_it_names_each_steps_last_item_as_the_agent_does(api, project, member):
+    manifests = [claude_code_manifest(step, input_tokens=0) for step in range(3)]
+    assert api.post({"manifests": manifests}).status_code in (200, 201, 202, 207)
+    client = Client()
+    client.force_login(member)
+    body = client.get(f"/p/{project.slug}/runs/cc-session/").content.decode()
+    headers = [th.text for th in parse(body).select("#steps thead th")]
+    column = headers.index("Last item")
+    steps = rows_of(body, "steps", "data-step")
+    # The prompt opens the run; each later call answers the Read result before it.
+    assert {step: cells[column] for step, cells in steps.items()} == {
+        "0": "user · turn 1", "1": "Read result · turn 1", "2": "Read result · turn 1"}

@@ -5,9 +5,7 @@ price book, with the arithmetic written out, not through ctxview's own functions
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
-from html import unescape
 
 import pytest
 from django.db import connection
@@ -22,8 +20,9 @@ from manifests.models import Attribution, CacheEvent, Call, Regression
 from manifests.selectors import savings
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions
-from tests.analysis.support import store_and_analyse
 from tests.conftest import make_manifest
+from tests.html_page import Element, parse
+from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -67,15 +66,13 @@ def expected(calls: list[Call], amount) -> dict[str, str]:
             "runs": floatformat(len({c.run_id for c in calls}) / DAYS, 1)}
 
 
-def shown(fragment: str) -> dict[str, str]:
-    """The saving figures in one card or row of a page."""
-    return {name: re.search(rf'class="[^"]*saving-{name}[^"]*">([^<]*)<', fragment).group(1)
-            for name in ("cost", "calls", "runs")}
+def shown(part: Element) -> dict[str, str]:
+    """The saving figures in one card or row of a page (the first of each)."""
+    return {name: part.select(f".saving-{name}")[0].text for name in ("cost", "calls", "runs")}
 
 
-def block(body: str, start: str, end: str) -> str:
-    at = body.index(start)
-    return body[at:body.index(end, at)]
+def rows_by_cause(body: str, table: str) -> dict[str, Element]:
+    return {tr.get("data-cause"): tr for tr in parse(body).select(f"#{table} tr[data-cause]")}
 
 
 def page(client: Client, slug: str, name: str) -> str:
@@ -92,34 +89,30 @@ def test_it_states_what_fixing_the_regression_is_worth_on_its_card(demo_world):
     want = expected(calls, lambda c: miss_saving(c, book))
     assert float(want["cost"]) > 0
     client = demo_world.client(demo_world.member)
-    cache = block(page(client, project.slug, "cache"), f'data-regression="{regression.pk}"', "</table>")
-    assert shown(cache) == want
-    overview = block(page(client, project.slug, "overview"), f'data-regression="{regression.pk}"', "</li>")
-    assert shown(overview) == want
+    card = parse(page(client, project.slug, "cache")).one(f'div.card[data-regression="{regression.pk}"]')
+    assert shown(card) == want
+    item = parse(page(client, project.slug, "overview")).one(f'li[data-regression="{regression.pk}"]')
+    assert shown(item) == want
 
 
 def test_it_states_what_fixing_each_cache_miss_cause_is_worth(demo_world):
     project, book = demo_world.project, PriceBook.load()
     body = page(demo_world.client(demo_world.member), project.slug, "cache")
-    table = block(body, 'id="miss-savings"', "</table>")
-    causes = set(re.findall(r'<tr data-cause="([^"]+)">', table))
+    causes = rows_by_cause(body, "miss-savings")
     assert "prefix_changed" in causes and "ttl_expired" in causes
-    for cause in causes:
-        row = block(table, f'data-cause="{cause}"', "</tr>")
+    for cause, row in causes.items():
         assert shown(row) == expected(misses(project, cause=cause), lambda c: miss_saving(c, book)), cause
 
 
 def test_it_states_what_fixing_each_cause_of_missing_evidence_is_worth(demo_world):
     project, book = demo_world.project, PriceBook.load()
     body = page(demo_world.client(demo_world.member), project.slug, "evidence")
-    table = block(body, 'id="evidence-savings"', "</table>")
-    causes = set(re.findall(r'<tr data-cause="([^"]+)">', table))
+    causes = rows_by_cause(body, "evidence-savings")
     assert "compaction" in causes and len(causes) >= 2
-    for cause in causes:
+    for cause, row in causes.items():
         pks = Attribution.objects.filter(project=project, cause=cause, is_risk=False, started_at__gte=week()
                                          ).values_list("call_id", flat=True)
         calls = list(Call.objects.filter(pk__in=set(pks)))
-        row = block(table, f'data-cause="{cause}"', "</tr>")
         assert shown(row) == expected(calls, lambda c: paid(c, book)), cause
 
 
@@ -140,12 +133,12 @@ def test_it_lists_the_top_fixes_by_saving_each_linking_to_its_first_bad_call(dem
                           min(calls, key=lambda c: (c.started_at, c.pk)).call_id))
     fixes.sort(key=lambda f: (-f[1], -f[2]))
     body = page(demo_world.client(demo_world.member), project.slug, "overview")
-    listed = re.findall(r'<li data-fix="([^"]+)">.*?class="first-bad-call" href="([^"]+)"',
-                        block(body, 'id="top-fixes"', "</ol>"), flags=re.S)
+    listed = [(li.get("data-fix"), li.one("a.first-bad-call").get("href"))
+              for li in parse(body).select("#top-fixes li[data-fix]")]
     assert len(listed) == min(5, len(fixes)) >= 3
     assert [name for name, _ in listed] == [f[0] for f in fixes[:len(listed)]]
     for (_, href), fix in zip(listed, fixes, strict=False):
-        assert unescape(href).split("?")[0] == reverse("call-detail", args=[project.slug, fix[3]])
+        assert href.split("?")[0] == reverse("call-detail", args=[project.slug, fix[3]])
     assert fixes[0][1] > fixes[1][1] > 0  # ordered by a saving that differs, not by chance
 
 

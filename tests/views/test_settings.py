@@ -7,7 +7,6 @@ every change is a POST that needs the CSRF token.
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,7 +15,9 @@ from django.test import Client
 from manifests import services
 from manifests.analysis import notify
 from manifests.models import ApiKey, Membership, Project, hash_key
-from tests.analysis.support import Receiver, free_port
+from tests.analysis.support import free_port
+from tests.html_page import parse
+from tests.support import Receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -117,15 +118,16 @@ def test_it_refuses_a_change_without_the_csrf_token(project, owner):
     assert c.post(url(project, "keys"), {"name": "x", "can_ingest": "on"}).status_code == 403
     assert not ApiKey.objects.filter(project=project).exists()
     body = c.get(url(project)).content.decode()
-    forms = re.findall(r'<form method="post".*?</form>', body, re.S)
-    assert len(forms) >= 5 and all("csrfmiddlewaretoken" in f for f in forms)
+    forms = parse(body).select('form[method="post"]')
+    assert len(forms) >= 5 and all(f.select('input[name="csrfmiddlewaretoken"]') for f in forms)
 
 
 def test_it_creates_a_scoped_key_and_shows_it_once(project, owner):
     c = client_for(owner)
     r = c.post(url(project, "keys"), {"name": "reader", "can_read": "on"})
     assert r.status_code == 201
-    raw = re.search(r'id="new-key-value"[^>]*value="(ctx_[^"]+)"', r.content.decode()).group(1)
+    raw = parse(r.content.decode()).one("#new-key-value").get("value")
+    assert raw.startswith("ctx_")
     key = ApiKey.objects.get(project=project, name="reader")
     assert key.hashed == hash_key(raw) and key.can_read and not key.can_ingest
     # The key works on the read API with its scope, and is never shown again.
@@ -209,7 +211,7 @@ def test_it_saves_the_webhook_and_keeps_the_secret_unless_told(project, owner):
     project.refresh_from_db()
     assert project.webhook_secret == "first"
     r = c.post(url(project, "webhook"), {**data, "secret": "", "new_secret": "on"})
-    shown = re.search(r'id="new-secret-value"[^>]*value="([^"]+)"', r.content.decode()).group(1)
+    shown = parse(r.content.decode()).one("#new-secret-value").get("value")
     project.refresh_from_db()
     assert project.webhook_secret == shown != "first"
     assert "first" not in c.get(url(project)).content.decode()

@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from manifests import services
 
@@ -7,12 +9,12 @@ from manifests import services
 class Command(BaseCommand):
     help = "Create a project and print an API key for it (shown once)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--owner", help="username of an existing user to make the project's owner")
         parser.add_argument("--read", action="store_true", help="the key may also read (GET /api/v1/...)")
 
-    def handle(self, *args, name: str, owner: str | None, read: bool, **options):
+    def handle(self, *args: str, name: str, owner: str | None, read: bool, **options: Any) -> None:
         user = None
         if owner:
             user = get_user_model().objects.filter(username=owner).first()

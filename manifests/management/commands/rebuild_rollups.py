@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Max, Min
 from django.utils import timezone
 
@@ -16,10 +17,10 @@ class Command(BaseCommand):
             "calls (after a change of rules, or for data loaded in bulk); buckets left without calls are "
             "deleted. Safe to run again: rollups are overwritten, never added to.")
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         add_selection(parser, calls=False)
 
-    def handle(self, *args, **options):
+    def handle(self, *args: str, **options: Any) -> None:
         since, until = time_range(options)
         total = 0
         for project in projects(options["project"]):

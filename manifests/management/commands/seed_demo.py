@@ -4,6 +4,7 @@ sent through the real ingest path (the same service the API calls)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -22,7 +23,7 @@ DEMO_PASSWORD = "demo-password"
 class Command(BaseCommand):
     help = "Create (or refresh) the demo project with several runs, and print a login and an ingest key."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: str, **options: Any) -> None:
         User = get_user_model()
         user, created = User.objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}

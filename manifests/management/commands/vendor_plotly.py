@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -44,7 +45,7 @@ def problems(path: Path) -> list[str]:
 class Command(BaseCommand):
     help = "Check that static/vendor/plotly.min.js is the pinned plotly.js cartesian bundle."
 
-    def handle(self, *args, **options):
+    def handle(self, *args: str, **options: Any) -> None:
         found = problems(target())
         if found:
             raise CommandError("; ".join(found) + f": run `npm pack {PACKAGE}@{VERSION}` and copy "

@@ -21,8 +21,8 @@ from ctxkit.providers.call import Adapter
 from ctxkit.providers.common import Message, ToolCall
 from ctxkit.record.call_items import Part
 
-__all__ = ["PROVIDERS", "Provider", "Resource", "UPSTREAMS", "adapter", "error_body", "for_api", "request_parts",
-           "route", "sdk_resources", "tool_name"]
+__all__ = ["PROVIDERS", "Provider", "Resource", "UPSTREAMS", "adapter", "error_body", "for_api", "guess_provider",
+           "request_parts", "route", "sdk_resources", "tool_name"]
 
 Resource = tuple[str, Any, tuple[str, ...], Adapter, tuple[str, Adapter] | None]
 
@@ -103,11 +103,25 @@ def tool_name(tool: Any) -> str | None:
     return None
 
 
+def guess_provider(params: dict[str, Any]) -> str:
+    """The provider whose shapes a request's parameters use: ``anthropic`` (a top-level
+    ``system``, ``input_schema`` tools, ``cache_control`` breakpoints), ``gemini`` (``contents``,
+    ``systemInstruction``), else ``openai`` (Chat ``messages`` or Responses ``input``)."""
+    if anthropic.is_request(params):
+        return anthropic.NAME
+    if gemini.is_request(params):
+        return gemini.NAME
+    return "openai"
+
+
 def request_parts(provider: str, params: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
-    """A request's parts and prefix segments, by the mapping of ``provider`` (``anthropic``, or
-    ``openai``: Responses when the parameters are a Responses request, else Chat Completions)."""
+    """A request's parts and prefix segments, by the mapping of ``provider`` (``anthropic``,
+    ``gemini`` / ``google``, or ``openai``: Responses when the parameters are a Responses request,
+    else Chat Completions)."""
     if provider == anthropic.NAME:
         return anthropic.request_parts(params)
+    if provider in (gemini.NAME, "google"):
+        return gemini.request_parts(params)
     if openai_responses.is_request(params):
         return openai_responses.responses_parts(params)
     return openai_chat.chat_parts(params)

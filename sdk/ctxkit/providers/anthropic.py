@@ -225,6 +225,21 @@ def claims(path: str, headers: Any) -> bool:
     return path.startswith(("/v1/messages", "/v1/complete")) or "anthropic-version" in headers
 
 
+def is_request(params: dict[str, Any]) -> bool:
+    """Do these parameters use Anthropic's shapes (a top-level ``system``, ``input_schema``
+    tools, ``cache_control`` breakpoints)?"""
+    if "system" in params or "cache_control" in params:
+        return True
+    tools = params.get("tools") or []
+    if any(isinstance(t, dict) and "input_schema" in t for t in tools):
+        return True
+    for entry in params.get("messages") or []:
+        content = entry.get("content") if isinstance(entry, dict) else None
+        if isinstance(content, list) and any(isinstance(b, dict) and "cache_control" in b for b in content):
+            return True
+    return False
+
+
 def recorded(method: str, path: str, query: str) -> str:
     """The recorded API of one of Anthropic's requests, or ``""``."""
     return MESSAGES if method == "POST" and path == "/v1/messages" else ""

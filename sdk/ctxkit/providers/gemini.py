@@ -245,6 +245,11 @@ def claims(path: str, headers: Any) -> bool:
     return any(name in headers for name in _GEMINI_HEADERS)
 
 
+def is_request(params: dict[str, Any]) -> bool:
+    """Do these parameters use the Gemini API's shapes (``contents``, ``systemInstruction``)?"""
+    return "contents" in params or "systemInstruction" in params
+
+
 def recorded(method: str, path: str, query: str) -> str:
     found = _METHOD.match(path) if method == "POST" else None
     if found is None:

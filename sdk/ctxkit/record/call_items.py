@@ -11,7 +11,8 @@ text -> ``memory`` (ctxkit.agents.memory_files: its ``source_ref`` names the fil
 text -> ``task``; a later last user text -> ``user``; other user and assistant turns -> ``history``; a tool call and
 its result share a ``group`` (the tool call id), the result is ``tool_result`` (untrusted); a
 compaction block -> ``summary``. Every item was sent (action ``keep``), with tokens from
-ctxkit's estimator.
+ctxkit's estimator; its id is its path in the request, its label what the agent calls it
+(:mod:`ctxkit.record.labels`: a tool by its name, a message by role and turn).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ctxkit.manifest import (
 )
 from ctxkit.models import DEFAULT_WINDOW, WINDOW_ASSUMED, window_for
 from ctxkit.record.items import UNTRUSTED_KINDS, clamp_tokens, clip, short_id
+from ctxkit.record.labels import item_labels
 
 __all__ = ["Part", "call_manifest", "window_for", "text_of", "infer_kinds", "DEFAULT_WINDOW"]
 
@@ -60,6 +62,7 @@ class Part:
     segment: str | None = None  # the prefix segment it belongs to, if any
     source: str = ""  # e.g. "messages[3].content[1]", kept as the item's source_ref
     ref: str | None = None  # the item's source_ref instead of ``source`` (a memory file's path)
+    name: str = ""  # a tool definition's, call's or result's tool name, when the mapping knows it
 
 
 def text_of(value: Any) -> str:
@@ -157,9 +160,11 @@ def call_manifest(
     cache order (empty: no prefix recorded)."""
     notes = list(warnings)
     infer_kinds(parts)
+    labels = item_labels(parts)  # over every part, so turns count from the conversation's start
     if len(parts) > MAX_ITEMS:
         notes.append(f"{len(parts) - MAX_ITEMS} oldest items left out (limit {MAX_ITEMS})")
         parts = parts[:1] + parts[len(parts) - MAX_ITEMS + 1:]
+        labels = labels[:1] + labels[len(labels) - MAX_ITEMS + 1:]
     items: list[Item] = []
     texts: list[str] = []
     last = len(parts) - 1
@@ -177,6 +182,7 @@ def call_manifest(
             source_ref=clip(p.ref or p.source, 1000) if p.ref or p.source else None,
             content_hash=_sha(p.text)[:32],
             text=clip(p.text, MAX_TEXT) if include_text and p.text else None,
+            label=labels[position] or None,
         ))
         texts.append(p.text)
 

@@ -99,3 +99,12 @@ def test_gemini_cli_s_memory_files_are_named_from_its_session_context():
 def test_a_key_in_a_url_is_masked_in_what_the_proxy_says():
     said = without_keys("Cannot connect to https://x.test/v1beta/models/m:generateContent?alt=sse&key=AIzaSECRET ok")
     assert "AIzaSECRET" not in said and "alt=sse&key=[masked] ok" in said
+
+
+def test_a_per_call_value_in_a_gemini_system_instruction_is_found_in_its_prefix():
+    from ctxkit.testing import scan_prefix
+
+    request = {"systemInstruction": {"parts": [{"text": "You are Gemini CLI.\nToday is 2026-12-06T12:45:00Z."}]},
+               "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]}
+    findings = scan_prefix(request)
+    assert findings and {f.segment for f in findings} == {"system"}

@@ -206,12 +206,8 @@ def allocate(
         else:
             repeats.append(None)
             raw, key = 0, ""
-        allocs.append(Allocation(
-            name=s.name, kind=s.kind, policy=s.policy, priority=s.priority,
-            effective_priority=s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority,
-            pinned=pinned, trust=s.trust, zone=s.zone, source_ref=s.source_ref, position=i, raw_tokens=raw,
-            requested=0, content_hash=key,
-        ))
+        effective = s.priority + aging_step * max(0, aging.get(s.name, 0)) if aging else s.priority
+        allocs.append(Allocation.of(s, i, effective, pinned, raw, key))
     if naive:
         plan = _naive(segments, allocs, budget, estimate)
     else:

@@ -90,6 +90,15 @@ class Allocation:
     floor: int = 0  # the floor granted first (step 4): min_tokens, for window at least its pinned lines
     lossless: bool = False  # lossless steps (step 2) changed the text before it was counted
 
+    @classmethod
+    def of(
+        cls, s: Segment, position: int, effective_priority: int, pinned: bool, raw_tokens: int, content_hash: str
+    ) -> Allocation:
+        """The allocation of ``s`` before anything is granted (what ``allocate`` starts from), its
+        fields given in their declared order: one is made per segment of every call."""
+        return cls(s.name, s.kind, s.policy, s.priority, effective_priority, pinned, s.trust, s.zone, s.source_ref,
+                   position, raw_tokens, 0, content_hash=content_hash)
+
     def replay_settings(self) -> ItemAllocation:
         """What a replay needs to re-run this allocation (the manifest's ``Item.allocation``)."""
         return ItemAllocation(

@@ -1,0 +1,177 @@
+"""A stand-in Gemini API for the real Gemini CLI (``gemini -p``), answering as the CLI asks:
+``POST /v1beta/models/<model>:streamGenerateContent?alt=sse`` for the turn (server-sent events,
+one ``GenerateContentResponse`` each) and ``:generateContent`` on a small model for its side
+requests (the router's complexity score, the next-speaker check, ...), which ask for JSON
+(``generationConfig.responseJsonSchema``) and get an object filled from that schema.
+
+A turn whose prompt (the last text of the last user content) names a file (``read <path>``)
+and that carries no function response after it is answered with a ``functionCall`` of the CLI's
+``read_file`` tool for that file; a turn whose last content holds a ``functionResponse`` with a
+text quoting the file's first line; any other prompt with ``Noted: <prompt>``. Every turn
+reports :data:`USAGE` (``promptTokenCount`` includes ``cachedContentTokenCount``), every side
+request :data:`SIDE_USAGE`. ``:countTokens`` answers a fixed count; every other path 404 in
+Google's error shape. Each request's method, path (with its query), headers and JSON body are
+kept (``received``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+USAGE = {"promptTokenCount": 9700, "cachedContentTokenCount": 8192, "candidatesTokenCount": 30,
+         "thoughtsTokenCount": 12, "toolUsePromptTokenCount": 25, "totalTokenCount": 9767}
+SIDE_USAGE = {"promptTokenCount": 900, "candidatesTokenCount": 8, "totalTokenCount": 908}
+READ_TOOL = "read_file"
+
+
+def _texts(content: Any) -> list[str]:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [str(p["text"]) for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+def prompt_of(contents: list[Any]) -> str:
+    """The last text of the last user content: what the user just asked."""
+    users = [c for c in contents if isinstance(c, dict) and c.get("role", "user") == "user" and _texts(c)]
+    texts = _texts(users[-1]) if users else []
+    return texts[-1] if texts else ""
+
+
+def function_response(contents: list[Any]) -> dict[str, Any] | None:
+    """The response of the last content when it answers a function call (the CLI ran the tool)."""
+    last = contents[-1] if contents else {}
+    for part in last.get("parts") or [] if isinstance(last, dict) else []:
+        if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
+            return part["functionResponse"]
+    return None
+
+
+def filled(schema: Any) -> Any:
+    """A value that satisfies a JSON schema (Gemini's ``type`` names in either case)."""
+    if not isinstance(schema, dict):
+        return None
+    kind = str(schema.get("type", "object")).lower()
+    if "enum" in schema:
+        return schema["enum"][0]
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: filled(sub) for name, sub in props.items()}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return 10
+    if kind == "boolean":
+        return False
+    return "stand-in"
+
+
+def turn_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts of the turn's answer: a function call or a text."""
+    contents = body.get("contents") or []
+    response = function_response(contents)
+    if response is not None:
+        output = json.dumps(response.get("response"))
+        content = (response.get("response") or {}).get("output")
+        text = content if isinstance(content, str) else output
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        return [{"text": f"The note says: {first.strip()}"}]
+    prompt = prompt_of(contents)
+    wanted = re.search(r"read (/\S+)", prompt)
+    declared = {d.get("name") for t in body.get("tools") or [] for d in t.get("functionDeclarations") or []}
+    if wanted and READ_TOOL in declared:
+        return [{"functionCall": {"name": READ_TOOL, "args": {"file_path": wanted.group(1)}}}]
+    return [{"text": f"Noted: {prompt.strip().splitlines()[-1][:80]}" if prompt.strip() else "Hello"}]
+
+
+def generate(body: dict[str, Any], model: str) -> dict[str, Any]:
+    """One ``GenerateContentResponse``: a side request's JSON, or the turn's answer."""
+    schema = (body.get("generationConfig") or {}).get("responseJsonSchema") \
+        or (body.get("generationConfig") or {}).get("responseSchema")
+    if schema is not None:
+        parts, usage = [{"text": json.dumps(filled(schema))}], SIDE_USAGE
+    else:
+        parts, usage = turn_parts(body), USAGE
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": model, "responseId": "standin"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: GeminiStandIn
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _not_found(self) -> None:
+        self._send(404, json.dumps({"error": {"code": 404, "message": "not here", "status": "NOT_FOUND"}}).encode())
+
+    def _keep(self, body: Any) -> None:
+        with self.server.lock:
+            self.server.received.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                                         body))
+
+    def do_GET(self) -> None:
+        self._keep(None)
+        self._not_found()
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        self._keep(body)
+        route = re.fullmatch(r"/v1(?:beta)?/models/([^/:]+):(\w+)", self.path.split("?")[0])
+        if not route or not isinstance(body, dict):
+            return self._not_found()
+        model, method = route.groups()
+        if method == "countTokens":
+            return self._send(200, json.dumps({"totalTokens": USAGE["promptTokenCount"]}).encode())
+        if method == "generateContent":
+            return self._send(200, json.dumps(generate(body, model)).encode())
+        if method == "streamGenerateContent":
+            answer = generate(body, model)
+            text_parts = answer["candidates"][0]["content"]["parts"]
+            # The first event carries the answer, the last the finish reason and the usage.
+            first = {"candidates": [{"content": {"role": "model", "parts": text_parts}, "index": 0}],
+                     "modelVersion": model, "responseId": "standin"}
+            last = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP",
+                                    "index": 0}], "usageMetadata": answer["usageMetadata"], "modelVersion": model,
+                    "responseId": "standin"}
+            if "alt=sse" in self.path:
+                data = b"".join(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last))
+                return self._send(200, data, "text/event-stream")
+            return self._send(200, json.dumps([first, last]).encode())
+        return self._not_found()
+
+
+class GeminiStandIn(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.received: list[tuple[str, str, dict[str, str], Any]] = []
+        self.lock = threading.Lock()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> GeminiStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+        self.server_close()
