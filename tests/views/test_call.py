@@ -18,7 +18,7 @@ from manifests.models import CacheEvent, Call, Evidence, Item, Membership
 from manifests.templatetags.call_items import item_rows
 from tests.conftest import make_manifest
 from tests.demo_world import CANARY
-from tests.html_page import parse
+from tests.html_page import Element, parse
 from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -214,12 +214,16 @@ def test_it_shows_the_budget_the_usage_and_the_cache_cause(demo_world, call_id):
     call = Call.objects.get(project=demo_world.project, call_id=call_id)
     event = CacheEvent.objects.get(call=call)
     summary = section(body, '<div class="summary-line">', "</div>")
+    # Each figure as "label <b>value</b>": the text right before a <b>, and the <b>'s text.
+    figures = {(before.strip(), b.text) for e in parse(body).one("div.summary-line").elements()
+               for before, b in zip(e.children, e.children[1:], strict=False)
+               if isinstance(before, str) and isinstance(b, Element) and b.tag == "b"}
     alloc = script_json(body, "allocation-data")
     for label, value in (("window", call.window), ("output reserve", call.output_reserve),
                          ("safety margin", call.safety_margin), ("input cap", call.input_cap),
                          ("in context", alloc["used"]), ("headroom", alloc["headroom"]),
                          ("input", call.input_tokens), ("effective limit", call.figures.effective_limit)):
-        assert re.search(rf"{re.escape(label)} <b[^>]*>{value}</b>", summary), label
+        assert (label, str(value)) in figures, label
     assert f"({call.cache_read_tokens} cached, {call.cache_write_tokens} written)" in summary
     cause = f'cache: <b class="cause-{event.cause}">{event.get_cause_display()}</b>'
     assert cause in summary
@@ -251,7 +255,9 @@ def test_it_shows_a_compactions_figures_and_each_invariant(demo_world):
     card = section(body, '<div class="card" data-compaction="', "</table>")
     assert "· model summary · trigger: occupancy 0.83 &gt;= 0.80 · 474 → 197 tokens" in card
     assert "r = 0.42 · d = 0.25 · summary item summary-step-6 · kept 1 turns" in card
-    results = dict(re.findall(r"<tr><td>(\w+)</td><td><span class=\"badge \w+\">(\w+)</span>", card))
+    results = {tr.select("td")[0].text: tr.select("td")[1].one(".badge").text
+               for tr in parse(body).one("div.card[data-compaction]").select("tr")
+               if len(tr.select("td")) > 1 and tr.select("td")[1].select(".badge")}
     assert results["user_constraints"] == "failed" and results["pending_obligations"] == "ok"
     assert "No compaction in this call." in get(demo_world, "coder-list-endpoint/step-5")
 
@@ -341,7 +347,8 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     segments.append({"name": "extra", "hash": "e" * 64, "tokens": 10})  # a new segment
     store_and_analyse(project, [before, after])
 
-    diff = section(_page(owner, project, "diff-run/step-1"), '<table class="grid compact" id="diff">', "</table>")
+    page = _page(owner, project, "diff-run/step-1")
+    diff = section(page, '<table class="grid compact" id="diff">', "</table>")
     rows = {(change, item): what for change, item, what in re.findall(
         r'<tr><td><span class="badge \w+">(\w+)</span></td><td>(.*?)</td><td>[^<]*</td><td>(.*?)</td></tr>', diff)}
     assert rows == {
@@ -363,8 +370,9 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     assert "stays" not in diff
     # The badges say which way each change went.
     assert '<span class="badge ok">entered</span>' in diff and '<span class="badge bad">left</span>' in diff
-    assert re.search(r'<span class="badge bad">evidence</span></td><td>lost-key<', diff)
-    assert re.search(r'<span class="badge ok">evidence</span></td><td>found-key<', diff)
+    badges = {tuple(td.text for td in tr.select("td")[:2]): tr.select("td")[0].one(".badge").get("class")
+              for tr in parse(page).select("table#diff tr") if tr.select("td .badge")}
+    assert badges[("evidence", "lost-key")] == "badge bad" and badges[("evidence", "found-key")] == "badge ok"
 
 
 def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):

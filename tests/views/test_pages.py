@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from urllib.parse import parse_qs, urlsplit
@@ -157,11 +156,12 @@ def test_it_shows_only_real_losses_in_the_missing_box_and_chart_and_risks_apart(
 
 def test_it_traces_the_timeline_to_the_compaction_that_lost_the_constraint(demo_world):
     body = body_of(demo_world, "evidence/?key=api_compat&run=coder-list-endpoint")
-    rows = dict(re.findall(r'<tr data-step="(\d+)">(.*?)</tr>', body, flags=re.S))
+    rows = {tr.get("data-step"): tr for tr in parse(body).select("tr[data-step]")}
     for step in ("6", "7", "8"):
-        assert "Lost in compaction or summary" in rows[step] and "Never a candidate" not in rows[step]
-    assert 'class="lost-at"' not in rows["6"]  # lost here
-    assert re.search(r'class="lost-at" href="[^"]+coder-list-endpoint/step-6/[^"]*">step 6</a>', rows["8"])
+        assert "Lost in compaction or summary" in rows[step].text and "Never a candidate" not in rows[step].text
+    assert not rows["6"].select("a.lost-at")  # lost here
+    lost_at = rows["8"].one("a.lost-at")
+    assert lost_at.text == "step 6" and "coder-list-endpoint/step-6/" in (lost_at.get("href") or "")
 
 
 def test_it_gives_the_same_cause_in_the_api(demo_world):
@@ -181,20 +181,23 @@ def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world
     regression = Regression.objects.get(project=demo_world.project)
     assert regression.first_call.call_id == "research-019/step-0" and regression.call.call_id == "research-019/step-6"
     body = body_of(demo_world, "cache/?range=all")
-    card_html = re.search(r'data-regression="\d+"(.*?)</table>', body, flags=re.S).group(1)
-    assert re.search(r'<a class="first-call" href="[^"]+research-019/step-0/[^"]*">First call with the new prefix',
-                     card_html)
-    assert re.search(r'<a class="crossed-call" href="[^"]+research-019/step-6/[^"]*">the call where it crossed',
-                     card_html)
+    card = parse(body).one("div.card[data-regression]")
+    first, crossed = card.one("a.first-call"), card.one("a.crossed-call")
+    assert "research-019/step-0/" in (first.get("href") or "")
+    assert first.text.startswith("First call with the new prefix")
+    assert "research-019/step-6/" in (crossed.get("href") or "")
+    assert crossed.text.startswith("the call where it crossed")
     # The sentence and the table name the same hashes of the changed segment.
-    before, after = re.search(r"Segment system: <code>([^<]+)</code> → <code>([^<]+)</code>", card_html).groups()
-    row = re.search(r"<td>system</td><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", card_html).groups()
-    assert (before, after) == row
+    sentence = next(e for e in card.elements()
+                    if any(isinstance(c, str) and "Segment system:" in c for c in e.children))
+    hashes = [c.text for c in sentence.children if isinstance(c, Element) and c.tag == "code"]
+    row = next(tr for tr in card.select("tr") if [td.text for td in tr.select("td")][:1] == ["system"])
+    assert len(hashes) >= 2 and hashes[:2] == [code.text for code in row.select("code")][:2]
     # The card, the overview box and the chart markers give the same rates.
     rates = f"{regression.baseline_rate * 100:.0f}% → "
-    assert rates in card_html
+    assert rates in card.text
     overview = body_of(demo_world, "?range=all")
-    assert rates in re.search(r'id="q-cache">(.*?)</div>', overview, flags=re.S).group(1)
+    assert rates in parse(overview).one("#q-cache").text
     marker = script_json(body, "cache-data")["regressions"][0]
     assert (marker["baseline"], marker["current"]) == (regression.baseline_rate, regression.current_rate)
     assert script_json(overview, "overview-data")["regressions"][0] == marker
@@ -202,10 +205,9 @@ def test_it_labels_both_regression_links_and_shows_one_pair_of_hashes(demo_world
 
 def _pager(body: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
     """The pager's text and its links by label, each link's query parsed."""
-    nav = re.search(r'<nav class="pager" aria-label="Pages">(.*?)</nav>', body, flags=re.S).group(1)
-    links = {html.unescape(label): parse_qs(urlsplit(html.unescape(href)).query)
-             for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', nav)}
-    return re.search(r"<span>(.*?)</span>", nav).group(1), links
+    nav = parse(body).one('nav.pager[aria-label="Pages"]')
+    links = {a.text: parse_qs(urlsplit(a.get("href") or "").query) for a in nav.select("a[href]")}
+    return nav.select("span")[0].text, links
 
 
 def _three_calls(project, **fields) -> None:
@@ -236,7 +238,7 @@ def test_it_pages_the_prefix_registry_and_the_compactions_with_the_shared_pager(
     assert text == "page 2 of 3 (2–2 of 3)"
     assert links == {"« first": {**expected, "page": ["1"]}, "← previous": {**expected, "page": ["1"]},
                      "next →": {**expected, "page": ["3"]}, "last »": {**expected, "page": ["3"]}}
-    assert 'rel="next" class="next-page"' in pages[1] and 'rel="prev"' in pages[1]
+    assert parse(pages[1]).select('a.next-page[rel="next"]') and parse(pages[1]).select('a[rel="prev"]')
     text, links = _pager(pages[0])
     assert text == "page 1 of 3 (1–1 of 3)" and set(links) == {"next →", "last »"}
     text, links = _pager(pages[2])
