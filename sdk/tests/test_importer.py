@@ -1,0 +1,117 @@
+"""``ctxkit import``: Claude Code transcripts on disk sent as manifests (against a real local server)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import API_KEY, IngestServer
+from ctxkit.cli import main
+from ctxkit.importer import NOT_ITEMISED, claude_code_calls
+
+SESSION = "5b0f6a43-7a55-4d0e-9a3c-1f0c2b9d8e01"
+SYSTEM = [{"type": "text", "text": "You are a careful coding agent."}]
+TOOLS = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {}}}]
+
+
+def _hash(message: dict) -> str:
+    return hashlib.sha256(json.dumps(message, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _line(kind: str, **fields: object) -> str:
+    return json.dumps({"type": kind, "sessionId": SESSION, "version": "2.1.332", "cwd": "/src/app",
+                       "gitBranch": "main", "timestamp": "2026-12-01T10:00:00.000Z", **fields})
+
+
+def _answer(message_id: str, text: str, input_tokens: int) -> dict:
+    return {"id": message_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": input_tokens, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 7}}
+
+
+@pytest.fixture
+def projects(tmp_path: Path) -> Path:
+    """One project with a 2.1.332 session (requests written) and an older one (messages only),
+    holding a line that is not JSON and a last line cut before its newline."""
+    folder = tmp_path / "projects" / "-src-app"
+    folder.mkdir(parents=True)
+    first = {"role": "user", "content": "list the files"}
+    blob = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>today</system-reminder>"}]}
+    exact = [
+        _line("user", message=first, isSidechain=False, uuid="u1"),
+        _line("api-request-shape", shapeHash="s1", shape={"system": SYSTEM, "tools": TOOLS}),
+        _line("api-request-blob", hash=_hash(blob), message=blob),
+        _line("api-request", id="r1", shapeHash="s1", params={"model": "claude-sonnet-4-5", "max_tokens": 1000,
+                                                              "betas": ["claude-code-20250219"]},
+              tail=[_hash(first), _hash(blob)], cacheControl=[{"path": ["system", 0], "value": {"type": "ephemeral"}}]),
+        _line("assistant", message=_answer("msg_exact_1", "Here they are.", 40), isSidechain=False, uuid="a1"),
+    ]
+    (folder / f"{SESSION}.jsonl").write_text("\n".join(exact) + "\n", encoding="utf-8")
+    older = [
+        json.dumps({"type": "user", "sessionId": "old-session", "message": {"role": "user", "content": "hi"}}),
+        "{this is not json",
+        json.dumps({"type": "assistant", "sessionId": "old-session", "message": _answer("msg_old_1", "Hello.", 12)}),
+        json.dumps({"type": "user", "sessionId": "old-session", "message": {"role": "user", "content": "bye"}}),
+        json.dumps({"type": "assistant", "sessionId": "old-session", "message": _answer("msg_old_2", "Bye.", 20)}),
+    ]
+    (folder / "old-session.jsonl").write_text("\n".join(older) + '\n{"type": "user", "sessi', encoding="utf-8")
+    return tmp_path / "projects"
+
+
+def _import(projects: Path, server: IngestServer) -> int:
+    return main(["import", "--claude-code", str(projects), "--host", server.url, "--api-key", API_KEY])
+
+
+def test_it_rebuilds_the_exact_request_from_a_new_transcript(projects: Path) -> None:
+    calls = [call for call, _end in claude_code_calls(str(projects / "-src-app" / f"{SESSION}.jsonl"))]
+    assert len(calls) == 1
+    request = calls[0].request
+    assert calls[0].exact
+    assert request["system"] == [{**SYSTEM[0], "cache_control": {"type": "ephemeral"}}]
+    assert request["tools"] == TOOLS
+    assert "betas" not in request
+    assert [m["content"] for m in request["messages"]] == [
+        "list the files", [{"type": "text", "text": "<system-reminder>today</system-reminder>"}]]
+    assert calls[0].response["usage"]["input_tokens"] == 40
+
+
+def test_it_imports_each_call_once_and_reports_malformed_lines(projects: Path, server: IngestServer, tmp_path: Path,
+                                                                monkeypatch, capsys) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert _import(projects, server) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "sessions=2 calls=3 skipped=0 malformed=2 rejected=0 spooled=0"
+    assert "old-session.jsonl:2: not JSON" in err
+    assert "old-session.jsonl:6: truncated line" in err
+    stored = list(server.stored.values())
+    assert len(stored) == 3
+    exact = next(m for m in stored if m["usage"]["input_tokens"] == 40)
+    kinds = [item["kind"] for item in exact["items"]]
+    assert "system" in kinds and "tools" in kinds
+    assert exact["builder"]["name"] == "ctxkit.import"
+    assert NOT_ITEMISED not in exact.get("warnings", [])
+    older = [m for m in stored if m is not exact]
+    assert all(NOT_ITEMISED in m["warnings"] for m in older)
+    assert {m["run_id"] for m in older} == {next(iter(older))["run_id"]}
+    assert sorted(m["step"] for m in older) == [0, 1]
+
+    requests = len(server.requests)
+    assert _import(projects, server) == 0
+    assert capsys.readouterr().out.strip().startswith("sessions=0 calls=0 skipped=1 malformed=1")
+    assert len(server.requests) == requests
+    assert len(server.stored) == 3
+
+
+def test_it_sends_nothing_new_for_the_same_calls_without_its_state(projects: Path, server: IngestServer,
+                                                                   tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-1"))
+    assert _import(projects, server) == 0
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-2"))  # a fresh state: every call sent again
+    assert _import(projects, server) == 0
+    capsys.readouterr()
+    assert len(server.stored) == 3
+    assert server.duplicates == 3
