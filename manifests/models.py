@@ -628,6 +628,36 @@ class CompactionFigures(models.Model):
         indexes = [models.Index(fields=["project", "failed", "started_at"], name="compfig_project_failed")]
 
 
+class ReRead(models.Model):
+    """A re-read after loss (docs/analysis.md, "Re-reads"): a tool call repeating one whose
+    result the context lost in between, on the call whose context first holds the new result."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, db_constraint=False, db_index=False, related_name="+")
+    started_at = models.DateTimeField(help_text="Copy of the call's time, for range queries")
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    step = models.IntegerField(help_text="Copy of the call's step")
+    group = models.CharField(max_length=200, help_text="The re-read tool call's id")
+    result_item = models.CharField(max_length=200)
+    tool = models.CharField(max_length=200, blank=True, default="")
+    tokens = models.BigIntegerField(default=0, help_text="ctxkit.figures.reread_tokens")
+    earlier_call = models.ForeignKey(Call, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                                     related_name="+", help_text="The last call that held the earlier result")
+    earlier_item = models.CharField(max_length=200)
+    lost_call = models.ForeignKey(Call, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                                  related_name="+", help_text="The first call that no longer held it")
+    cause = models.CharField(max_length=16, help_text="compaction, context_edit, truncate or drop")
+    cause_ref = models.CharField(max_length=200, blank=True, default="",
+                                 help_text="The compaction event id or the context edit type")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["call"], name="reread_call"),
+            models.Index(fields=["lost_call"], include=["tokens", "cause_ref"], name="reread_lost_call"),
+            models.Index(fields=["run", "step"], name="reread_run_step"),
+        ]
+
+
 class Rollup(models.Model):
     """Hourly and daily totals per project / agent / model, recomputed from the source rows
     of each touched bucket (never incremented), so reprocessing cannot double-count."""

@@ -37,10 +37,10 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from ctxview.celery import SWEEP_MAX_CALLS, SWEEP_MAX_SECONDS
-from manifests.analysis import attribution, cache, compaction_review, facts, figures, regressions, rollups
+from manifests.analysis import attribution, cache, compaction_review, facts, figures, regressions, rereads, rollups
 from manifests.analysis.data import load
 from manifests.analysis.prices import PriceBook
-from manifests.models import Attribution, Call, CallFigures, CompactionFigures, Project
+from manifests.models import Attribution, Call, CallFigures, CompactionFigures, Project, ReRead
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +237,8 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     CallFigures.objects.bulk_create(new_figures, batch_size=500)
     Attribution.objects.bulk_create(new_attributions, batch_size=500)
     CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
+    ReRead.objects.filter(call_id__in=pks).delete()
+    ReRead.objects.bulk_create(rereads.derive(calls), batch_size=500)
 
     now = timezone.now()
     Call.objects.filter(pk__in=pks).update(analyzed_at=now, quarantined_at=None, analysis_error="")

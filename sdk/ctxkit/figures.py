@@ -93,6 +93,12 @@ def context_tokens(item: ItemLike) -> int:
     return item.requested_tokens
 
 
+def reread_tokens(result: ItemLike) -> int:
+    """Tokens of a re-read (docs/analysis.md, "Re-reads"): the re-read tool result's tokens
+    in the context of the call that first holds it, as :func:`context_tokens` counts them."""
+    return context_tokens(result)
+
+
 def total_context_tokens(items: Iterable[ItemLike]) -> int:
     """Tokens in context of a call: the sum over its items."""
     return sum(context_tokens(i) for i in items)

@@ -1,0 +1,73 @@
+"""Re-reads after loss: a tool call repeating one whose result the context lost in between."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from ctxkit.context.layout import canonical_json
+from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest
+from manifests.analysis.pipeline import analyze_calls
+from manifests.models import ReRead
+from tests.analysis.support import item, manifest, sha
+from tests.support import store_and_analyse
+
+pytestmark = pytest.mark.django_db
+
+READ = canonical_json({"name": "Read", "input": {"file_path": "/repo/app.py"}})
+
+
+def tool_pair(n: int, *, action: str = "keep", tokens: int = 400) -> list[Item]:
+    """A Read of the same file (tool call id ``tu-n``) and its result."""
+    return [item(f"call-{n}", kind="history", group=f"tu-{n}", content_hash=sha(READ)[:32], tokens=20),
+            item(f"res-{n}", kind="tool_result", action=action, group=f"tu-{n}", label="Read", tokens=tokens)]
+
+
+def run(*steps: list[Item], compaction_at: int | None = None, edit_at: int | None = None) -> list[Manifest]:
+    out = []
+    for step, items in enumerate(steps):
+        comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=5000, tokens_after=800)] \
+            if step == compaction_at else []
+        m = manifest(f"c{step}", step=step, items=items, compactions=comps)
+        if step == edit_at:
+            m = msgspec.structs.replace(m, context_edits=[ContextEdit(type="clear_tool_uses_20250919",
+                                                                     cleared_count=1, cleared_tokens=400)])
+        out.append(m)
+    return out
+
+
+def test_it_finds_a_reread_after_a_compaction(project):
+    calls = store_and_analyse(project, run(tool_pair(1), tool_pair(1), [item("sum", kind="summary", tokens=50)],
+                                           [item("sum", kind="summary", tokens=50), *tool_pair(2, tokens=410)],
+                                           compaction_at=2))
+    row = ReRead.objects.get()
+    assert (row.call_id, row.step, row.tokens, row.tool) == (calls[3].pk, 3, 410, "Read")
+    assert (row.earlier_call_id, row.earlier_item, row.lost_call_id) == (calls[1].pk, "res-1", calls[2].pk)
+    assert (row.cause, row.cause_ref) == ("compaction", "cmp-2")
+
+
+def test_it_finds_a_reread_after_a_context_edit_cleared_the_result(project):
+    calls = store_and_analyse(project, run(tool_pair(1), tool_pair(1, action="clear"),
+                                           [*tool_pair(1, action="clear"), *tool_pair(2)], edit_at=1))
+    row = ReRead.objects.get()
+    assert (row.call_id, row.lost_call_id, row.cause) == (calls[2].pk, calls[1].pk, "context_edit")
+    assert row.cause_ref == "clear_tool_uses_20250919"
+
+
+def test_it_finds_a_reread_after_a_truncation(project):
+    calls = store_and_analyse(project, run(tool_pair(1), tool_pair(1, action="truncate"),
+                                           [*tool_pair(1, action="truncate"), *tool_pair(2)]))
+    row = ReRead.objects.get()
+    assert (row.call_id, row.lost_call_id, row.cause, row.tokens) == (calls[2].pk, calls[1].pk, "truncate", 400)
+
+
+def test_it_does_not_count_a_repeat_whose_result_was_still_held(project):
+    store_and_analyse(project, run(tool_pair(1), [*tool_pair(1), *tool_pair(2)]))
+    assert not ReRead.objects.exists()
+
+
+def test_it_does_not_duplicate_rereads_when_reanalysed(project):
+    calls = store_and_analyse(project, run(tool_pair(1), [], [*tool_pair(2)]))
+    assert ReRead.objects.get().cause == "drop"
+    analyze_calls([c.pk for c in calls], force=True)
+    assert ReRead.objects.count() == 1
