@@ -11,14 +11,15 @@ missed what the last one wrote), and is a cold start when there is none; a
 prefix shorter than the provider's minimum is never cached at all. The details say it in the words of what changed
 (cache_words.py): the system line, the tools by name, the earlier messages and
 the context edit or compaction that removed them, the TTL and where it came from.
-Regressions across runs live in regressions.py.
+The rules that give the cause are a table in cache_causes.py; this module finds the calls to
+compare and stores the causes. Regressions across runs live in regressions.py.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection
@@ -27,6 +28,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, OuterRef, Q, Subq
 from ctxkit import figures as fig
 from ctxkit.manifest import Usage
 from manifests.analysis import cache_words
+from manifests.analysis.cache_causes import Seen, cause_of
 from manifests.analysis.data import clean
 from manifests.analysis.prices import PriceBook, usd_prices
 from manifests.models import CacheEvent, Call, Compaction, ContextEdit, PrefixEntry
@@ -81,100 +83,6 @@ def _hit_ratio(c: dict[str, Any]) -> float | None:
     return fig.hit_rate(c["cache_read_tokens"], c["input_tokens"])
 
 
-def first_changed_segment(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[str, str]:
-    """(segment name, how) of the first prefix segment that differs: the cache holds up to
-    there and is lost after it. ('', ...) when the segments do not show the change."""
-    for n in range(max(len(before), len(after))):
-        old = before[n] if n < len(before) else None
-        new = after[n] if n < len(after) else None
-        if old is None:
-            assert new is not None  # n is below the length of one of them
-            return str(new["name"]), f"segment {new['name']!r} was added"
-        if new is None:
-            return str(old["name"]), f"segment {old['name']!r} was removed"
-        if old.get("name") != new.get("name"):
-            if new.get("name") not in {s.get("name") for s in before}:
-                return str(new["name"]), f"segment {new['name']!r} was added"
-            if old.get("name") not in {s.get("name") for s in after}:
-                return str(old["name"]), f"segment {old['name']!r} was removed"
-            return str(new["name"]), f"segments reordered: {new['name']!r} now where {old['name']!r} was"
-        if old.get("hash") != new.get("hash"):
-            return str(new["name"]), f"segment {new['name']!r} changed (hash {_short(old.get('hash'))} -> " \
-                f"{_short(new.get('hash'))})"
-    return "", "the prefix hash changed but its segments do not show where"
-
-
-def prefix_extension(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
-    """How ``after`` only appends to ``before`` (lines at the end of its last segment, segments
-    after it), or "" when it changes anything ``before`` held. A grown prefix still starts with
-    what the previous call wrote, so that part can be read: an agent that puts its cache
-    breakpoint on the newest message grows the ``messages`` segment at every call. Growth within
-    a segment is seen only through its line hashes; without them the change counts as a change."""
-    if not before or len(after) < len(before):
-        return ""
-    last = len(before) - 1
-    for old, new in zip(before[:last], after[:last], strict=True):
-        if old.get("name") != new.get("name") or old.get("hash") != new.get("hash"):
-            return ""
-    old, new = before[last], after[last]
-    if old.get("name") != new.get("name"):
-        return ""
-    added = [str(s.get("name")) for s in after[last + 1:]]
-    grown = ""
-    if old.get("hash") != new.get("hash"):
-        old_lines, new_lines = old.get("lines") or [], new.get("lines") or []
-        if not old_lines or len(new_lines) <= len(old_lines) or new_lines[: len(old_lines)] != old_lines:
-            return ""
-        grown = f"segment {old.get('name')!r} gained {len(new_lines) - len(old_lines)} lines at its end"
-    if len(added) == 1:
-        grown = "; ".join(filter(None, [grown, f"segment {added[0]!r} was added after it"]))
-    elif added:
-        grown = "; ".join(filter(None, [grown, f"segments {', '.join(map(repr, added))} were added after it"]))
-    return grown
-
-
-def _short(value: Any) -> str:
-    return str(value or "")[:12]
-
-
-def _gap(call: dict[str, Any], prev: dict[str, Any]) -> float:
-    """Seconds between the previous call (its end when known: the cache was last used
-    then) and the start of this one."""
-    last_use: datetime = prev["ended_at"] or prev["started_at"]
-    gap: float = (call["started_at"] - last_use).total_seconds()
-    return gap
-
-
-def _ttl(call: dict[str, Any], prev: dict[str, Any], prices_entry: Any) -> int:
-    """The TTL in force over the gap: the one the previous call (which wrote the cache)
-    recorded, else this call's, else the price book's for the model."""
-    return int(prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds") or prices_entry.cache_ttl_seconds)
-
-
-def _ttl_words(call: dict[str, Any], prev: dict[str, Any], ttl: int) -> str:
-    """The TTL of :func:`_ttl` and where it came from: the request's cache_control (a call
-    recorded by ctxkit.instrument or ctxkit proxy), the agent, or the price table."""
-    recorder = prev if prev.get("cache_ttl_seconds") else call if call.get("cache_ttl_seconds") else None
-    if recorder is None:
-        return cache_words.ttl(ttl, recorded=False, builder="")
-    return cache_words.ttl(ttl, recorded=True, builder=str(recorder.get("builder_name") or ""))
-
-
-def _changed_words(call: dict[str, Any], prev: dict[str, Any], segment: str, *, across_runs: bool = False) -> str:
-    """The change in ``segment`` told by what changed in it (cache_words), or "" when its lines
-    do not show it. Messages words only when the previous call cached messages: a messages
-    segment that appeared where another was is told by the segments."""
-    before, after = prev["prefix_segments"] or [], call["prefix_segments"] or []
-    if segment not in ("tools", "messages") and not all(
-            any(isinstance(s, dict) and s.get("name") == segment for s in side) for side in (before, after)):
-        return ""
-    if segment == "messages" and not any(isinstance(s, dict) and s.get("name") == segment for s in before):
-        return ""
-    return cache_words.prefix_change(before, after, segment, edits=call.get("context_edits") or (),
-                                     compactions=call.get("compactions") or (),
-                                     previous_compactions=prev.get("compactions") or (), across_runs=across_runs)
-
-
 def compares_across_runs(call: dict[str, Any], prices: PriceBook) -> bool:
     """Whether the first call of a run is compared with another run's call: it read nothing
     from the cache and its cacheable prefix is not below the provider's minimum."""
@@ -194,58 +102,14 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
     not compared. Without it, a first call is a cold start, or a hit from a cache another run
     warmed."""
     price = prices.for_model(call["model"])
-    read = call["cache_read_tokens"]
-    # What could have been cached: the declared stable prefix, else the whole input.
-    cacheable = call["prefix_tokens"] if call["prefix_hash"] else call["input_tokens"]
-    across, who = False, "the previous call"
+    seen = Seen(call, prev, price)
     if prev is None and earlier is not None and compares_across_runs(call, prices):
-        across, who, prev = True, cache_words.previous_run_call(str(earlier.get("call_id", ""))), earlier
-    gap = _gap(call, prev) if prev is not None else None
-    segment = ""
-    grew = ""  # how the prefix grew from the previous call's, when that is all that changed
-    conversation = False  # across runs: the prefixes differ from their messages segment on
-    if read == 0 and cacheable < price.min_cacheable_tokens:
-        cause = CacheEvent.BELOW_MINIMUM
-        detail = (
-            f"the cacheable prefix ({cacheable} tokens) is below the provider's minimum "
-            f"({price.min_cacheable_tokens}): it is never cached"
-        )
-    elif prev is None:
-        cause = CacheEvent.HIT if read else CacheEvent.COLD_START
-        detail = "first call of the run" + (", cache warm from another run" if read else ": nothing cached yet")
-    elif prev["model"] != call["model"]:
-        cause, segment = CacheEvent.PREFIX_CHANGED, "model"
-        detail = (f"the model changed ({prev['model']} → {call['model']}): each model has its own cache, so "
-                  "nothing the previous call wrote can be read")
-    elif call["prefix_hash"] and prev["prefix_hash"] and call["prefix_hash"] != prev["prefix_hash"] and not (
-        grew := prefix_extension(prev["prefix_segments"] or [], call["prefix_segments"] or [])
-    ) and not (conversation := across and _only_messages_differ(prev, call)):
-        cause = CacheEvent.PREFIX_CHANGED
-        segment, how = first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])
-        words = _changed_words(call, prev, segment, across_runs=across) if segment else ""
-        detail = f"{words or how}; the cache is lost from there on"
-    elif read:
-        cause = CacheEvent.HIT
-        detail = (f"the prefix grew ({grew}): it starts with the previous call's, read from the cache" if grew
-                  else "same prefix as the previous call, read from the cache")
-    elif gap is not None and gap > (ttl := _ttl(call, prev, price)):
-        cause = CacheEvent.TTL_EXPIRED
-        detail = f"{gap:.0f}s since {who}, longer than the cache TTL ({_ttl_words(call, prev, ttl)})"
-        if prev.get("cache_ttl_seconds") or call.get("cache_ttl_seconds"):
-            detail += ": an expected miss"
-        across = False  # the words name the call already
-    elif not across and call.get("context_edits") and any(
-            s.get("name") == "messages" for s in call["prefix_segments"] or [] if isinstance(s, dict)):
-        cause, segment = CacheEvent.PREFIX_CHANGED, "messages"
-        detail = f"{cache_words.cleared_by_provider(call['context_edits'])}; the cache is lost from there on"
-    else:
-        cause = CacheEvent.COLD_START
-        same = (f"a prefix that starts with the previous call's ({grew})" if grew
-                else "same prefix up to its messages (each run has its own conversation)" if conversation
-                else "same prefix")
-        detail = f"{same} within the TTL but nothing was read: the previous call did not write the cache"
-    if across:
-        detail = f"since {who}: {detail}"
+        who = cache_words.previous_run_call(str(earlier.get("call_id", "")))
+        seen = Seen(call, earlier, price, across=True, who=who)
+    compared = seen.prev
+    verdict = cause_of(seen)
+    detail = f"since {seen.who}: {verdict.detail}" if seen.across and not verdict.names_previous else verdict.detail
+    read = call["cache_read_tokens"]
     usage = Usage(input_tokens=call["input_tokens"], cache_read_tokens=read,
                   cache_write_tokens=call["cache_write_tokens"], output_tokens=call["output_tokens"],
                   cache_write_1h_tokens=call["cache_write_1h_tokens"])
@@ -253,14 +117,14 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
     return CacheEvent(
         project_id=call["project_id"],
         call_id=call["pk"],
-        previous_call_id=prev["pk"] if prev is not None else None,
-        cause=cause,
-        changed_segment=clean(segment)[:200],
-        gap_seconds=gap,
+        previous_call_id=compared["pk"] if compared is not None else None,
+        cause=verdict.cause,
+        changed_segment=clean(verdict.segment)[:200],
+        gap_seconds=seen.gap,
         hit_ratio=_hit_ratio(call),
-        previous_hit_ratio=_hit_ratio(prev) if prev is not None else None,
+        previous_hit_ratio=_hit_ratio(compared) if compared is not None else None,
         prefix_hash=call["prefix_hash"],
-        previous_prefix_hash=prev["prefix_hash"] if prev is not None else "",
+        previous_prefix_hash=compared["prefix_hash"] if compared is not None else "",
         detail=clean(detail),
         started_at=call["started_at"],
         run_id=call["run_id"],
@@ -269,12 +133,6 @@ def classify(call: dict[str, Any], prev: dict[str, Any] | None, prices: PriceBoo
         saving=fig.cache_saving(usage, call["prefix_tokens"], price.weights),
         saving_usd=None if usd is None else fig.cache_saving(usage, call["prefix_tokens"], usd.weights),
     )
-
-
-def _only_messages_differ(prev: dict[str, Any], call: dict[str, Any]) -> bool:
-    """Whether two prefixes are the same up to a ``messages`` segment, the conversation that
-    another run does not share (its first changed segment is ``messages``)."""
-    return first_changed_segment(prev["prefix_segments"] or [], call["prefix_segments"] or [])[0] == "messages"
 
 
 def _neighbour(direction: str) -> Subquery:

@@ -21,7 +21,7 @@ from typing import Any
 from django.db.models import Q
 
 from ctxkit.figures import hit_rate
-from manifests.analysis.cache import first_changed_segment
+from manifests.analysis.cache_causes import first_changed_segment
 from manifests.analysis.data import clean
 from manifests.models import CacheEvent, Call, Project, Regression
 

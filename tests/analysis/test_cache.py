@@ -217,3 +217,16 @@ def test_it_gives_a_miss_after_growth_the_cause_an_unchanged_prefix_would_get(pr
     _, missed, expired = events(store_and_analyse(project, [first, within, late]))
     assert missed.cause == CacheEvent.COLD_START and "starts with the previous call's" in missed.detail
     assert expired.cause == CacheEvent.TTL_EXPIRED
+
+
+def test_it_tries_the_cause_rules_in_the_order_the_docs_list_them():
+    import re
+    from pathlib import Path
+
+    from manifests.analysis.cache_causes import RULES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text(encoding="utf-8")
+    section = doc.split("### Within a run: a cause for every call", 1)[1].split("\n### ", 1)[0]
+    listed = re.findall(r"^\d+\. `(\w+)`", section, flags=re.M)
+    assert listed == [rule.__name__ for rule in RULES]
+    assert len(listed) == 8
