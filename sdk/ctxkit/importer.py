@@ -44,6 +44,7 @@ __all__ = ["ANTHROPIC_API", "NOT_ITEMISED", "Summary", "TranscriptCall", "claude
 
 ANTHROPIC_API = anthropic.MESSAGES
 NOT_ITEMISED = ("imported from a transcript without the request: system prompt and tools not itemised")
+SYNTHETIC = "<synthetic>"  # the model Claude Code names on assistant lines it wrote itself
 _NAMESPACE = uuid.UUID("6f1d8f0e-3c52-4d7a-9a57-2f4d0c0b7e11")  # call ids of imported calls
 
 
@@ -105,8 +106,41 @@ def _set_path(request: dict[str, Any], path: list[Any], value: Any) -> None:
         node["cache_control"] = value
 
 
-def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any]) -> dict[str, Any] | None:
-    """The request of an ``api-request`` line, or None when its shape or a message is missing."""
+def _wire(message: Any) -> Any:
+    """A message as Claude Code sends it: the transcript keeps a user or system text as one text
+    block; on the wire a lone plain text block is a string (a ``cache_control`` mark, put
+    back after, turns it into a block again)."""
+    if not isinstance(message, dict) or message.get("role") not in ("user", "system"):
+        return message
+    content = message.get("content")
+    if isinstance(content, list):
+        content = [_wire_result(block) for block in content]
+        message = {**message, "content": content}
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
+            and set(content[0]) == {"type", "text"} and content[0]["type"] == "text":
+        return {**message, "content": content[0]["text"]}
+    return message
+
+
+def _wire_result(block: Any) -> Any:
+    """A tool result as sent: a lone text block of its content is a string, its cache mark on
+    the result."""
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return block
+    inner = block.get("content")
+    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], dict) and inner[0].get("type") == "text" \
+            and set(inner[0]) <= {"type", "text", "cache_control"}:
+        out = {**block, "content": inner[0]["text"]}
+        if "cache_control" in inner[0]:
+            out["cache_control"] = inner[0]["cache_control"]
+        return out
+    return block
+
+
+def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any],
+             previous: list[Any]) -> dict[str, Any] | None:
+    """The request of an ``api-request`` line (its messages: the first ``keep`` of the previous
+    request's, then those its ``tail`` names), or None when its shape or a message is missing."""
     shape = shapes.get(line.get("shapeHash", ""))
     tail = line.get("tail")
     if not isinstance(shape, dict) or not isinstance(tail, list) or any(h not in blobs for h in tail):
@@ -117,10 +151,14 @@ def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any]
         request["system"] = json.loads(json.dumps(shape["system"]))
     if shape.get("tools") is not None:
         request["tools"] = json.loads(json.dumps(shape["tools"]))
-    request["messages"] = [json.loads(json.dumps(blobs[h])) for h in tail]
+    keep = line.get("keep")
+    kept = previous[:keep] if isinstance(keep, int) and keep > 0 else []
+    request["messages"] = [*json.loads(json.dumps(kept)), *(json.loads(json.dumps(blobs[h])) for h in tail)]
+    previous[:] = json.loads(json.dumps(request["messages"]))
     for mark in line.get("cacheControl") or []:
         if isinstance(mark, dict) and isinstance(mark.get("path"), list):
             _set_path(request, mark["path"], mark.get("value"))
+    request["messages"] = [_wire(m) for m in request["messages"]]
     return request
 
 
@@ -163,6 +201,7 @@ def claude_code_calls(path: str, start: int = 0, malformed: list[str] | None = N
     response: dict[str, Any] | None = None
     history: list[dict[str, Any]] = []  # the conversation, for transcripts without api-request lines
     meta: dict[str, Any] = {}
+    sent: list[Any] = []  # the messages of the last rebuilt request, as the transcript holds them
     offset = 0
     finished_at = 0
     written = os.path.getmtime(path)  # the time of a call whose lines carry none
@@ -172,7 +211,7 @@ def claude_code_calls(path: str, start: int = 0, malformed: list[str] | None = N
         if response is None:
             return None
         if pending is not None:
-            request = _rebuilt(pending, shapes, blobs)
+            request = _rebuilt(pending, shapes, blobs, sent)
             key = str(pending.get("id") or response.get("id"))
             started = _time(pending.get("timestamp")) or written
             exact = request is not None
@@ -214,6 +253,10 @@ def claude_code_calls(path: str, start: int = 0, malformed: list[str] | None = N
                 if call is not None and finished_at > start:
                     yield call, finished_at
                 pending = line
+            elif kind == "assistant" and isinstance(line.get("message"), dict) \
+                    and line["message"].get("model") == SYNTHETIC:  # the CLI's own words, no model call
+                _remember(blobs, line["message"])
+                history.append({"role": "assistant", "content": line["message"].get("content", [])})
             elif kind == "assistant" and isinstance(line.get("message"), dict):
                 message = line["message"]
                 if response is not None and response.get("id") != message.get("id"):

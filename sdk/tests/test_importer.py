@@ -75,7 +75,7 @@ def test_it_rebuilds_the_exact_request_from_a_new_transcript(projects: Path) -> 
     assert request["tools"] == TOOLS
     assert "betas" not in request
     assert [m["content"] for m in request["messages"]] == [
-        "list the files", [{"type": "text", "text": "<system-reminder>today</system-reminder>"}]]
+        "list the files", "<system-reminder>today</system-reminder>"]  # a lone text block is sent as a string
     assert calls[0].response["usage"]["input_tokens"] == 40
 
 
