@@ -24,6 +24,7 @@ from manifests.models import (
     Invariant,
     Item,
     Project,
+    ReRead,
 )
 
 
@@ -357,3 +358,19 @@ def diff_with_previous(call: Call, items: list[Any]) -> Diff:
         if old_evidence.get(e.key) is not None and old_evidence.get(e.key) != e.present
     ]
     return Diff(prev, entered, left, changed, prefix_changes, evidence_changes)
+
+
+def rereads(call: Call) -> list[ReRead]:
+    """The re-reads on this call, with the earlier result's call and the call that lost it."""
+    return list(ReRead.objects.filter(call=call).select_related("earlier_call", "lost_call").order_by("pk"))
+
+
+def reread_costs(call: Call) -> dict[str, tuple[int, int]]:
+    """Per compaction event id or context edit type of this call: (re-read tokens, calls
+    re-reading) of the re-reads its loss caused (docs/analysis.md, "Re-reads")."""
+    tokens: dict[str, int] = {}
+    readers: dict[str, set[int]] = {}
+    for ref, spent, reader in ReRead.objects.filter(lost_call=call).values_list("cause_ref", "tokens", "call_id"):
+        tokens[ref] = tokens.get(ref, 0) + spent
+        readers.setdefault(ref, set()).add(reader)
+    return {ref: (tokens[ref], len(readers[ref])) for ref in tokens}

@@ -71,3 +71,20 @@ def test_it_does_not_duplicate_rereads_when_reanalysed(project):
     assert ReRead.objects.get().cause == "drop"
     analyze_calls([c.pk for c in calls], force=True)
     assert ReRead.objects.count() == 1
+
+
+def test_it_shows_the_reread_and_the_compaction_cost_on_the_call_pages(project, member):
+    from django.test import Client
+
+    from tests.html_page import parse
+
+    calls = store_and_analyse(project, run(tool_pair(1), tool_pair(1), [item("sum", kind="summary", tokens=50)],
+                                           [item("sum", kind="summary", tokens=50), *tool_pair(2, tokens=410)],
+                                           compaction_at=2))
+    client = Client()
+    client.force_login(member)
+    reader = parse(client.get(f"/p/{project.slug}/calls/{calls[3].call_id}/").content.decode())
+    line = reader.one('li[data-reread="res-2"]').text
+    assert "res-1" in line and "step 1" in line and "step 2" in line and "compaction cmp-2" in line
+    lost = parse(client.get(f"/p/{project.slug}/calls/{calls[2].call_id}/").content.decode())
+    assert lost.one("[data-reread-cost]").text.strip() == "cost 410 re-read tokens in 1 call"
