@@ -641,10 +641,11 @@ class ReRead(models.Model):
     result_item = models.CharField(max_length=200)
     tool = models.CharField(max_length=200, blank=True, default="")
     tokens = models.BigIntegerField(default=0, help_text="ctxkit.figures.reread_tokens")
-    earlier_call = models.ForeignKey(Call, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+    # The earlier calls may expire before this row's own call: their pointers are cleared then.
+    earlier_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, db_constraint=False,
                                      related_name="+", help_text="The last call that held the earlier result")
     earlier_item = models.CharField(max_length=200)
-    lost_call = models.ForeignKey(Call, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+    lost_call = models.ForeignKey(Call, on_delete=models.SET_NULL, null=True, db_constraint=False, db_index=False,
                                   related_name="+", help_text="The first call that no longer held it")
     cause = models.CharField(max_length=16, help_text="compaction, context_edit, truncate or drop")
     cause_ref = models.CharField(max_length=200, blank=True, default="",

@@ -36,7 +36,7 @@ RETENTION_BATCH = 2000
 
 # Copies of a call's run on rows that belong to the call (on_delete=DO_NOTHING, no index): such a
 # row goes with its call, so deleting runs never looks them up.
-RUN_COPIES = {("CacheEvent", "run"), ("Attribution", "run")}
+RUN_COPIES = {("CacheEvent", "run"), ("Attribution", "run"), ("ReRead", "run")}
 
 
 def _qn(name: str) -> str:

@@ -88,3 +88,25 @@ def test_it_shows_the_reread_and_the_compaction_cost_on_the_call_pages(project, 
     assert "res-1" in line and "step 1" in line and "step 2" in line and "compaction cmp-2" in line
     lost = parse(client.get(f"/p/{project.slug}/calls/{calls[2].call_id}/").content.decode())
     assert lost.one("[data-reread-cost]").text.strip() == "cost 410 re-read tokens in 1 call"
+
+
+def test_it_keeps_a_reread_whose_earlier_calls_expired(project, member):
+    from datetime import timedelta
+
+    from django.test import Client
+
+    from manifests.storage import retention
+    from tests.html_page import parse
+
+    calls = store_and_analyse(project, run(tool_pair(1), tool_pair(1), [item("sum", kind="summary", tokens=50)],
+                                           [item("sum", kind="summary", tokens=50), *tool_pair(2, tokens=410)],
+                                           compaction_at=2))
+    calls[3].refresh_from_db()
+    now = calls[3].started_at + timedelta(days=retention.retention_days(project))
+    assert retention.expire_project(project=project, now=now)["calls"] == 3
+    row = ReRead.objects.get()
+    assert (row.call_id, row.earlier_call_id, row.lost_call_id, row.tokens) == (calls[3].pk, None, None, 410)
+    client = Client()
+    client.force_login(member)
+    reader = parse(client.get(f"/p/{project.slug}/calls/{calls[3].call_id}/").content.decode())
+    assert reader.one('li[data-reread="res-2"]').text.count("an expired call") == 2
