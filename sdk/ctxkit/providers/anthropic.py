@@ -25,7 +25,15 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Compaction, Manifest, Outcome
 from ctxkit.providers.call import Adapter, CallRecord, field, plain
-from ctxkit.providers.common import Message, ToolCall, block_text, error_json, nested_error_type
+from ctxkit.providers.common import (
+    Message,
+    ToolCall,
+    block_text,
+    body_as_sent,
+    entries_of,
+    error_json,
+    nested_error_type,
+)
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
@@ -245,9 +253,7 @@ def recorded(method: str, path: str, query: str) -> str:
     return MESSAGES if method == "POST" and path == "/v1/messages" else ""
 
 
-def with_path(request: dict[str, Any], path: str) -> dict[str, Any]:
-    """The request as the mapping reads it: the body (the path adds nothing to it)."""
-    return request
+with_path = body_as_sent
 
 
 def streamed(api: str, request: dict[str, Any], path: str) -> bool:
@@ -260,10 +266,7 @@ def well_formed(request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def history(api: str, request: dict[str, Any]) -> list[Any]:
     """The call's history: its ``messages``."""
-    value = request.get("messages")
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    return value if isinstance(value, list) else []
+    return entries_of(request, "messages")
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

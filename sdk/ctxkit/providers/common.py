@@ -98,3 +98,16 @@ def well_formed(request: dict[str, Any], fields: dict[str, tuple[type, ...]], en
             kept.append(entry)
         out[name] = kept
     return out, notes
+
+
+def body_as_sent(request: dict[str, Any], path: str) -> dict[str, Any]:
+    """The request as the mapping reads it, for APIs whose path adds nothing to the body."""
+    return request
+
+
+def entries_of(request: dict[str, Any], key: str) -> list[Any]:
+    """A call's history from its ``key`` entry: a list as it is, a string as one user message."""
+    value = request.get(key)
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return value if isinstance(value, list) else []

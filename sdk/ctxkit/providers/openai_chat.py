@@ -18,7 +18,7 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Manifest, Outcome
 from ctxkit.providers.call import Adapter, CallRecord, plain
-from ctxkit.providers.common import Message, ToolCall, error_json, nested_error_type
+from ctxkit.providers.common import Message, ToolCall, body_as_sent, entries_of, error_json, nested_error_type
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
@@ -150,9 +150,7 @@ def recorded(method: str, path: str, query: str) -> str:
     return CHAT if method == "POST" and path == "/v1/chat/completions" else ""
 
 
-def with_path(request: dict[str, Any], path: str) -> dict[str, Any]:
-    """The request as the mapping reads it: the body (the path adds nothing to it)."""
-    return request
+with_path = body_as_sent
 
 
 def streamed(api: str, request: dict[str, Any], path: str) -> bool:
@@ -165,10 +163,7 @@ def well_formed(request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def history(api: str, request: dict[str, Any]) -> list[Any]:
     """The call's history: its ``messages``."""
-    value = request.get("messages")
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    return value if isinstance(value, list) else []
+    return entries_of(request, "messages")
 
 
 def message(entry: Any) -> Message:

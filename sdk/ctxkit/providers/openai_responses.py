@@ -15,7 +15,7 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Manifest
 from ctxkit.providers.call import Adapter, CallRecord, field, plain
-from ctxkit.providers.common import ToolCall, block_text
+from ctxkit.providers.common import ToolCall, block_text, entries_of
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.openai_chat import (
     HOOK,
@@ -153,10 +153,7 @@ def well_formed(request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 def history(api: str, request: dict[str, Any]) -> list[Any]:
     """The call's history: its ``input``."""
-    value = request.get("input")
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    return value if isinstance(value, list) else []
+    return entries_of(request, "input")
 
 
 def answer_text(response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
