@@ -14,8 +14,9 @@
     and the extra cost per 1,000 calls when it changed, 0 when not
     (``ctxkit.prefixcheck``).
 ``ctxkit import [--claude-code DIR] [--since DATE] [--project-dir PATH] [--host URL] [--api-key KEY]``
-    send the model calls of Claude Code's transcripts (default ``~/.claude/projects``) as
-    manifests, through the proxy's mapping (``ctxkit.importer``); a rerun sends only new calls.
+    send the model calls of agents' transcripts on disk (each agent's default folder unless
+    one is named) as manifests, through the proxy's mapping (``ctxkit.importer``); a rerun
+    sends only new calls.
 ``ctxkit proxy [--port 8788] [--no-text] ...``
     the local capture proxy (ctxkit.proxy; ``ctxkit proxy --help`` lists its options).
 """
@@ -86,46 +87,6 @@ def _check_prefix(args: argparse.Namespace) -> int:
     return prefixcheck.command(args)
 
 
-def _import(args: argparse.Namespace) -> int:
-    from datetime import datetime
-
-    from ctxkit.importer import default_claude_dir, import_claude_code
-    from ctxkit.record.client import Client
-    from ctxkit.record.spool import default_spool_dir
-
-    api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
-    host = args.host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST
-    if not api_key:
-        print("ctxkit import: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)
-        return 2
-    folder = args.claude_code or default_claude_dir()
-    if not os.path.isdir(folder):
-        print(f"ctxkit import: {folder} is not a directory", file=sys.stderr)
-        return 2
-    since = 0.0
-    if args.since:
-        try:
-            since = datetime.fromisoformat(args.since).timestamp()
-        except ValueError:
-            print(f"ctxkit import: --since {args.since!r} is not a date (YYYY-MM-DD)", file=sys.stderr)
-            return 2
-    spool = default_spool_dir(host, api_key)
-    client = Client(api_key, host, spool_dir=spool)
-    try:
-        summary = import_claude_code(folder, client, state_path=f"{spool}-import.json", since=since,
-                                     project_dir=args.project_dir or "", include_text=not args.no_text,
-                                     progress=sys.stderr.isatty())
-        client.flush(timeout=60.0)
-    finally:
-        client.shutdown(timeout=5.0)
-    for problem in summary.malformed:
-        print(f"skipped {problem}", file=sys.stderr)
-    counts = client.stats()
-    left = counts["spooled"] + counts["queued"]
-    print(f"{summary.line()} rejected={counts['rejected']} spooled={counts['spooled']}")
-    return 1 if counts["rejected"] or left else 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxkit", description="ctxkit: context manifests for ctxview.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
@@ -159,15 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the result as JSON")
     check.set_defaults(func=_check_prefix)
 
-    imports = sub.add_parser("import", help="send the model calls of agents' transcripts on disk (Claude Code)")
-    imports.add_argument("--claude-code", default=None, metavar="DIR",
-                         help="Claude Code's projects folder (default ~/.claude/projects)")
-    imports.add_argument("--since", default=None, metavar="DATE", help="only calls from this date on (YYYY-MM-DD)")
-    imports.add_argument("--project-dir", default=None, metavar="PATH", help="only the sessions of this repository")
-    imports.add_argument("--host", default=None, help=f"server URL (env CTXVIEW_HOST, default {DEFAULT_HOST})")
-    imports.add_argument("--api-key", default=None, help="API key with ingest scope (env CTXVIEW_API_KEY)")
-    imports.add_argument("--no-text", action="store_true", help="record token counts and hashes, never text")
-    imports.set_defaults(func=_import)
+    from ctxkit.importer import options as import_options
+
+    imports = sub.add_parser("import", help="send the model calls of agents' transcripts on disk")
+    import_options.add_arguments(imports)
+    imports.set_defaults(func=import_options.command)
 
     from ctxkit.proxy import options as proxy_options  # argparse only: the proxy's aiohttp loads on use
 

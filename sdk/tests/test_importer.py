@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import API_KEY, IngestServer
+from ctxkit.agents.claude_code import transcript_calls
 from ctxkit.cli import main
-from ctxkit.importer import NOT_ITEMISED, claude_code_calls
+from ctxkit.importer.sessions import NOT_ITEMISED
 
 SESSION = "5b0f6a43-7a55-4d0e-9a3c-1f0c2b9d8e01"
 SYSTEM = [{"type": "text", "text": "You are a careful coding agent."}]
@@ -67,7 +68,7 @@ def _import(projects: Path, server: IngestServer) -> int:
 
 
 def test_it_rebuilds_the_exact_request_from_a_new_transcript(projects: Path) -> None:
-    calls = [call for call, _end in claude_code_calls(str(projects / "-src-app" / f"{SESSION}.jsonl"))]
+    calls = [call for call, _end in transcript_calls(str(projects / "-src-app" / f"{SESSION}.jsonl"))]
     assert len(calls) == 1
     request = calls[0].request
     assert calls[0].exact

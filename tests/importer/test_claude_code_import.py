@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from ctxkit.cli import main
-from ctxkit.importer import import_claude_code
+from ctxkit.importer.sessions import SOURCES, import_transcripts
 from tests.proxy.claude_code_session import CLI_DIR, run_session
 from tests.proxy.claude_code_standin import ClaudeCodeStandIn
 from tests.proxy.proxy_support import KeptManifests, npm_ci, running_proxy
@@ -45,7 +45,7 @@ def test_it_imports_a_real_claude_code_session_as_the_proxy_records_it(live_serv
         proxy.capture.flush(10)
     projects = tmp_path / "home" / ".claude" / "projects"
     imported = KeptManifests()
-    summary = import_claude_code(str(projects), imported)
+    summary = import_transcripts(SOURCES["claude-code"], str(projects), imported)
     # The transcript holds every call but /compact's own summary request (step 4 through the proxy).
     assert (summary.calls, len(summary.sessions), summary.malformed) == (5, 1, [])
     by_step = sorted(imported.manifests, key=lambda m: m.step)

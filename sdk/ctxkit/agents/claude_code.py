@@ -14,12 +14,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
+from ctxkit.agents.transcripts import TranscriptCall, time_of
+
 __all__ = ["OPENING", "SESSION_HEADER", "SUBAGENT_TOOLS", "MCP_PREFIX", "MCP_MARK", "session", "delegation",
-           "is_summary", "summary_trigger", "memory_files", "mcp_server"]
+           "is_summary", "summary_trigger", "memory_files", "mcp_server", "transcripts_folder", "transcript_files",
+           "transcript_calls"]
 
 OPENING = "This session is being continued from a previous conversation"
 SESSION_HEADER = "x-claude-code-session-id"
@@ -95,3 +101,227 @@ def mcp_server(name: str) -> str | None:
     if len(parts) < 3 or parts[0] != MCP_PREFIX.rstrip("_") or not parts[1]:
         return None
     return parts[1]
+
+
+# Transcripts: ~/.claude/projects/<project>/<session>.jsonl, one JSON object a line.
+# Claude Code 2.1.332 and later write the request itself: ``api-request-shape`` (system, tools),
+# ``api-request-blob`` (one message by its hash) and ``api-request`` per call (parameters, the
+# blob hashes of its messages in ``tail``, the ``cache_control`` paths in ``cacheControl``), so the
+# rebuilt request is the one sent. Older transcripts hold only ``user`` / ``assistant`` lines: the
+# request is the conversation so far, without system prompt and tools (``exact`` False).
+
+SYNTHETIC = "<synthetic>"  # the model Claude Code names on assistant lines it wrote itself
+
+
+def transcripts_folder() -> str:
+    """Where Claude Code keeps its transcripts (``$CLAUDE_CONFIG_DIR/projects``, else ``~/.claude/projects``)."""
+    home = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    return os.path.join(home, "projects")
+
+
+def transcript_files(folder: str, project_dir: str = "") -> list[str]:
+    """The transcripts under ``folder`` (one project's with ``project_dir``), oldest first."""
+    if project_dir:  # Claude Code names a project's folder by its path, "/" and "." as "-"
+        wanted = os.path.abspath(project_dir).replace("/", "-").replace(".", "-")
+        folder = os.path.join(folder, wanted)
+    found: list[str] = []
+    for root, _dirs, names in os.walk(folder):
+        found.extend(os.path.join(root, n) for n in names if n.endswith(".jsonl"))
+    return sorted(found, key=lambda p: (os.path.getmtime(p), p))
+
+
+def _set_path(request: dict[str, Any], path: list[Any], value: Any) -> None:
+    """Put ``value`` as ``cache_control`` at ``path`` (keys and indexes) of the request."""
+    node: Any = request
+    for step in path:
+        if isinstance(node, dict) and isinstance(step, str) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        else:
+            return
+    if isinstance(node, dict) and "content" in node and isinstance(node["content"], str):
+        node["content"] = [{"type": "text", "text": node["content"], "cache_control": value}]
+    elif isinstance(node, dict):
+        node["cache_control"] = value
+
+
+def _wire(message: Any) -> Any:
+    """A message as Claude Code sends it: the transcript keeps a user or system text as one text
+    block; on the wire a lone plain text block is a string (a ``cache_control`` mark, put
+    back after, turns it into a block again)."""
+    if not isinstance(message, dict) or message.get("role") not in ("user", "system"):
+        return message
+    content = message.get("content")
+    if isinstance(content, list):
+        content = [_wire_result(block) for block in content]
+        message = {**message, "content": content}
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
+            and set(content[0]) == {"type", "text"} and content[0]["type"] == "text":
+        return {**message, "content": content[0]["text"]}
+    return message
+
+
+def _wire_result(block: Any) -> Any:
+    """A tool result as sent: a lone text block of its content is a string, its cache mark on
+    the result."""
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return block
+    inner = block.get("content")
+    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], dict) and inner[0].get("type") == "text" \
+            and set(inner[0]) <= {"type", "text", "cache_control"}:
+        out = {**block, "content": inner[0]["text"]}
+        if "cache_control" in inner[0]:
+            out["cache_control"] = inner[0]["cache_control"]
+        return out
+    return block
+
+
+def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any],
+             previous: list[Any]) -> dict[str, Any] | None:
+    """The request of an ``api-request`` line (its messages: the first ``keep`` of the previous
+    request's, then those its ``tail`` names), or None when its shape or a message is missing."""
+    shape = shapes.get(line.get("shapeHash", ""))
+    tail = line.get("tail")
+    if not isinstance(shape, dict) or not isinstance(tail, list) or any(h not in blobs for h in tail):
+        return None
+    params = {k: v for k, v in (line.get("params") or {}).items() if k != "betas"}  # betas go in a header
+    request: dict[str, Any] = {**params}
+    if shape.get("system") is not None:
+        request["system"] = json.loads(json.dumps(shape["system"]))
+    if shape.get("tools") is not None:
+        request["tools"] = json.loads(json.dumps(shape["tools"]))
+    keep = line.get("keep")
+    kept = previous[:keep] if isinstance(keep, int) and keep > 0 else []
+    request["messages"] = [*json.loads(json.dumps(kept)), *(json.loads(json.dumps(blobs[h])) for h in tail)]
+    previous[:] = json.loads(json.dumps(request["messages"]))
+    for mark in line.get("cacheControl") or []:
+        if isinstance(mark, dict) and isinstance(mark.get("path"), list):
+            _set_path(request, mark["path"], mark.get("value"))
+    request["messages"] = [_wire(m) for m in request["messages"]]
+    return request
+
+
+def _forms(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The shapes a transcript's message may have had on the wire (its role and content as
+    written, a text content as one text block, the line's whole message)."""
+    content = message.get("content")
+    yield {"role": message.get("role"), "content": content}
+    if isinstance(content, str):
+        yield {"role": message.get("role"), "content": [{"type": "text", "text": content}]}
+    yield message
+
+
+def _remember(blobs: dict[str, Any], message: dict[str, Any]) -> None:
+    """Index a message written on a user or assistant line by the hashes an ``api-request``'s
+    ``tail`` names messages by (SHA-256 of its canonical JSON: sorted keys, no spaces)."""
+    for form in _forms(message):
+        text = json.dumps(form, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        blobs.setdefault(hashlib.sha256(text.encode()).hexdigest(), form)
+
+
+def _merge(response: dict[str, Any] | None, message: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code writes one assistant line per content block of a response: join them."""
+    if response is None or response.get("id") != message.get("id"):
+        return {**message, "content": list(message.get("content") or [])}
+    response["content"] = [*response.get("content", []), *(message.get("content") or [])]
+    for key in ("usage", "stop_reason", "stop_sequence"):
+        if message.get(key) is not None:
+            response[key] = message[key]
+    return response
+
+
+def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
+                     ) -> Iterator[tuple[TranscriptCall, int]]:
+    """The model calls of one transcript file, each with the byte offset after its last line.
+    Lines before ``start`` are read for shapes and messages but yield no call."""
+    shapes: dict[str, Any] = {}
+    blobs: dict[str, Any] = {}
+    pending: dict[str, Any] | None = None  # the last api-request line without its answer yet
+    response: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = []  # the conversation, for transcripts without api-request lines
+    meta: dict[str, Any] = {}
+    sent: list[Any] = []  # the messages of the last rebuilt request, as the transcript holds them
+    offset = 0
+    finished_at = 0
+    written = os.path.getmtime(path)  # the time of a call whose lines carry none
+
+    def finish() -> TranscriptCall | None:
+        nonlocal pending, response
+        if response is None:
+            return None
+        if pending is not None:
+            request = _rebuilt(pending, shapes, blobs, sent)
+            key = str(pending.get("id") or response.get("id"))
+            started = time_of(pending.get("timestamp")) or written
+            exact = request is not None
+        else:
+            request, key, started, exact = None, "", time_of(meta.get("timestamp")) or written, False
+        if request is None:
+            request = {"model": response.get("model", ""), "messages": json.loads(json.dumps(history))}
+            key = key or f"{response.get('id')}:{offset}"
+        session = str(meta.get("sessionId", ""))
+        headers = {SESSION_HEADER: session, "user-agent": f"claude-cli/{meta.get('version') or '0'}"}
+        call = TranscriptCall(request=request, response=response, session=session, key=key,
+                              started=started, headers=headers, exact=exact,
+                              cwd=str(meta.get("cwd", "")), git_branch=str(meta.get("gitBranch", "")))
+        history.append({"role": "assistant", "content": response.get("content", [])})
+        pending, response = None, None
+        return call
+
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            offset += len(raw)
+            if not raw.endswith(b"\n"):  # a line still being written (or cut): read it next time
+                if malformed is not None and raw.strip():
+                    malformed.append(f"{path}:{number}: truncated line")
+                offset -= len(raw)
+                break
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                if malformed is not None and offset > start:
+                    malformed.append(f"{path}:{number}: not JSON")
+                continue
+            if not isinstance(line, dict):
+                continue
+            kind = line.get("type")
+            if kind == "api-request-shape":
+                shapes[str(line.get("shapeHash", ""))] = line.get("shape")
+            elif kind == "api-request-blob":
+                blobs[str(line.get("hash", ""))] = line.get("message")
+            elif kind == "api-request":
+                call = finish()
+                if call is not None and finished_at > start:
+                    yield call, finished_at
+                pending = line
+            elif kind == "assistant" and isinstance(line.get("message"), dict) \
+                    and line["message"].get("model") == SYNTHETIC:  # the CLI's own words, no model call
+                _remember(blobs, line["message"])
+                history.append({"role": "assistant", "content": line["message"].get("content", [])})
+            elif kind == "assistant" and isinstance(line.get("message"), dict):
+                message = line["message"]
+                if response is not None and response.get("id") != message.get("id"):
+                    call = finish()
+                    if call is not None and finished_at > start:
+                        yield call, finished_at
+                meta = {**meta, **{k: line[k] for k in ("sessionId", "version", "cwd", "gitBranch", "timestamp")
+                                   if k in line}}
+                response = _merge(response, message)
+                _remember(blobs, message)
+                _remember(blobs, {"role": "assistant", "content": response.get("content", [])})
+                finished_at = offset
+            elif kind == "user" and isinstance(line.get("message"), dict):
+                call = finish()
+                if call is not None and finished_at > start:
+                    yield call, finished_at
+                meta = {**meta, **{k: line[k] for k in ("sessionId", "version", "cwd", "gitBranch", "timestamp")
+                                   if k in line}}
+                _remember(blobs, line["message"])
+                if not line.get("isSidechain") or not history:
+                    history.append({"role": "user", "content": line["message"].get("content", "")})
+    call = finish()
+    if call is not None and finished_at > start:
+        yield call, finished_at
+
+

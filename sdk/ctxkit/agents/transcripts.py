@@ -1,0 +1,40 @@
+"""What an agent's transcript reader yields: one model call as the agent sent it.
+
+Each agent module that reads its own session files (``claude_code``, ``codex``, ``gemini_cli``)
+yields :class:`TranscriptCall` values; ``ctxkit.importer`` turns each into the exchange the proxy
+would have seen, so an imported call gives the same manifest as one captured live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["TranscriptCall", "time_of"]
+
+
+@dataclass
+class TranscriptCall:
+    """One model call read from a transcript: the request as sent and the response as answered."""
+
+    request: dict[str, Any]
+    response: dict[str, Any]
+    session: str
+    key: str  # what makes the call unique in its session (the provider's response id where written)
+    started: float  # seconds since the epoch
+    headers: dict[str, str] = field(default_factory=dict)  # identity headers as the agent sends them
+    path: str = ""  # the request's URL path where it says more than the body (Gemini: the model)
+    exact: bool = True  # the transcript held the request itself (else system prompt and tools are missing)
+    cwd: str = ""
+    git_branch: str = ""
+
+
+def time_of(stamp: Any) -> float:
+    """Seconds since the epoch of an ISO 8601 time as agents write them, 0.0 when there is none."""
+    if isinstance(stamp, str) and stamp:
+        try:
+            return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0

@@ -1,0 +1,131 @@
+"""``ctxkit import``: agents' session transcripts on disk as manifests, through the proxy's mapping.
+
+Each agent module that knows its transcripts (``ctxkit.agents.claude_code``, ...) reads them into
+:class:`~ctxkit.agents.transcripts.TranscriptCall` values: the request as the agent sent it and
+the response as answered. Each becomes one :class:`~ctxkit.proxy.capture.Exchange` as the proxy
+would have forwarded it, and goes through the proxy's :class:`~ctxkit.proxy.capture.Capture` (the
+same provider and agent modules, run placement, compactions and secret masking), so a call gives
+the same items whether it was captured live or imported. Where a transcript holds only the
+messages, the manifest says in a warning (:data:`NOT_ITEMISED`) that system prompt and tools are
+missing.
+
+A call's id is derived from its session and key, so importing twice stores each call once. A
+small state file remembers how far each file was read; a rerun starts there. A line that is not
+JSON is reported with its file and line number and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxkit.agents import claude_code
+from ctxkit.agents.transcripts import TranscriptCall
+from ctxkit.manifest import Builder
+from ctxkit.providers import anthropic
+from ctxkit.proxy.capture import Capture, Exchange
+from ctxkit.version import __version__
+
+__all__ = ["NOT_ITEMISED", "SOURCES", "Source", "Summary", "exchange_of", "import_transcripts"]
+
+NOT_ITEMISED = ("imported from a transcript without the request: system prompt and tools not itemised")
+_NAMESPACE = uuid.UUID("6f1d8f0e-3c52-4d7a-9a57-2f4d0c0b7e11")  # call ids of imported calls
+
+
+@dataclass(frozen=True)
+class Source:
+    """One agent whose transcripts ctxkit reads: where they are, how to read them, the API its calls went to."""
+
+    name: str
+    api: str  # a recorded API of ctxkit.providers
+    folder: Callable[[], str]  # the agent's default folder
+    files: Callable[[str, str], list[str]]  # (folder, project dir) -> transcript paths, oldest first
+    calls: Callable[[str, int, list[str] | None], Iterator[tuple[TranscriptCall, int]]]
+
+
+SOURCES: dict[str, Source] = {
+    "claude-code": Source("claude-code", anthropic.MESSAGES, claude_code.transcripts_folder,
+                          claude_code.transcript_files, claude_code.transcript_calls),
+}
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    sessions: set[str] = field(default_factory=set)
+    calls: int = 0
+    skipped: int = 0  # files or lines already imported
+    malformed: list[str] = field(default_factory=list)  # "file:line: why"
+
+    def line(self) -> str:
+        text = (f"sessions={len(self.sessions)} calls={self.calls} skipped={self.skipped} "
+                f"malformed={len(self.malformed)}")
+        return text
+
+
+def exchange_of(source: Source, call: TranscriptCall) -> Exchange:
+    """The exchange the proxy would have seen for a call."""
+    return Exchange(api=source.api, request_body=json.dumps(call.request).encode(), headers=call.headers,
+                    started=call.started, status=200, content_type="application/json",
+                    chunks=[json.dumps(call.response).encode()], path=call.path)
+
+
+def _load_state(path: str) -> dict[str, int]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
+
+
+def _save_state(path: str, state: dict[str, int]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(state, handle)
+    os.replace(temporary, path)
+
+
+def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: str = "", since: float = 0.0,
+                       project_dir: str = "", include_text: bool = True, progress: bool = False,
+                       summary: Summary | None = None) -> Summary:
+    """Send each new call of ``source``'s transcripts under ``folder`` to ``sink`` (``capture(manifest)``),
+    counted in ``summary`` (a new one unless given)."""
+    summary = summary if summary is not None else Summary()
+    state = _load_state(state_path) if state_path else {}
+    capture = Capture(sink, include_text=include_text)
+    files = source.files(folder, project_dir)
+    for number, path in enumerate(files, start=1):
+        summary.files += 1
+        size = os.path.getsize(path)
+        start = state.get(path, 0)
+        if start >= size or os.path.getmtime(path) < since:
+            summary.skipped += 1
+            continue
+        for call, end in source.calls(path, start, summary.malformed):
+            if call.started and call.started < since:
+                continue
+            manifest = capture.build(exchange_of(source, call))
+            if manifest is None:
+                continue
+            manifest.call_id = uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex
+            manifest.builder = Builder(name="ctxkit.import", version=__version__)
+            if not call.exact:
+                manifest.warnings = [*manifest.warnings, NOT_ITEMISED][:100]
+            sink.capture(manifest)
+            summary.calls += 1
+            summary.sessions.add(call.session)
+            state[path] = end
+        if progress:
+            print(f"\r{number}/{len(files)} files, {summary.calls} calls", end="", file=sys.stderr, flush=True)
+        if state_path:
+            _save_state(state_path, state)
+    if progress:
+        print(file=sys.stderr)
+    return summary
