@@ -56,7 +56,13 @@ def test_it_stores_nothing_twice(seeded):
 
 def test_it_loads_the_claude_code_session(seeded):
     assert "Claude Code session: 6 calls captured by ctxkit proxy" in seeded.first
-    assert Call.objects.filter(project__slug="demo", agent="claude-cli").count() == 6
+    assert Call.objects.filter(project__slug="demo", agent="claude-cli", builder_name="ctxkit.proxy").count() == 6
+
+
+def test_it_loads_the_imported_sessions(seeded):
+    imported = Call.objects.filter(project__slug="demo", builder_name="ctxkit.import")
+    assert f"imported sessions: {imported.count()} calls from agents' transcripts by ctxkit import" in seeded.first
+    assert imported.count() >= 5
 
 
 def test_it_loads_an_otlp_run(seeded):

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand
 
 from manifests import services
 from manifests.demo import claude_code as demo_claude_code
+from manifests.demo import imported as demo_imported
 from manifests.demo import instrument as demo_instrument
 from manifests.demo import otlp as demo_otlp
 from manifests.demo import runs as demo
@@ -40,6 +41,7 @@ class Command(BaseCommand):
         traced = demo_otlp.load(project=project)  # the run that came in through OTLP
         instrumented = demo_instrument.load(project=project)  # the run recorded by ctxkit.instrument
         captured = demo_claude_code.load_claude_code_session(project=project)  # Claude Code via ctxkit proxy
+        transcripts = demo_imported.load_imported_sessions(project=project)  # agents' transcripts via ctxkit import
         self.stdout.write(
             f"demo data: {report['accepted']} calls stored and analysed, {report['duplicates']} already there\n"
             f"OTLP run:  {traced['accepted']} calls from {traced['spans']} spans ({traced['ignored']} not inference)\n"
@@ -47,6 +49,8 @@ class Command(BaseCommand):
             f"{instrumented['duplicates']} already there\n"
             f"Claude Code session: {captured['accepted']} calls captured by ctxkit proxy, "
             f"{captured['duplicates']} already there\n"
+            f"imported sessions: {transcripts['accepted']} calls from agents' transcripts by ctxkit import, "
+            f"{transcripts['duplicates']} already there\n"
             f"\n  open     http://{os.environ.get('CTXVIEW_DEMO_HOST', '127.0.0.1:8000')}/\n"
             f"  login    {DEMO_USER} / {DEMO_PASSWORD}\n"
             f"  api key  {raw_key}   (ingest + read, project 'demo')\n"

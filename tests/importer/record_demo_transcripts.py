@@ -1,0 +1,53 @@
+"""Record manifests/demo/transcripts/ again: each real agent CLI (pinned in tests/clients) runs its
+scripted session against its test stand-in, and the transcripts it wrote to disk are copied as
+they are (``manifests.demo.imported`` reads them with ``ctxkit import``'s readers).
+
+    make node-clients
+    PYTHONPATH=sdk:. .venv/bin/python -m tests.importer.record_demo_transcripts
+
+Each session runs in /tmp/ctxview-demo-<source> (removed first), so the paths in the transcripts
+stay the same from one recording to the next.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.proxy.claude_code_session import CLI_DIR as CLAUDE_CODE_DIR
+from tests.proxy.claude_code_session import run_session as run_claude_code
+from tests.proxy.claude_code_standin import ClaudeCodeStandIn
+from tests.proxy.proxy_support import npm_ci
+
+TRANSCRIPTS = Path(__file__).resolve().parents[2] / "manifests" / "demo" / "transcripts"
+
+
+def claude_code(folder: Path) -> Path:
+    """Claude Code's session; the folder its transcripts are in."""
+    npm_ci(CLAUDE_CODE_DIR)
+    with ClaudeCodeStandIn(sized_usage=True) as provider:
+        run_claude_code(provider.url, folder, declare_evidence=False)
+    return folder / "home" / ".claude" / "projects"
+
+
+RECORDERS: dict[str, Callable[[Path], Path]] = {"claude-code": claude_code}
+
+
+def main(names: list[str]) -> int:
+    for name in names or list(RECORDERS):
+        folder = Path(f"/tmp/ctxview-demo-{name}")
+        shutil.rmtree(folder, ignore_errors=True)
+        written = RECORDERS[name](folder)
+        target = TRANSCRIPTS / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(written, target)
+        shutil.rmtree(folder, ignore_errors=True)
+        files = [p for p in target.rglob("*") if p.is_file()]
+        print(f"{target}: {len(files)} files, {sum(p.stat().st_size for p in files)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
