@@ -7,8 +7,9 @@ shorter than before and opens with the summary. The proxy sees only the calls, s
 compaction when, in the same run:
 
 - its history (ctxkit.proxy.history) is shorter than the previous call's, and
-- its first user message holds a summary: an item of kind ``summary`` in its manifest (an
-  agent's summary opening, ctxkit.agents; a provider's compaction block or item).
+- its first user message holds a summary (Codex's: a later user message): an item of kind
+  ``summary`` in its manifest (an agent's summary opening, ctxkit.agents; a provider's
+  compaction block or item).
 
 The :class:`~ctxkit.manifest.Compaction` goes on that call: ``tokens_before`` is the
 previous call's input tokens (normalised usage, else the sum of its items' tokens),
