@@ -18,7 +18,8 @@ __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agen
            "memory_files", "session_of", "summary_strategy", "summary_trigger"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
-IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, gemini_cli.INSTALLATION_HEADER)
+IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, gemini_cli.INSTALLATION_HEADER,
+                                     gemini_cli.SESSION_HEADER)
 MCP_MARK = claude_code.MCP_MARK
 SUBAGENT_TOOLS: tuple[str, ...] = claude_code.SUBAGENT_TOOLS  # tools whose calls start a sub-agent
 
@@ -55,10 +56,11 @@ def delegation(call_id: str, name: Any, arguments: Any) -> Delegation | None:
 
 def summary_strategy(text: str) -> str:
     """``client_summary`` when ``text`` opens like an agent's compaction summary (Claude Code's
-    opening, a generic ``Summary:``), else ``""``. Callers look only at the first user message,
-    so a user who writes "Summary:" later in a conversation is not taken for a compaction."""
+    opening, a generic ``Summary:``) or is one (Gemini CLI's snapshot), else ``""``. Callers look
+    only at the first user message, so a user who writes "Summary:" later in a conversation is
+    not taken for a compaction."""
     head = text.lstrip()[:200]
-    if claude_code.is_summary(head) or generic.is_summary(head):
+    if claude_code.is_summary(head) or generic.is_summary(head) or gemini_cli.is_summary(text):
         return "client_summary"
     return ""
 
