@@ -40,10 +40,12 @@ class Element:
     @property
     def text(self) -> str:
         """The text inside, entities decoded, runs of white space made one space."""
-        return " ".join(self._raw_text().split())
+        return " ".join(self.raw_text.split())
 
-    def _raw_text(self) -> str:
-        return "".join(c if isinstance(c, str) else c._raw_text() for c in self.children)
+    @property
+    def raw_text(self) -> str:
+        """The text inside as written, entities decoded, white space kept."""
+        return "".join(c if isinstance(c, str) else c.raw_text for c in self.children)
 
     def elements(self) -> list[Element]:
         """Every element inside, in document order."""

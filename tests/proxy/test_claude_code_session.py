@@ -12,7 +12,6 @@ on a full window (trigger ``auto``)."""
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 from types import SimpleNamespace
@@ -25,6 +24,7 @@ from manifests import tasks
 from manifests.analysis.cache_words import previous_run_call
 from manifests.facts import FactSpec, create_fact
 from manifests.models import CacheEvent, Call
+from tests.html_page import parse
 from tests.proxy.claude_code_session import APPENDED, CLI_DIR, KEY, claude, environment, run_session
 from tests.proxy.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
 from tests.proxy.proxy_support import KeptManifests, npm_ci, running_proxy
@@ -34,9 +34,8 @@ SECOND_LINE = "Answer in plain words."
 
 
 def _window_row(page: str, category: str) -> list[str]:
-    row = re.search(rf'<tr data-category="{category}">(.*?)</tr>', page, flags=re.S)
-    assert row, category
-    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row.group(1))]
+    row = parse(page).one(f'tr[data-category="{category}"]')
+    return [cell.text for cell in row.elements() if cell.tag in ("th", "td")]
 
 
 def _wait_for_calls(live_server, key: str, proxy, run_id: str, count: int) -> list[dict]:

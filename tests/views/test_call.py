@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from typing import Any
 
 import pytest
@@ -186,8 +185,8 @@ def section(body: str, start: str, end: str) -> str:
     return body.split(start, 1)[1].split(end, 1)[0]
 
 
-def cells(row: str) -> list[str]:
-    return re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
+def cells(row: Element) -> list[Element]:
+    return row.select("td")
 
 
 def test_it_renders_every_step_of_the_demo_runs_with_all_their_items_and_evidence(demo_world):
@@ -245,9 +244,10 @@ def test_it_lists_the_risks_apart_from_the_evidence_that_was_lost(demo_world):
     body = get(demo_world, "research-001/step-1")
     risks = section(body, '<ul id="risks">', "</ul>")
     assert "Placed in the middle zone (risk)" in risks and "<b>app_refund_rate</b> in memory" in risks
-    row = section(body, '<tr data-evidence="app_refund_rate">', "</tr>")
-    assert '<span class="present">present</span>' in row
-    assert cells(row)[5] == '<span class="hint">–</span>'  # no cause: it reached the model
+    row = parse(body).one('tr[data-evidence="app_refund_rate"]')
+    assert row.one("span.present").text == "present"
+    cause = cells(row)[5]
+    assert cause.one("span.hint").text == cause.text == "–"  # no cause: it reached the model
 
 
 def test_it_shows_a_compactions_figures_and_each_invariant(demo_world):
@@ -270,12 +270,16 @@ def test_it_shows_the_context_edits(demo_world):
 
 def test_it_shows_the_prefix_segment_and_the_lines_that_changed(demo_world):
     body = get(demo_world, "research-019/step-1")
-    diff = section(body, '<table class="grid compact" id="diff">', "</table>")
-    assert re.search(r'prefix</span></td><td>segment system</td><td></td><td><code>(\w{13})…</code> → '
-                     r'<code>(\w{13})…</code>', diff)
-    lines = section(body, 'data-testid="prefix-line-diff">', "</div>")
-    line, old, new = re.search(r"<li>line (\d+) of <b>system</b> changed: <code>(Current time: [^<]+)</code> → "
-                               r"<code>(Current time: [^<]+)</code></li>", lines).groups()
+    page = parse(body)
+    rows = {tuple(td.text for td in cells(tr)[:3]): cells(tr)[3] for tr in page.select("table#diff tbody tr")}
+    hashes = [code.text for code in rows[("prefix", "segment system", "")].select("code")]
+    assert len(hashes) == 2 and all(len(h) == 14 and h.endswith("…") and h[:-1].isalnum() for h in hashes)
+    (li,) = [li for li in page.select('[data-testid="prefix-line-diff"] li') if li.select("b")]
+    assert li.one("b").text == "system" and li.text.startswith("line ") and " of system changed: " in li.text
+    line = li.text.split()[1]
+    old, new = (code.raw_text for code in li.select("code"))
+    assert li.text == f"line {line} of system changed: {old} → {new}"
+    assert line.isdigit() and old.startswith("Current time: ") and new.startswith("Current time: ")
     # The cause names the line the diff shows, with its old and new text.
     event = CacheEvent.objects.get(call__project=demo_world.project, call__call_id="research-019/step-1")
     assert event.detail.startswith(f"system prompt line {line} changed: '{old}' → '{new}'")
@@ -348,30 +352,32 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     store_and_analyse(project, [before, after])
 
     page = _page(owner, project, "diff-run/step-1")
-    diff = section(page, '<table class="grid compact" id="diff">', "</table>")
-    rows = {(change, item): what for change, item, what in re.findall(
-        r'<tr><td><span class="badge \w+">(\w+)</span></td><td>(.*?)</td><td>[^<]*</td><td>(.*?)</td></tr>', diff)}
+    diff = parse(page).one("table#diff")
+    rows = {(change.one(".badge").text, item.text): what.text
+            for change, item, _, what in (cells(tr) for tr in diff.select("tbody tr"))}
     assert rows == {
         ("entered", "was-dropped"): "was drop",
         ("entered", "fresh"): "new candidate",
         ("left", "goes"): "no longer a candidate",
         ("left", "pushed-out"): "drop",
-        ("left", "&lt;b&gt;x&lt;/b&gt;"): "no longer a candidate",
+        ("left", "<b>x</b>"): "no longer a candidate",  # shown as text
         ("changed", "moves"): "zone middle → tail",
         ("changed", "shrinks"): "used 40 → –",
         ("changed", "squeezed"): "action keep → summarize",
         ("changed", "rewritten"): "content changed",
-        ("prefix", "segment system"): "<code>bbbbbbbbbbbbb…</code> → <code>ddddddddddddd…</code>",
-        ("prefix", "segment extra"): "<code>–</code> → <code>eeeeeeeeeeeee…</code>",
-        ("prefix", "segment tools"): "<code>ccccccccccccc…</code> → <code>–</code>",
+        ("prefix", "segment system"): "bbbbbbbbbbbbb… → ddddddddddddd…",
+        ("prefix", "segment extra"): "– → eeeeeeeeeeeee…",
+        ("prefix", "segment tools"): "ccccccccccccc… → –",
         ("evidence", "lost-key"): "now missing",
         ("evidence", "found-key"): "now present",
     }
-    assert "stays" not in diff
+    prefix_hashes = [cells(tr)[3] for tr in diff.select("tbody tr") if cells(tr)[0].text == "prefix"]
+    assert len(prefix_hashes) == 3 and all(len(what.select("code")) == 2 for what in prefix_hashes)
+    assert "stays" not in diff.text
     # The badges say which way each change went.
-    assert '<span class="badge ok">entered</span>' in diff and '<span class="badge bad">left</span>' in diff
-    badges = {tuple(td.text for td in tr.select("td")[:2]): tr.select("td")[0].one(".badge").get("class")
-              for tr in parse(page).select("table#diff tr") if tr.select("td .badge")}
+    badges = {tuple(td.text for td in cells(tr)[:2]): cells(tr)[0].one(".badge").get("class")
+              for tr in diff.select("tbody tr")}
+    assert badges[("entered", "fresh")] == "badge ok" and badges[("left", "goes")] == "badge bad"
     assert badges[("evidence", "lost-key")] == "badge bad" and badges[("evidence", "found-key")] == "badge ok"
 
 
@@ -419,37 +425,46 @@ def test_it_colours_the_allocation_by_what_was_done_to_each_item(owner, project)
 EVIDENCE_URL = "/p/x/evidence/"
 
 
-def _rows(items: list[Item], qs_amp: str = "") -> list[str]:
+def _rows(items: list[Item], qs_amp: str = "") -> list[Element]:
     for i in items:
         i.in_context = i.action not in ("drop", "dedupe", "clear")
-    out = str(item_rows(items, None, 0, EVIDENCE_URL, qs_amp))
-    return re.findall(r"<tr .*?</tr>", out, flags=re.S)
+    return parse(str(item_rows(items, None, 0, EVIDENCE_URL, qs_amp))).select("tr")
+
+
+def tags(cell: Element) -> list[str]:
+    return [e.tag for e in cell.elements()]
 
 
 def test_it_writes_each_item_row_with_every_field_shown_and_escaped():
-    hostile = Item(item_id="<b>x</b>&'\"", kind="<k>", action="a&b", priority=7, requested_tokens=12,
+    # Markup and entities in every value: escaped, each reads back as written, with no element of its own.
+    hostile = Item(item_id="<b>x</b>&amp;'\"", kind="<k>", action="a&amp;b", priority=7, requested_tokens=12,
                    granted_tokens=None, used_tokens=None, position=None, zone="<z>", trust="untrusted", pinned=True,
-                   group="g<1>", reason="keep: <ok> & fine", text="t<x>\n&y", source_ref="r<" + "x" * 60,
-                   source_version="v<2>", content_hash="a b/c?d&e=" + "f" * 30)
-    (row,) = _rows([hostile], "&range=7d&agent=a<b")
-    assert row.startswith('<tr class="untrusted" data-item="&lt;b&gt;x&lt;/b&gt;&amp;&#x27;&quot;">')
+                   group="g<1>", reason="keep: <ok> &amp; fine", text="t<x>\n&amp;y", source_ref="r<" + "x" * 60,
+                   source_version="v<2>", content_hash="a b/c?d&amp;e=" + "f" * 30)
+    (row,) = _rows([hostile], "&range=7d&agent=a&lt;b")
+    assert (row.get("class"), row.get("data-item")) == ("untrusted", hostile.item_id)
     position, zone, name, kind, action, priority, requested, granted, used, trust, reason, ref = cells(row)
-    assert (position, granted, used) == ("–", "–", "–")  # none recorded
-    assert (priority, requested) == ("7", "12")
-    assert zone == '<span class="zone zone-&lt;z&gt;">&lt;z&gt;</span>'
-    assert name == ('&lt;b&gt;x&lt;/b&gt;&amp;&#x27;&quot; '
-                    '<span class="badge" title="pinned: always kept">pinned</span>'
-                    '<br><span class="hint">group g&lt;1&gt;</span>')
-    assert kind == "&lt;k&gt;" and action == '<span class="action action-a&amp;b">a&amp;b</span>'
-    assert "⚠ untrusted" in trust
-    assert reason == ('keep: &lt;ok&gt; &amp; fine<details class="text"><summary>text sent (7 chars)</summary>'
-                      "<pre>t&lt;x&gt;\n&amp;y</pre></details>")
-    code, link = re.match(r"<code>(.*?)</code> <span class=\"hint\">v&lt;2&gt;</span><br>(.*)", ref).groups()
-    assert html.unescape(code) == ("r<" + "x" * 60)[:47] + "…"  # cut to 48 characters
-    href, shown = re.match(r'<a class="hash" href="([^"]+)" title="find this content elsewhere">(.*)</a>',
-                           link).groups()
-    assert html.unescape(href) == f"{EVIDENCE_URL}?q=a%20b/c%3Fd%26e%3D{'f' * 30}&range=7d&agent=a<b"
-    assert shown == "a b/c?d&amp;e=fff…"  # cut to 14 characters
+    assert (position.text, granted.text, used.text) == ("–", "–", "–")  # none recorded
+    assert (priority.text, requested.text) == ("7", "12")
+    assert tags(zone) == ["span"] and zone.one("span").classes == ["zone", "zone-<z>"] and zone.text == "<z>"
+    assert name.children[0] == hostile.item_id + " "
+    assert [(e.tag, e.get("class"), e.text) for e in name.elements()] == [
+        ("span", "badge", "pinned"), ("br", None, ""), ("span", "hint", "group g<1>")]
+    assert name.one("span.badge").get("title") == "pinned: always kept"
+    assert kind.raw_text == "<k>" and tags(kind) == []
+    assert tags(action) == ["span"] and action.one("span").classes == ["action", "action-a&amp;b"]
+    assert action.raw_text == "a&amp;b"
+    assert "⚠ untrusted" in trust.text
+    assert tags(reason) == ["details", "summary", "pre"] and reason.children[0] == hostile.reason
+    assert reason.one("details.text summary").text == f"text sent ({len(hostile.text)} chars)"
+    assert reason.one("pre").raw_text == hostile.text
+    assert tags(ref) == ["code", "span", "br", "a"]
+    code, version, _, link = ref.elements()
+    assert code.raw_text == hostile.source_ref[:47] + "…"  # cut to 48 characters
+    assert version.get("class") == "hint" and version.raw_text == "v<2>"
+    assert link.classes == ["hash"] and link.get("title") == "find this content elsewhere"
+    assert link.get("href") == f"{EVIDENCE_URL}?q=a%20b/c%3Fd%26amp%3Be%3D{'f' * 30}&range=7d&agent=a&lt;b"
+    assert link.raw_text == hostile.content_hash[:13] + "…"  # cut to 14 characters
 
 
 def test_it_marks_the_items_not_sent_and_leaves_out_what_was_not_recorded():
@@ -460,15 +475,19 @@ def test_it_marks_the_items_not_sent_and_leaves_out_what_was_not_recorded():
                    used_tokens=0, position=None, zone=None, trust="trusted", pinned=False, group=None,
                    reason="over budget", text="", source_ref="kb://a", source_version=None, content_hash="abc")
     sent, absent = _rows([plain, dropped])
-    assert sent.startswith('<tr class="" data-item="memory">')
+    assert (sent.get("class"), sent.get("data-item")) == ("", "memory")
     position, zone, name, _, _, _, _, granted, used, trust, reason, ref = cells(sent)
-    assert (position, granted, used) == ("2", "4", "3")
-    assert zone == '<span class="zone zone-">–</span>' and name == "memory"
-    assert trust == '<span class="hint">trusted</span>'
-    assert reason == "" and ref == ""  # no text, no ref (its version alone is not shown), no hash
-    assert absent.startswith('<tr class=" absent" data-item="old">')
+    assert (position.text, granted.text, used.text) == ("2", "4", "3")
+    assert zone.one("span").classes == ["zone", "zone-"] and zone.text == "–"
+    assert name.text == "memory" and tags(name) == []
+    assert tags(trust) == ["span"] and trust.one("span.hint").text == "trusted"
+    assert reason.children == [] and ref.children == []  # no text, no ref (its version alone is not shown), no hash
+    assert (absent.get("class"), absent.get("data-item")) == (" absent", "old")
     _, zone, _, _, _, _, _, _, _, _, reason, ref = cells(absent)
-    assert zone == '<span class="hint">not sent</span>'
-    assert reason == 'over budget<details class="text"><summary>text sent (0 chars)</summary><pre></pre></details>'
-    assert ref == (f'<code>kb://a</code><br><a class="hash" href="{EVIDENCE_URL}?q=abc" '
-                   'title="find this content elsewhere">abc</a>')
+    assert tags(zone) == ["span"] and zone.one("span.hint").text == "not sent"
+    assert tags(reason) == ["details", "summary", "pre"] and reason.children[0] == "over budget"
+    assert reason.one("summary").text == "text sent (0 chars)" and reason.one("pre").children == []
+    assert tags(ref) == ["code", "br", "a"] and ref.one("code").text == "kb://a"
+    link = ref.one("a.hash")
+    assert (link.get("href"), link.get("title"), link.text) == (
+        f"{EVIDENCE_URL}?q=abc", "find this content elsewhere", "abc")

@@ -6,8 +6,9 @@ that asks for the summary (recorded like any call), then continues with a histor
 shorter than before and opens with the summary. The proxy sees only the calls, so a call is a
 compaction when, in the same run:
 
-- its first user message holds a summary: an item of kind ``summary`` in its manifest (an
-  agent's summary opening, ctxkit.agents; a provider's compaction block or item), and
+- its first user message holds a summary (Codex's: a later user message): an item of kind
+  ``summary`` in its manifest (an agent's summary opening, ctxkit.agents; a provider's
+  compaction block or item), and
 - its history (ctxkit.proxy.history) is shorter than the previous call's, or the previous call
   did not open with this summary (a compaction that kept most turns, whose history the new
   prompt and answer bring back to the length it had).

@@ -58,39 +58,41 @@ def _spaces_only(text: str) -> bool:
     return text.replace("\n", " ").isprintable()
 
 
-def _collapse(text: str, spaces_only: bool | None = None) -> str:
-    """``" ".join(text.split())``, without splitting when there is nothing to collapse.
+def _normal_form(folded: str) -> tuple[str, bool]:
+    """``(" ".join(folded.split()), simple)`` for a folded text (:func:`_fold`).
 
-    Text whose only whitespace is spaces and line feeds (``spaces_only``: :func:`_spaces_only`
-    of it, when the caller has it), without a double space once line feeds are spaces,
-    collapses to itself minus an edge space at either end.
+    ``simple``: the text's only whitespace is spaces and line feeds, never two in a row (no
+    double space once line feeds are spaces). Such a text collapses to itself minus a space at
+    either end, without a split; and no space touches a line feed, so each of its lines is its
+    own normal form but for a space at the text's either end (:func:`_line_forms`).
     """
-    flat = text.replace("\n", " ") if "\n" in text else text
-    if "  " not in flat and (_spaces_only(text) if spaces_only is None else spaces_only):
-        return flat.strip(" ")
-    return " ".join(text.split())
+    flat = folded.replace("\n", " ") if "\n" in folded else folded
+    if "  " not in flat and _spaces_only(flat):
+        return flat.strip(" "), True
+    return " ".join(folded.split()), False
 
 
 def normalize(text: str) -> str:
     """NFKC (full/half width), casefold, collapse whitespace: the dedupe normal form."""
-    return _collapse(_fold(text))
+    return _normal_form(_fold(text))[0]
 
 
-def _line_forms(folded: str, lines: list[str], spaces_only: bool | None = None) -> list[str]:
-    """``[normalize(line) for line in lines]``, given ``lines = text.split("\\n")`` and ``folded = _fold(text)``.
+def _line_forms(text: str, folded: str, simple: bool) -> list[str]:
+    """``[normalize(line) for line in text.split("\\n")]``, given ``folded = _fold(text)`` and
+    ``simple`` from :func:`_normal_form` of it.
 
     NFKC never composes across a line feed (a starter that combines with nothing) and never
     produces one, casefold maps each character on its own, so the folded text split at its
-    line feeds gives the folded lines; most lines then need no whitespace work at all.
+    line feeds gives the folded lines; the lines of a simple text need no whitespace work.
     """
     parts = folded.split("\n")
-    if len(parts) != len(lines):  # cannot happen (see above); stay correct if it ever did
-        parts = [_fold(line) for line in lines]
-    elif "  " not in folded and (_spaces_only(folded) if spaces_only is None else spaces_only):  # see _collapse
-        if folded[:1] != " " and folded[-1:] != " " and " \n" not in folded and "\n " not in folded:
-            return parts  # and none at a line's edge: every line is its own normal form
+    if len(parts) != text.count("\n") + 1:  # cannot happen (see above); stay correct if it ever did
+        return [normalize(line) for line in text.split("\n")]
+    if not simple:
+        return [" ".join(line.split()) for line in parts]
+    if folded[:1] == " " or folded[-1:] == " ":  # only the first and the last line can have an edge space
         return [line.strip(" ") for line in parts]
-    return [" ".join(line.split()) for line in parts]
+    return parts
 
 
 def _digest(normal: str) -> str:
@@ -101,25 +103,26 @@ def content_key(text: str) -> str:
     return _digest(normalize(text))
 
 
-def line_repeats(
-    text: str, *, min_chars: int = 16, folded: str | None = None, spaces_only: bool | None = None
-) -> tuple[str, list[list[int]]]:
+def line_repeats(text: str, *, min_chars: int = 16) -> tuple[str, list[list[int]]]:
     """The text work of :func:`dedupe_lines`: ``(text without repeated lines, [[line, first line], ...])``.
 
-    Lines shorter than ``min_chars`` once normalized always stay. ``folded`` is ``_fold(text)``
-    when the caller already has it, ``spaces_only`` :func:`_spaces_only` of that. No token
-    counting, so the result depends on the text alone (the allocator keeps it across calls).
+    Lines shorter than ``min_chars`` once normalized always stay. No token counting, so the
+    result depends on the text alone (the allocator keeps it across calls).
     """
     if "\n" not in text:  # one line cannot repeat
         return text, []
-    lines = text.split("\n")
-    norms = _line_forms(_fold(text) if folded is None else folded, lines, spaces_only)
+    folded = _fold(text)
+    return _repeats(text, _line_forms(text, folded, _normal_form(folded)[1]), min_chars)
+
+
+def _repeats(text: str, norms: list[str], min_chars: int) -> tuple[str, list[list[int]]]:
+    """:func:`line_repeats` of ``text`` given the normal forms of its lines."""
     if len(set(norms)) == len(norms):  # every line distinct: nothing to remove (the common case)
         return text, []
     seen: dict[str, int] = {}
     kept: list[str] = []
     removed: list[list[int]] = []  # [line, first line with the same content]
-    for number, (line, norm) in enumerate(zip(lines, norms, strict=True), start=1):
+    for number, (line, norm) in enumerate(zip(text.split("\n"), norms, strict=True), start=1):
         if len(norm) >= min_chars:
             if norm in seen:
                 removed.append([number, seen[norm]])
@@ -129,27 +132,32 @@ def line_repeats(
     return ("\n".join(kept) if removed else text), removed
 
 
+def _key_and_repeats(text: str, min_chars: int) -> tuple[str, tuple[str, list[list[int]]]]:
+    """``(content_key(text), line_repeats(text))`` from one NFKC/casefold pass and one whitespace
+    check of the text."""
+    folded = _fold(text)
+    normal, simple = _normal_form(folded)
+    if "\n" not in text:  # one line cannot repeat
+        return _digest(normal), (text, [])
+    return _digest(normal), _repeats(text, _line_forms(text, folded, simple), min_chars)
+
+
 def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[list[int]]]:
     """``content_key(text)`` and ``line_repeats(text)`` with one NFKC/casefold pass over the text."""
-    folded = _fold(text)
-    plain = _spaces_only(folded)  # one scan for both: the key's whitespace and the lines'
-    return _digest(_collapse(folded, plain)), *line_repeats(text, min_chars=min_chars, folded=folded,
-                                                            spaces_only=plain)
+    key, (out, removed) = _key_and_repeats(text, min_chars)
+    return key, out, removed
 
 
 def keys_and_repeats(
     texts: Sequence[str], repeats: Sequence[bool], *, min_chars: int = 16
 ) -> list[tuple[str, tuple[str, list[list[int]]] | None]]:
-    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts: one
-    NFKC/casefold pass over each text serves both (each text apart: casefold is fast on ASCII
-    text, and an ASCII text folded together with CJK text would lose that)."""
-    out: list[tuple[str, tuple[str, list[list[int]]] | None]] = []
-    for text, wanted in zip(texts, repeats, strict=True):
-        folded = _fold(text)
-        plain = _spaces_only(folded)
-        key = _digest(_collapse(folded, plain))
-        out.append((key, line_repeats(text, min_chars=min_chars, folded=folded, spaces_only=plain) if wanted else None))
-    return out
+    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts, each text
+    folded on its own (casefold is fast on ASCII text, and an ASCII text folded together with CJK
+    text would lose that)."""
+    return [
+        _key_and_repeats(text, min_chars) if wanted else (content_key(text), None)
+        for text, wanted in zip(texts, repeats, strict=True)
+    ]
 
 
 def dedupe_record(text: str, out: str, removed: list[list[int]], estimate: Estimator = estimate_tokens) -> OpRecord:
@@ -277,7 +285,9 @@ def merge_near_duplicate_lines(
     """Merge near-duplicate lines: the first stays, annotated with the lines it now covers."""
     before = estimate(text)
     lines = text.split("\n")
-    candidates = [n for n, norm in enumerate(_line_forms(_fold(text), lines)) if len(norm) >= min_chars]
+    folded = _fold(text)
+    norms = _line_forms(text, folded, _normal_form(folded)[1])
+    candidates = [n for n, norm in enumerate(norms) if len(norm) >= min_chars]
     if len(candidates) < 2:  # nothing to pair up
         return text, OpRecord("near_dedupe", before, before, "no near-duplicates")
     items = [(str(n + 1), lines[n]) for n in candidates]
