@@ -17,6 +17,7 @@ from django.db import models
 from django.utils import timezone
 
 from ctxkit import figures
+from ctxkit.manifest import MAX_PATH
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -112,6 +113,10 @@ class Run(models.Model):
     parent_run_id = models.CharField(max_length=200, null=True, blank=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
+    # Where the agent worked (the manifest's workspace): each is the first non-empty value the
+    # run's calls sent, in the order they arrived (ingest.rows.runs_statement).
+    cwd = models.CharField(max_length=MAX_PATH, blank=True, default="", help_text="The agent's working directory")
+    git_branch = models.CharField(max_length=200, blank=True, default="", help_text="The git branch checked out there")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_unique_per_project")]
@@ -119,6 +124,10 @@ class Run(models.Model):
             models.Index(fields=["project", "-last_seen"], name="run_project_recent"),
             # The filter bar's agent and model lists, read by skipping through it (selectors/projects.py).
             models.Index(fields=["project", "agent", "model"], name="run_project_agent_model"),
+            # The runs list filtered by folder or branch, newest first, and the lists of both
+            # (read by skipping through them, as the agent and model lists are).
+            models.Index(fields=["project", "cwd", "-last_seen"], name="run_project_cwd_recent"),
+            models.Index(fields=["project", "git_branch", "-last_seen"], name="run_project_branch_recent"),
         ]
 
     def __str__(self) -> str:

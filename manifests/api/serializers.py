@@ -19,7 +19,8 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
     class Meta:
         model = Run
-        fields = ["run_id", "agent", "model", "parent_run_id", "first_seen", "last_seen", "call_count"]
+        fields = ["run_id", "agent", "model", "parent_run_id", "first_seen", "last_seen", "call_count", "cwd",
+                  "git_branch"]
 
 
 class CallSummarySerializer(serializers.ModelSerializer[Call]):

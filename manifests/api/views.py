@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ctxkit.manifest import EARLIEST, LATEST, MAX_NAME, json_schema
+from ctxkit.manifest import EARLIEST, LATEST, MAX_NAME, MAX_PATH, json_schema
 from manifests import ingest, ops
 from manifests.api.auth import HasIngestScope, HasReadScope, key_of
 from manifests.api.pagination import BoundedPagination
@@ -262,11 +262,11 @@ def _parse_time(request: Request, name: str) -> datetime | None:
     return value
 
 
-def _parse_text(request: Request, name: str) -> str:
+def _parse_text(request: Request, name: str, limit: int = MAX_NAME) -> str:
     value = request.query_params.get(name, "")
-    if len(value) > MAX_NAME or _CONTROL.search(value):
+    if len(value) > limit or _CONTROL.search(value):
         raise ingest.BadRequest(
-            f"{name} must be at most {MAX_NAME} characters without control characters", path=f"?{name}"
+            f"{name} must be at most {limit} characters without control characters", path=f"?{name}"
         )
     return value
 
@@ -284,7 +284,11 @@ class RunListView(generics.ListAPIView[Run]):
     serializer_class = RunSerializer
     permission_classes = [HasReadScope]
 
-    @extend_schema(summary="Runs of the key's project, newest first", parameters=_filters)
+    @extend_schema(summary="Runs of the key's project, newest first", parameters=[
+        *_filters,
+        OpenApiParameter("cwd", str, description="Only runs whose agent worked in this directory (exact)"),
+        OpenApiParameter("branch", str, description="Only runs on this git branch (exact)"),
+    ])
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
@@ -294,6 +298,10 @@ class RunListView(generics.ListAPIView[Run]):
             qs = qs.filter(agent=agent)
         if model := _parse_text(self.request, "model"):
             qs = qs.filter(model=model)
+        if cwd := _parse_text(self.request, "cwd", MAX_PATH):
+            qs = qs.filter(cwd=cwd)
+        if branch := _parse_text(self.request, "branch"):
+            qs = qs.filter(git_branch=branch)
         if since := _parse_time(self.request, "since"):
             qs = qs.filter(last_seen__gte=since)
         if until := _parse_time(self.request, "until"):

@@ -42,20 +42,28 @@ def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, li
     its row lock, so two concurrent batches can never overwrite each other's times (a
     read-then-write would), and rows are written in run_id order, so two batches
     sharing runs lock them in the same order and cannot deadlock. A run's agent, model
-    and parent are those of the first batch that created it. It returns (run_id, id) rows.
+    and parent are those of the first batch that created it. Its workspace's cwd and branch
+    are each the first non-empty one that arrived: a later call fills an empty one and never
+    replaces one (a branch switched mid-session keeps the run under the branch it began on).
+    It returns (run_id, id) rows.
     """
     bounds: dict[str, tuple[datetime, datetime, Manifest]] = {}
+    places: dict[str, tuple[str, str]] = {}
     for m in manifests:
         run_id = clean_text(m.run_id)
         first, last, sample = bounds.get(run_id, (m.started_at, m.started_at, m))
         bounds[run_id] = (min(first, m.started_at), max(last, m.started_at), sample)
+        if m.workspace is not None:
+            cwd, branch = places.get(run_id, ("", ""))
+            places[run_id] = (cwd or m.workspace.cwd, branch or m.workspace.git_branch)
     table = Run._meta.db_table
     least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("MIN", "MAX")
     when = connection.ops.adapt_datetimefield_value
     rows = sorted(bounds.items())
-    placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     params: list[Any] = []
     for run_id, (first, last, sample) in rows:
+        cwd, branch = places.get(run_id, ("", ""))
         params += [
             project.pk,
             run_id,
@@ -64,12 +72,16 @@ def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, li
             clean_text(sample.parent_run_id),
             when(first),
             when(last),
+            cwd,  # the schema's NO_CONTROL pattern keeps NUL out of both
+            branch,
         ]
     sql = (
-        f"INSERT INTO {table} (project_id, run_id, agent, model, parent_run_id, first_seen, last_seen) "
-        f"VALUES {placeholders} ON CONFLICT (project_id, run_id) DO UPDATE SET "
+        f"INSERT INTO {table} (project_id, run_id, agent, model, parent_run_id, first_seen, last_seen, cwd, "
+        f"git_branch) VALUES {placeholders} ON CONFLICT (project_id, run_id) DO UPDATE SET "
         f"first_seen = {least}({table}.first_seen, excluded.first_seen), "
-        f"last_seen = {greatest}({table}.last_seen, excluded.last_seen) "
+        f"last_seen = {greatest}({table}.last_seen, excluded.last_seen), "
+        f"cwd = CASE WHEN {table}.cwd = '' THEN excluded.cwd ELSE {table}.cwd END, "
+        f"git_branch = CASE WHEN {table}.git_branch = '' THEN excluded.git_branch ELSE {table}.git_branch END "
         "RETURNING run_id, id"
     )
     return sql, params

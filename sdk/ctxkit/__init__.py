@@ -17,7 +17,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         (
             "SCHEMA_V1", "Manifest", "Item", "Evidence", "Compaction", "Invariant", "ContextEdit", "Usage", "Budget",
-            "Prefix", "PrefixSegment", "Outcome", "Claim", "Builder", "FieldError", "convert_manifest",
+            "Prefix", "PrefixSegment", "Outcome", "Claim", "Builder", "Workspace", "FieldError", "convert_manifest",
             "decode_manifest", "json_schema",
         ),
         "manifest",
@@ -98,6 +98,7 @@ __all__ = [
     "Outcome",
     "Claim",
     "Builder",
+    "Workspace",
     "FieldError",
     "convert_manifest",
     "decode_manifest",
@@ -257,6 +258,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         Prefix,
         PrefixSegment,
         Usage,
+        Workspace,
         convert_manifest,
         decode_manifest,
         json_schema,

@@ -14,6 +14,7 @@ changed meaning or a new required field comes with a new schema version.
 
 from __future__ import annotations
 
+import re
 import typing
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, TypeGuard, get_args
@@ -34,6 +35,9 @@ MAX_ID = 200
 MAX_NAME = 200
 MAX_REASON = 2000
 MAX_TEXT = 200_000
+# A working directory's path: long enough for any real one, short enough for a database index
+# entry (PostgreSQL's B-tree refuses one above ~2,700 bytes: 500 characters of 4-byte UTF-8 fit).
+MAX_PATH = 500
 MAX_TOKENS = 100_000_000
 # Counts and positions (steps, turns, cleared tool results, item positions): far above any
 # real agent, far below the 32-bit columns that store them.
@@ -44,8 +48,9 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 # Call and run ids (the idempotency key, and parts of page URLs) hold no control character
 # (U+0001-U+001F, U+007F; NUL is replaced by the server before this check, see docs/api.md).
-# Every other string keeps control characters as data, escaped when shown: a pattern on
-# the hundreds of item ids of a manifest would triple the cost of validation.
+# The workspace's cwd and branch (run metadata, in filter URLs) follow the same rule. Every
+# other string keeps control characters as data, escaped when shown: a pattern on the hundreds
+# of item ids of a manifest would triple the cost of validation.
 NO_CONTROL = "^[^\x00-\x1f\x7f]*$"
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID)]
@@ -119,6 +124,33 @@ class Builder(_Struct, kw_only=True):
 
     name: Name
     version: Name = ""
+
+
+class Workspace(_Struct, kw_only=True):
+    """Where the agent worked (optional, additive to v1): its working directory and the git branch
+    checked out there. The server keeps them on the run (docs/manifest.md, "Workspace")."""
+
+    cwd: Annotated[str, msgspec.Meta(max_length=MAX_PATH, pattern=NO_CONTROL)] = ""
+    git_branch: Annotated[str, msgspec.Meta(max_length=MAX_NAME, pattern=NO_CONTROL)] = ""
+
+
+# What git answers for a branch when there is none (a detached HEAD, or no repository at all):
+# git refuses it as a branch name, so it never names one.
+_NO_BRANCH = "HEAD"
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def workspace_of(cwd: str | None, git_branch: str | None) -> Workspace | None:
+    """The workspace an agent reported, as the schema takes it: a value the schema would refuse
+    (too long, a control character) is left out rather than failing the manifest, a branch of
+    ``HEAD`` names none; None when nothing is left."""
+    cwd = (cwd or "").strip()
+    branch = (git_branch or "").strip()
+    if len(cwd) > MAX_PATH or _CONTROL.search(cwd):
+        cwd = ""
+    if len(branch) > MAX_NAME or _CONTROL.search(branch) or branch == _NO_BRANCH:
+        branch = ""
+    return Workspace(cwd=cwd, git_branch=branch) if cwd or branch else None
 
 
 class Budget(_Struct, kw_only=True):
@@ -309,6 +341,7 @@ class Manifest(_Struct, kw_only=True):
     # next call's miss is expected (the server's "ttl" cause), not a regression.
     cache_ttl_seconds: Annotated[int, msgspec.Meta(gt=0, le=30 * 86400)] | None = None
     allocator: AllocatorSettings | None = None  # replay settings (above)
+    workspace: Workspace | None = None
 
 
 # --------------------------------------------------------------------------- #

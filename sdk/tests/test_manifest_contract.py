@@ -27,6 +27,10 @@ WORDS = ["退款率", "不得", "429", "error", "rate", "limit", "ok", "\x00", "
 line = st.lists(st.sampled_from(WORDS), min_size=1, max_size=10).map(" ".join)
 text = st.lists(line, min_size=0, max_size=10).map("\n".join)
 name = st.one_of(st.text(min_size=1, max_size=12), st.text(min_size=195, max_size=260))
+# A workspace as agents report it: a path, a branch, "HEAD", control characters, too long.
+place = st.one_of(st.just(""), st.just("HEAD"), st.text(max_size=40), st.text(min_size=490, max_size=600),
+                  st.lists(st.sampled_from(["/home", "dev", "ctxview", "\n", "\x1f", "<b>", "é"]), max_size=8)
+                  .map("/".join))
 
 
 @st.composite
@@ -77,9 +81,11 @@ def assert_server_accepts(manifest: object) -> None:
     st.integers(0, 3000),
     usage,
     st.lists(st.tuples(line, st.sampled_from(["429", "退款率", "rate limit", "\x1f429"])), max_size=3),
+    place,
+    place,
 )
 def test_it_builds_manifests_the_server_accepts_without_the_check(
-    segs, constraints, budget, reserve, raw_usage, fields
+    segs, constraints, budget, reserve, raw_usage, fields, cwd, branch
 ) -> None:
     blocks = [Block(id=f"c{i}", kind="constraint", text=c) for i, c in enumerate(constraints)]
     blocks.append(Block(id="question", kind="user", text="why 429?"))
@@ -94,6 +100,8 @@ def test_it_builds_manifests_the_server_accepts_without_the_check(
         "usage": raw_usage,
         "provider": "anthropic" if raw_usage else "",
         "warnings": ["w\x00" * 1500] * 120,
+        "cwd": cwd,
+        "git_branch": branch,
     }
     assert_server_accepts(built.manifest(**kwargs))
     plan = allocate(segs, budget=budget, reserve=min(reserve, budget))

@@ -65,6 +65,8 @@ def build(call_id: str = "contract-1", *, budget: int = DEFAULT_BUDGET, naive: b
         started_at=T0,
         ended_at=T0 + timedelta(seconds=2),
         outcome=Outcome(finish_reason="end_turn", claims=[Claim(text="0.0321", evidence_keys=["refund_rate"])]),
+        cwd="/home/dev/退款/<repo>",
+        git_branch="feat/refunds",
     )
 
 
@@ -97,6 +99,8 @@ def test_a_ctxkit_manifest_is_accepted_stored_whole_and_read_back_as_built(api, 
     assert got["prefix_hash"] == (m.prefix.hash if m.prefix else "")
     lost = {i["name"]: i["lost"] for i in got["compactions"][0]["invariants"]}
     assert lost["required_evidence"] == ["a literal nobody wrote"]
+    run = api.get("/api/v1/runs").json()["results"][0]
+    assert (run["cwd"], run["git_branch"]) == ("/home/dev/退款/<repo>", "feat/refunds")
 
 
 @pytest.mark.django_db

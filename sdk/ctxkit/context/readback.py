@@ -72,6 +72,11 @@ def _normal(text: str) -> str:
     return found
 
 
+def _carries(text: str | None, norm: str, pattern: re.Pattern[str]) -> bool:
+    """Whether ``text`` (a normal form) holds the literal; the substring test first, as most do not."""
+    return text is not None and norm in text and pattern.search(text) is not None
+
+
 def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[ReadBack]:
     """Which key fields survive in which outputs."""
     texts = {item: _normal(text) for item, text in outputs.items() if text}
@@ -80,9 +85,10 @@ def read_back(fields: Iterable[KeyField], outputs: Mapping[str, str]) -> list[Re
         if not f.literal.strip():
             raise ValueError(f"key field {f.label!r} has an empty literal")
         norm, pattern = _pattern(f.literal)
-        # The substring test first: most outputs do not hold the literal at all.
-        carriers = [item for item, text in texts.items() if norm in text and pattern.search(text)]
-        found = f.source if f.source in carriers else (carriers[0] if carriers else None)
+        if f.source is not None and _carries(texts.get(f.source), norm, pattern):
+            found: str | None = f.source
+        else:  # the first output that carries it
+            found = next((item for item, text in texts.items() if _carries(text, norm, pattern)), None)
         results.append(ReadBack(field=f, present=found is not None, found_in=found))
     return results
 

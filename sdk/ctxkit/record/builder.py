@@ -55,6 +55,7 @@ from ctxkit.manifest import (
     Prefix,
     Usage,
     convert_manifest,
+    workspace_of,
 )
 from ctxkit.record.items import (
     UNTRUSTED_KINDS,
@@ -262,6 +263,8 @@ def build_manifest(
     builder: Builder | None = None,
     estimate: Estimator = estimate_tokens,
     validate: bool | None = None,
+    cwd: str = "",
+    git_branch: str = "",
 ) -> Manifest:
     """One model call's manifest from its build and the provider's usage; see the module notes.
 
@@ -276,7 +279,8 @@ def build_manifest(
     when the caller handed in a manifest part built by hand (see :func:`hand_made_parts`): what
     ctxkit builds from a plan, layout, read-back, records and usage is valid by construction
     (clamped, clipped or repaired with a warning), which sdk/tests/test_manifest_contract.py
-    checks over generated inputs; ``False`` never runs it.
+    checks over generated inputs; ``False`` never runs it. ``cwd`` and ``git_branch``: where the
+    agent works, shown and filterable on the runs list (a value the schema would refuse is left out).
     """
     readback, compactions, edits, extra_items = list(readback), list(compactions), list(edits), list(extra_items)
     if validate is None:
@@ -318,6 +322,7 @@ def build_manifest(
         outcome=_outcome(outcome),
         allocator=(AllocatorSettings(mode=plan.mode, estimator=plan.estimator, held_back=plan.held_back)
                    if plan is not None else None),
+        workspace=workspace_of(cwd, git_branch),
     )
     manifest.warnings = _warnings(plan, layout, warnings, notes)  # last: every step above may add a note
     if validate:

@@ -5,9 +5,9 @@ Shared by the operator modules (``ctxkit.context.operators`` re-exports both).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -15,15 +15,19 @@ T = TypeVar("T")
 SAFE_ORDER = ("dedupe", "ref", "extract", "summarize", "truncate", "window", "hard_cut")
 
 
-@dataclass(frozen=True, slots=True)
-class OpRecord:
-    """What one operator did."""
+# The data of a record made without any: empty and read-only, so records never share a mutable dict.
+NO_DATA: Mapping[str, Any] = MappingProxyType({})
+
+
+class OpRecord(NamedTuple):
+    """What one operator did. A named tuple: an immutable value, and quick to make (an allocation
+    makes one for every segment it cuts, at every call)."""
 
     op: str
     tokens_before: int
     tokens_after: int
     detail: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = NO_DATA
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -31,7 +35,7 @@ class OpRecord:
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
             "detail": self.detail,
-            "data": self.data,
+            "data": dict(self.data),
         }
 
 

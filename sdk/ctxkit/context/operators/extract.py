@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.tokens import (
@@ -89,14 +89,14 @@ def is_failure_line(line: str) -> bool:
     return _FAIL_HINT.search(line.lower()) is not None
 
 
-@dataclass(frozen=True, slots=True)
-class LinePlan:
+class LinePlan(NamedTuple):
     """What :func:`extract_lines` / :func:`summarize_lines` settle before looking at the budget.
 
     The lines in the order they are taken (best first, blank lines never) with what each
     costs. It depends on the text, the pinned lines, ``keep_recent`` and the estimator, not on
     the budget, so :func:`cut_lines` can cut it again at another budget (the allocator keeps
-    plans across calls). Make one with :func:`plan_extract` or :func:`plan_summary`.
+    plans across calls). Make one with :func:`plan_extract` or :func:`plan_summary`. A named
+    tuple: immutable (plans are shared), and quick to make.
     """
 
     op: str  # "extract" or "summarize"
