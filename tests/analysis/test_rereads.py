@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import msgspec
 import pytest
 
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest
 from manifests.analysis.pipeline import analyze_calls
 from manifests.models import ReRead
-from tests.analysis.support import item, manifest, sha
-from tests.support import store_and_analyse
+from tests.analysis.support import item, sha
+from tests.support import manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -33,13 +32,12 @@ def run(*steps: list[Item], compaction_at: int | None = None, edit_at: int | Non
     for step, items in enumerate(steps):
         comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=before, tokens_after=after)] \
             if step == compaction_at else []
+        edits = [ContextEdit(type="clear_tool_uses_20250919", cleared_count=1, cleared_tokens=400)] \
+            if step == edit_at else None
         call_id = f"c{step}" if run_id == "run-1" else f"{run_id}/c{step}"
-        at = start + timedelta(seconds=10 * step) if start is not None else None
-        m = manifest(call_id, run_id=run_id, step=step, items=items, compactions=comps, agent=agent, at=at)
-        if step == edit_at:
-            m = msgspec.structs.replace(m, context_edits=[ContextEdit(type="clear_tool_uses_20250919",
-                                                                     cleared_count=1, cleared_tokens=400)])
-        out.append(m)
+        at = {"started_at": start + timedelta(seconds=10 * step)} if start is not None else {}
+        out.append(manifest(call_id, bare=True, run_id=run_id, step=step, seconds=10 * step, items=items,
+                            compactions=comps, context_edits=edits, agent=agent, **at))
     return out
 
 
