@@ -13,10 +13,10 @@ from ctxkit.models import format_usd, model_facts
 from manifests.analysis.prices import PriceBook
 from manifests.selectors import savings
 from manifests.selectors.filters import Filters
-from tests.analysis.support import MODEL, item
+from tests.analysis.support import item
 from tests.analysis.test_rereads import run, tool_pair
 from tests.html_page import parse
-from tests.support import store_and_analyse
+from tests.support import MODEL, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
