@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 
 from tests.proxy.codex_session import CLI_DIR, KEY, MODEL, run_session
-from tests.proxy.codex_standin import USAGE, CodexStandIn
+from tests.proxy.codex_standin import CodexStandIn
 from tests.proxy.proxy_support import npm_ci, running_proxy
 
 
@@ -39,6 +39,7 @@ def test_it_records_a_codex_session_as_one_run(live_server, key, sender, tmp_pat
         note, answers = run_session(proxy.url, tmp_path)
         assert answers == ["The note says: The refund rate is 0.0321.", "Noted: who approves the refunds?"]
         sent = [body for method, path, _, body in provider.received if (method, path) == ("POST", "/v1/responses")]
+        usages = list(provider.usages.values())
         assert len(sent) == len(provider.received) == 3
         for _, _, headers, _ in provider.received:  # what reached the provider: the CLI's own headers
             assert headers["authorization"] == f"Bearer {KEY}" and headers["originator"] == "codex_exec"
@@ -56,11 +57,12 @@ def test_it_records_a_codex_session_as_one_run(live_server, key, sender, tmp_pat
     details = sorted((_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls), key=lambda c: c["step"])
     assert [c["step"] for c in details] == [0, 1, 2]
     assert [c["started_at"] for c in details] == sorted(c["started_at"] for c in details)
-    for call, body in zip(details, sent):
+    assert usages[0]["input_tokens"] < usages[1]["input_tokens"] < usages[2]["input_tokens"]  # counted from each
+    for call, body, reported in zip(details, sent, usages, strict=True):
         assert (call["agent"], call["model"], call["provider"]) == ("codex_exec", MODEL, "openai")
         usage = (call["input_tokens"], call["cache_read_tokens"], call["output_tokens"], call["reasoning_tokens"])
-        assert usage == (USAGE["input_tokens"], USAGE["input_tokens_details"]["cached_tokens"],
-                         USAGE["output_tokens"], USAGE["output_tokens_details"]["reasoning_tokens"])
+        assert usage == (reported["input_tokens"], reported["input_tokens_details"]["cached_tokens"],
+                         reported["output_tokens"], reported["output_tokens_details"]["reasoning_tokens"])
         # Codex's instructions arrive as developer messages at the head of ``input``: system items.
         developer = [_texts(i["content"]) for i in body["input"] if i.get("role") == "developer"]
         assert developer and developer[0].startswith("You are a coding agent running in the Codex CLI")

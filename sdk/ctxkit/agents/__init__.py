@@ -18,7 +18,8 @@ __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agen
            "memory_files", "session_of", "summary_strategy", "summary_trigger"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
-IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, gemini_cli.INSTALLATION_HEADER)
+IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, *codex.SESSION_HEADERS,
+                                     gemini_cli.INSTALLATION_HEADER, gemini_cli.SESSION_HEADER)
 MCP_MARK = claude_code.MCP_MARK
 SUBAGENT_TOOLS: tuple[str, ...] = claude_code.SUBAGENT_TOOLS  # tools whose calls start a sub-agent
 
@@ -35,7 +36,7 @@ class Delegation:
 def session_of(request: dict[str, Any], headers: dict[str, str], first_text: str = "") -> str:
     """The agent's own session id for a request (``first_text``: the first text of its first
     user message), ``""`` when it names none."""
-    return claude_code.session(request, headers) or gemini_cli.session(headers, first_text)
+    return claude_code.session(request, headers) or codex.session(headers) or gemini_cli.session(headers, first_text)
 
 
 def agent_name(headers: dict[str, str], default: str) -> str:
@@ -53,12 +54,15 @@ def delegation(call_id: str, name: Any, arguments: Any) -> Delegation | None:
     return Delegation(tool_use_id=call_id, prompt=found[0], subagent_type=found[1])
 
 
-def summary_strategy(text: str) -> str:
-    """``client_summary`` when ``text`` opens like an agent's compaction summary (Claude Code's
-    opening, a generic ``Summary:``), else ``""``. Callers look only at the first user message,
-    so a user who writes "Summary:" later in a conversation is not taken for a compaction."""
+def summary_strategy(text: str, *, first: bool = True) -> str:
+    """``client_summary`` when ``text`` opens like an agent's compaction summary or is one (Gemini
+    CLI's snapshot), else ``""``. ``first``: the text is in the history's first user message,
+    where Claude Code's opening, Gemini CLI's snapshot and a generic ``Summary:`` count, so a user
+    who writes "Summary:" later in a conversation is not taken for a compaction; Codex puts its
+    summary after the user messages it keeps, so its opening counts in any user message."""
     head = text.lstrip()[:200]
-    if claude_code.is_summary(head) or generic.is_summary(head):
+    if codex.is_summary(head) or (first and (claude_code.is_summary(head) or generic.is_summary(head)
+                                             or gemini_cli.is_summary(text))):
         return "client_summary"
     return ""
 

@@ -1,17 +1,50 @@
 """OpenAI Codex CLI's habits, as its requests show them (OpenAI Responses through a
 ``model_providers`` entry of ``$CODEX_HOME/config.toml``).
 
+- Session: the ``session-id`` header (``session_id`` in earlier versions) of a client whose
+  User-Agent names a Codex product (``codex_exec/0.171.0 (...)``, ``codex_cli_rs/...``).
 - Memory files: each AGENTS.md goes in as a user message "# AGENTS.md instructions for <folder>".
-- Its run follows from the conversation: every turn's ``input`` extends the previous one.
+- Summaries: when its history reaches ``model_auto_compact_token_limit`` (or on ``/compact``) it
+  sends the history with :data:`COMPACTION_PROMPT` and no tools, then goes on with a new history:
+  its instructions, the user messages it keeps, and a user message holding the answer after
+  :data:`SUMMARY_PREFIX`, which stands after the kept messages, not first.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["memory_files"]
+from ctxkit.agents.transcripts import TranscriptCall, time_of
 
+__all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "memory_files",
+           "transcripts_folder", "transcript_files", "transcript_calls"]
+
+SESSION_HEADERS = ("session-id", "session_id")
+COMPACTION_PROMPT = (
+    "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will "
+    "resume the task.\n\nInclude:\n- Current progress and key decisions made\n- Important context, constraints, "
+    "or user preferences\n- What remains to be done (clear next steps)\n- Any critical data, examples, or "
+    "references needed to continue\n\nBe concise, structured, and focused on helping the next LLM seamlessly "
+    "continue the work.\n")
+SUMMARY_PREFIX = ("Another language model started to solve this problem and produced a summary of its "
+                  "thinking process.")
 _AGENTS_FILE = re.compile(r"\A# AGENTS\.md instructions for (\S[^\n]*)")
+
+
+def session(headers: dict[str, str]) -> str:
+    """The session id a Codex client sends, ``""`` for any other client."""
+    if not headers.get("user-agent", "").lower().startswith("codex"):
+        return ""
+    return next((headers[name].strip() for name in SESSION_HEADERS if headers.get(name, "").strip()), "")
+
+
+def is_summary(head: str) -> bool:
+    """Does this text (stripped at the left) open like Codex's compaction summary message?"""
+    return head.startswith(SUMMARY_PREFIX)
 
 
 def memory_files(head: str) -> list[str] | None:
@@ -21,3 +54,165 @@ def memory_files(head: str) -> list[str] | None:
         return None
     folder = found.group(1).strip()
     return [folder if folder.endswith("AGENTS.md") else f"{folder.rstrip('/')}/AGENTS.md"]
+
+
+# Rollouts: $CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl, one {timestamp, type, payload}
+# a line: ``session_meta`` (id, cwd, originator, cli_version, base_instructions, git),
+# ``turn_context`` (model), ``response_item`` (the history as Codex keeps it: developer and user
+# messages, the model's messages, reasoning and function calls, the functions' outputs),
+# ``token_usage_record`` (one per model response: ``response_id``, ``usage``), ``compacted`` (the
+# summary and ``replacement_history``, the history after it). Each response becomes one call: its
+# request is the base instructions as a developer message, then the history at the time of its
+# first output item. A response whose output Codex marks ``compaction_output`` answered its
+# compaction request: the history and :data:`COMPACTION_PROMPT`, no tools. The rollout keeps
+# neither the tool definitions nor the base instructions exactly as sent (Codex trims them per
+# model): ``exact`` is False.
+
+_OUTPUTS = frozenset({"function_call", "custom_tool_call", "local_shell_call", "reasoning", "web_search_call",
+                      "image_generation_call", "tool_search_call", "mcp_call"})
+_UNSENT = frozenset({"ghost_snapshot"})  # kept in the rollout for undo, never sent
+
+
+def transcripts_folder() -> str:
+    """Where Codex keeps its rollouts (``$CODEX_HOME/sessions``, else ``~/.codex/sessions``)."""
+    home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    return os.path.join(home, "sessions")
+
+
+def _cwd(path: str) -> str:
+    """The working directory a rollout's ``session_meta`` (its first line) names, ``""`` without one."""
+    try:
+        with open(path, "rb") as handle:
+            first = json.loads(handle.readline())
+    except (OSError, ValueError):
+        return ""
+    payload = first.get("payload") if isinstance(first, dict) and first.get("type") == "session_meta" else None
+    return str(payload.get("cwd") or "") if isinstance(payload, dict) else ""
+
+
+def transcript_files(folder: str, project_dir: str = "") -> list[str]:
+    """The rollouts under ``folder`` (those whose session ran in ``project_dir``, with it), oldest first."""
+    found: list[str] = []
+    for root, _dirs, names in os.walk(folder):
+        found.extend(os.path.join(root, n) for n in names if n.startswith("rollout-") and n.endswith(".jsonl"))
+    if project_dir:
+        wanted = os.path.abspath(project_dir)
+        found = [p for p in found if os.path.abspath(_cwd(p) or "/") == wanted]
+    return sorted(found, key=lambda p: (os.path.getmtime(p), p))
+
+
+def _item(payload: dict[str, Any]) -> dict[str, Any]:
+    """A history item as sent (without Codex's own bookkeeping)."""
+    return {k: v for k, v in payload.items() if k != "internal_chat_message_metadata_passthrough"}
+
+
+def _is_output(item: dict[str, Any]) -> bool:
+    return item.get("role") == "assistant" or item.get("type") in _OUTPUTS
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+
+def _usage(recorded: Any) -> dict[str, Any]:
+    """A ``token_usage_record``'s usage in the Responses API's shape."""
+    u = recorded if isinstance(recorded, dict) else {}
+
+    def count(key: str) -> int:
+        value = u.get(key)
+        return value if isinstance(value, int) else 0
+
+    details: dict[str, int] = {"cached_tokens": count("cached_input_tokens")}
+    if count("cache_write_input_tokens"):
+        details["cache_write_tokens"] = count("cache_write_input_tokens")
+    return {"input_tokens": count("input_tokens"), "input_tokens_details": details,
+            "output_tokens": count("output_tokens"),
+            "output_tokens_details": {"reasoning_tokens": count("reasoning_output_tokens")},
+            "total_tokens": count("total_tokens") or count("input_tokens") + count("output_tokens")}
+
+
+def _after_compaction(payload: dict[str, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history a ``compacted`` line leaves: its ``replacement_history``, else (earlier
+    versions) the messages of the instructions and the user, then the summary as a user message."""
+    replacement = payload.get("replacement_history")
+    if isinstance(replacement, list):
+        return [_item(i) for i in replacement if isinstance(i, dict) and i.get("type") not in _UNSENT]
+    kept = [i for i in history if i.get("type") == "message" and i.get("role") in ("developer", "user")]
+    return [*kept, _message("user", str(payload.get("message") or ""))]
+
+
+def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
+                     ) -> Iterator[tuple[TranscriptCall, int]]:
+    """The model calls of one rollout, each with the byte offset after its ``token_usage_record``.
+    Lines before ``start`` are read for the history but yield no call."""
+    meta: dict[str, Any] = {}
+    model = ""
+    history: list[dict[str, Any]] = []
+    request: dict[str, Any] | None = None  # the request of the response being answered
+    output: list[dict[str, Any]] = []
+    started = 0.0
+    offset = 0
+    written = os.path.getmtime(path)
+
+    def sent(compaction: bool) -> dict[str, Any]:
+        base = meta.get("base_instructions")
+        text = base.get("text") if isinstance(base, dict) else base
+        head = [_message("developer", text)] if isinstance(text, str) and text else []
+        body: dict[str, Any] = {"model": model, "input": json.loads(json.dumps([*head, *history])), "stream": True}
+        if compaction:
+            body["input"].append(_message("user", COMPACTION_PROMPT))
+            body["tools"] = []
+        return body
+
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            offset += len(raw)
+            if not raw.endswith(b"\n"):  # a line still being written (or cut): read it next time
+                if malformed is not None and raw.strip():
+                    malformed.append(f"{path}:{number}: truncated line")
+                offset -= len(raw)
+                break
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                if malformed is not None and offset > start:
+                    malformed.append(f"{path}:{number}: not JSON")
+                continue
+            payload = line.get("payload") if isinstance(line, dict) else None
+            if not isinstance(payload, dict):
+                continue
+            kind = line.get("type")
+            if kind == "session_meta":
+                meta = payload
+            elif kind == "turn_context":
+                model = str(payload.get("model") or model)
+            elif kind == "response_item" and payload.get("type") not in _UNSENT:
+                item = _item(payload)
+                compaction = bool((line.get("metadata") or {}).get("compaction_output"))
+                if _is_output(item):
+                    if request is None:
+                        request, started = sent(compaction), time_of(line.get("timestamp"))
+                    output.append(item)
+                    if compaction:  # the summary goes into the history through the compacted line
+                        continue
+                history.append(item)
+            elif kind == "compacted":
+                history = _after_compaction(payload, history)
+            elif kind == "token_usage_record":
+                if request is None:
+                    request, started = sent(False), time_of(line.get("timestamp"))
+                response_id = str(payload.get("response_id") or "")
+                response = {"id": response_id, "object": "response", "model": model, "status": "completed",
+                            "output": output, "usage": _usage(payload.get("usage"))}
+                session = str(meta.get("id") or meta.get("session_id") or payload.get("session_id") or "")
+                git = meta.get("git")
+                git = git if isinstance(git, dict) else {}
+                call = TranscriptCall(
+                    request=request, response=response, session=session, key=response_id or f"line-{number}",
+                    started=started or written, exact=False, cwd=str(meta.get("cwd") or ""),
+                    git_branch=str(git.get("branch") or ""),
+                    headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
+                             SESSION_HEADERS[0]: session})
+                request, output = None, []
+                if offset > start:
+                    yield call, offset

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxkit.agents import claude_code
+from ctxkit.agents import claude_code, codex, gemini_cli
 from ctxkit.agents.transcripts import TranscriptCall
 from ctxkit.manifest import Builder
-from ctxkit.providers import anthropic
+from ctxkit.providers import anthropic, gemini, openai_responses
 from ctxkit.proxy.capture import Capture, Exchange
 from ctxkit.version import __version__
 
@@ -51,6 +51,10 @@ class Source:
 SOURCES: dict[str, Source] = {
     "claude-code": Source("claude-code", anthropic.MESSAGES, claude_code.transcripts_folder,
                           claude_code.transcript_files, claude_code.transcript_calls),
+    "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
+                    codex.transcript_calls),
+    "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
+                     gemini_cli.transcript_calls),
 }
 
 

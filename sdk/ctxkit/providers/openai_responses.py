@@ -81,7 +81,7 @@ def responses_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str,
                 system.append(text)
                 parts.append(Part(role="system", text=text, segment="system", source=source))
                 continue
-            summary = index == first_user and summary_strategy(text)
+            summary = role == "user" and summary_strategy(text, first=index == first_user)
             parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
         if index < last_user:
             history.append(f"{e.get('role') or kind}: {text}")

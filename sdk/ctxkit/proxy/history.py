@@ -6,7 +6,8 @@ read once into a :class:`~ctxkit.providers.common.Message`. From them: the runni
 conversation a call extends (:attr:`History.chain`), and where a compaction summary stands
 (:attr:`History.summary`): an entry that is a provider's compaction, or the first user message
 when it holds one (a provider's compaction block, or a text that opens like an agent's summary,
-ctxkit.agents).
+ctxkit.agents), or a later user message holding the summary of an agent that puts it after the
+messages it keeps (Codex).
 """
 
 from __future__ import annotations
@@ -69,18 +70,20 @@ class History:
 
     @cached_property
     def summary(self) -> Summary | None:
-        """Where the summary stands, or None when the first user message holds none."""
+        """Where the summary stands, or None when the first user message holds none (nor a later
+        one a summary that agents put after the messages they keep, ctxkit.agents)."""
+        first = True
         for index, message in enumerate(self.messages):
-            if message.compaction and message.role in ("", "user"):
+            if first and message.compaction and message.role in ("", "user"):
                 return Summary(index, message.compaction, "provider")
             if message.role != "user":
                 continue
             for text in message.texts:
-                strategy = summary_strategy(text)
+                strategy = summary_strategy(text, first=first)
                 if strategy:  # Claude Code's /compact command may sit in any later user message
                     later = "\n".join("\n".join(m.texts) for m in self.messages[index:] if m.role == "user")
                     return Summary(index, strategy, summary_trigger(later))
-            return None
+            first = False
         return None
 
     @cached_property

@@ -5,7 +5,7 @@ The proxy sees single HTTP requests; the run is the agent's conversation. In ord
 1. an explicit header: ``X-Ctxview-Run`` (and ``X-Ctxview-Agent`` for the agent), which the
    proxy strips before forwarding;
 2. the client's own session identity (ctxkit.agents: Claude Code's session header or the
-   ``session_id`` in its request's metadata);
+   ``session_id`` in its request's metadata, Codex's ``session-id`` header);
 3. conversation continuity: a call whose history (ctxkit.proxy.history) extends the history of a
    recent call continues that call's run, and a call that names an earlier response (Responses'
    ``previous_response_id``) continues the run of that response; otherwise
