@@ -162,25 +162,35 @@ def _model_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [*parts, *_tool_call_parts(message)]
 
 
-def _contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _wire(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A user or gemini message as the CLI sends it: its role and parts (none for the rest)."""
+    kind = message.get("type")
+    if kind == "user":
+        role, parts = "user", _parts(message.get("content"))
+    elif kind == "gemini":
+        role, parts = "model", _model_parts(message)
+    else:  # info, error, warning: shown, never sent
+        return "", []
+    return role, [w for w in (_wire_part(p) for p in parts) if w is not None]
+
+
+def _contents(messages: list[dict[str, Any]], wired: dict[str, tuple[Any, str, list[dict[str, Any]]]]
+              ) -> list[dict[str, Any]]:
     """The conversation as the CLI sends it: user and gemini messages as contents, consecutive
-    ones of a role in one content."""
+    ones of a role in one content (``wired``: each message's role and parts, by id, read once
+    while the message is the same record)."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        kind = message.get("type")
-        if kind == "user":
-            role, parts = "user", _parts(message.get("content"))
-        elif kind == "gemini":
-            role, parts = "model", _model_parts(message)
-        else:  # info, error, warning: shown, never sent
-            continue
-        wire = [w for w in (_wire_part(p) for p in parts) if w is not None]
-        if not wire:
+        known = wired.get(message["id"])
+        if known is None or known[0] is not message:
+            known = wired[message["id"]] = (message, *_wire(message))
+        _, role, parts = known
+        if not parts:
             continue
         if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(wire)
+            out[-1]["parts"] = [*out[-1]["parts"], *parts]
         else:
-            out.append({"role": role, "parts": wire})
+            out.append({"role": role, "parts": parts})
     return out
 
 
@@ -224,6 +234,8 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     meta: dict[str, Any] = {}
     pending: dict[str, Any] | None = None  # the last gemini message: id, request, started, record, offset after it
     called: set[str] = set()  # the gemini messages taken as calls
+    wired: dict[str, tuple[Any, str, list[dict[str, Any]]]] = {}  # message id -> (record, role, parts)
+    where: dict[str, int] = {}  # message id -> its index in messages
     offset = 0
     cwd = _cwd(path)
     written = os.path.getmtime(path)  # the time of a call whose records carry none
@@ -244,11 +256,18 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
         return call, int(found["offset"])
 
     def place(record: dict[str, Any]) -> None:
-        for index, message in enumerate(messages):
-            if message.get("id") == record["id"]:
-                messages[index] = record
-                return
-        messages.append(record)
+        index = where.get(record["id"])
+        if index is not None:
+            messages[index] = record
+        else:
+            where[record["id"]] = len(messages)
+            messages.append(record)
+
+    def replace(kept: Any) -> None:
+        messages[:] = [m for m in kept if isinstance(m, dict) and isinstance(m.get("id"), str)] \
+            if isinstance(kept, list) else []
+        where.clear()
+        where.update((m["id"], i) for i, m in enumerate(messages))
 
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -272,19 +291,18 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 if call is not None and done > start:
                     yield call, done
             if isinstance(record.get("$rewindTo"), str):
-                ids = [m.get("id") for m in messages]
-                del messages[ids.index(record["$rewindTo"]) if record["$rewindTo"] in ids else 0:]
+                replace(messages[:where.get(record["$rewindTo"], 0)])
             elif isinstance(record.get("$set"), dict):
                 meta = {**meta, **{k: v for k, v in record["$set"].items() if k != "messages"}}
                 if isinstance(record["$set"].get("messages"), list):
-                    messages = [m for m in record["$set"]["messages"] if isinstance(m, dict) and "id" in m]
+                    replace(record["$set"]["messages"])
             elif isinstance(record.get("id"), str):
                 if record.get("type") == "gemini" and record["id"] not in called:
                     called.add(record["id"])
                     # Sent after the last message before it was written, answered when it was.
                     own = time_of(record.get("timestamp")) or written
                     sent = time_of(messages[-1].get("timestamp")) if messages else 0.0
-                    pending = {"id": record["id"], "request": _contents(messages),
+                    pending = {"id": record["id"], "request": _contents(messages, wired),
                                "started": sent if 0 < sent <= own else own}
                 if pending is not None and record["id"] == pending["id"]:
                     pending["record"], pending["offset"] = record, offset
@@ -292,7 +310,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
             elif isinstance(record.get("sessionId"), str):  # a header: the session (re)starts
                 meta = {**meta, **{k: v for k, v in record.items() if k != "messages"}}
                 if isinstance(record.get("messages"), list):
-                    messages = [m for m in record["messages"] if isinstance(m, dict) and "id" in m]
+                    replace(record["messages"])
     call, done = finish()
     if call is not None and done > start:
         yield call, done
