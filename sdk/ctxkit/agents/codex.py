@@ -8,6 +8,8 @@
   sends the history with :data:`COMPACTION_PROMPT` and no tools, then goes on with a new history:
   its instructions, the user messages it keeps, and a user message holding the answer after
   :data:`SUMMARY_PREFIX`, which stands after the kept messages, not first.
+- Context it writes itself as user messages: ``<environment_context>`` (cwd, shell, date) and the
+  AGENTS.md messages; they are not turns of the user.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
-__all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "memory_files",
+__all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "is_context",
+           "memory_files",
            "transcripts_folder", "transcript_files", "transcript_calls"]
 
 SESSION_HEADERS = ("session-id", "session_id")
@@ -33,6 +36,7 @@ COMPACTION_PROMPT = (
 SUMMARY_PREFIX = ("Another language model started to solve this problem and produced a summary of its "
                   "thinking process.")
 _AGENTS_FILE = re.compile(r"\A# AGENTS\.md instructions for (\S[^\n]*)")
+_CONTEXT = "<environment_context>"
 
 
 def session(headers: dict[str, str]) -> str:
@@ -45,6 +49,11 @@ def session(headers: dict[str, str]) -> str:
 def is_summary(head: str) -> bool:
     """Does this text (stripped at the left) open like Codex's compaction summary message?"""
     return head.startswith(SUMMARY_PREFIX)
+
+
+def is_context(head: str) -> bool:
+    """Is this user text (stripped at the left) context Codex writes itself, not the user's turn?"""
+    return head.startswith(_CONTEXT) or bool(_AGENTS_FILE.match(head))
 
 
 def memory_files(head: str) -> list[str] | None:
@@ -150,6 +159,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     history: list[dict[str, Any]] = []
     request: dict[str, Any] | None = None  # the request of the response being answered
     output: list[dict[str, Any]] = []
+    fed = False  # an input item came after this response's output: a later output is a new response
     started = 0.0
     offset = 0
     written = os.path.getmtime(path)
@@ -158,7 +168,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
         base = meta.get("base_instructions")
         text = base.get("text") if isinstance(base, dict) else base
         head = [_message("developer", text)] if isinstance(text, str) and text else []
-        body: dict[str, Any] = {"model": model, "input": json.loads(json.dumps([*head, *history])), "stream": True}
+        body: dict[str, Any] = {"model": model, "input": [*head, *history], "stream": True}
         if compaction:
             body["input"].append(_message("user", COMPACTION_PROMPT))
             body["tools"] = []
@@ -190,14 +200,18 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 item = _item(payload)
                 compaction = bool((line.get("metadata") or {}).get("compaction_output"))
                 if _is_output(item):
-                    if request is None:
-                        request, started = sent(compaction), time_of(line.get("timestamp"))
+                    if request is None or fed:  # a response without a token_usage_record ended (aborted)
+                        request, output, fed = sent(compaction), [], False
+                        started = time_of(line.get("timestamp"))
                     output.append(item)
                     if compaction:  # the summary goes into the history through the compacted line
                         continue
+                elif request is not None:
+                    fed = True
                 history.append(item)
             elif kind == "compacted":
                 history = _after_compaction(payload, history)
+                request, output, fed = None, [], False
             elif kind == "token_usage_record":
                 if request is None:
                     request, started = sent(False), time_of(line.get("timestamp"))
@@ -213,6 +227,6 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                     git_branch=str(git.get("branch") or ""),
                     headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
                              SESSION_HEADERS[0]: session})
-                request, output = None, []
+                request, output, fed = None, [], False
                 if offset > start:
                     yield call, offset
