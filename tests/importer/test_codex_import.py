@@ -79,8 +79,8 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
             [(c.strategy, c.tokens_before, c.tokens_after, c.kept_turns) for c in other.compactions]
     assert theirs[0].run_id.startswith("session-")
     [compaction] = mine[4].compactions  # the call after the compaction request, with the shorter history
-    assert (compaction.strategy, compaction.tokens_before, compaction.tokens_after) == (
-        "client_summary", usages[3]["input_tokens"], usages[4]["input_tokens"])
+    assert (compaction.strategy, compaction.tokens_before, compaction.tokens_after, compaction.kept_turns) == (
+        "client_summary", usages[3]["input_tokens"], usages[4]["input_tokens"], 2)  # both prompts kept
     assert not any(m.compactions for m in mine if m is not mine[4])
     # The note read again after the compaction lost its first result: a re-read caused by it.
     [reread] = find(mine)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.conftest import Api, make_manifest
+from tests.conftest import Api
 from tests.html_page import parse
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +18,7 @@ HOSTILE = "/tmp/<script>alert('cwd')</script>"
 @pytest.fixture
 def runs(api, other_key):
     def send(client: Api, run_id: str, **workspace: str) -> None:
-        r = client.post(make_manifest(f"{run_id}-0", run_id=run_id, workspace=workspace))
+        r = client.post(manifest(f"{run_id}-0", run_id=run_id, workspace=workspace))
         assert r.json()["accepted"] == 1, r.content
 
     send(api, "r-main", cwd="/home/dev/src/ctxview", git_branch="main")
@@ -72,7 +73,7 @@ def test_the_run_view_shows_where_its_agent_worked(runs, api, project, owner):
     place = page.one("#run-place")
     assert [c.text for c in place.select("code")] == ["/home/dev/src/ctxview", "feat/x"]
     assert "branch=feat/x" in (place.select("a")[1].get("href") or "")
-    api.post(make_manifest("untold-0", run_id="r-untold"))
+    api.post(manifest("untold-0", run_id="r-untold"))
     assert not parse(login(owner).get(f"/p/{project.slug}/runs/r-untold/?range=all").content).select("#run-place")
 
 

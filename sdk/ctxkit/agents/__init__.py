@@ -15,7 +15,7 @@ from typing import Any
 from ctxkit.agents import claude_code, codex, gemini_cli, generic
 
 __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agent_name", "delegation", "mcp_server",
-           "memory_files", "session_of", "summary_strategy", "summary_trigger"]
+           "memory_files", "session_of", "summary_strategy", "summary_trigger", "agent_context"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
 IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, *codex.SESSION_HEADERS,
@@ -71,6 +71,12 @@ def summary_trigger(user_text: str) -> str:
     """``manual`` / ``auto`` when the user messages from the summary on tell (Claude Code's
     ``/compact``), else ``""``."""
     return claude_code.summary_trigger(user_text)
+
+
+def agent_context(text: str) -> bool:
+    """Is this user text context an agent writes itself (Codex's environment context and
+    AGENTS.md messages) rather than a turn of the user?"""
+    return codex.is_context(text.lstrip())
 
 
 def memory_files(text: str) -> list[str] | None:
