@@ -27,7 +27,7 @@ from typing import Any
 
 from ctxkit.agents import claude_code, codex, gemini_cli
 from ctxkit.agents.transcripts import Reader, TranscriptCall
-from ctxkit.manifest import Builder, Manifest
+from ctxkit.manifest import Builder, Manifest, workspace_of
 from ctxkit.providers import anthropic, gemini, openai_responses
 from ctxkit.proxy.capture import Capture, Exchange
 from ctxkit.version import __version__
@@ -116,6 +116,8 @@ class Mapping:
             return None
         manifest.call_id = uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex
         manifest.builder = Builder(name="ctxkit.import", version=__version__)
+        # What the transcript wrote of where the agent worked, else what its request told.
+        manifest.workspace = workspace_of(call.cwd, call.git_branch) or manifest.workspace
         if not call.exact:
             manifest.warnings = [*manifest.warnings, NOT_ITEMISED][:100]
         return manifest
