@@ -24,6 +24,7 @@ import json
 import os
 import re
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -92,9 +93,10 @@ def usage_of(body: dict[str, Any], item: dict[str, Any], previous: str) -> tuple
             "total_tokens": input_tokens + output_tokens}, sent
 
 
-def events(body: dict[str, Any], number: int, item: dict[str, Any], usage: dict[str, Any]) -> list[dict[str, Any]]:
+def events(body: dict[str, Any], number: int, item: dict[str, Any], usage: dict[str, Any],
+           response_id: str) -> list[dict[str, Any]]:
     """The event sequence of one streamed response: created, the output item, completed."""
-    response = {"id": f"resp_standin_{number}", "object": "response", "created_at": 1796557300 + number,
+    response = {"id": response_id, "object": "response", "created_at": 1796557300 + number,
                 "model": body.get("model"), "status": "in_progress", "output": [], "usage": None}
     out = [{"type": "response.created", "response": response},
            {"type": "response.output_item.added", "output_index": 0, "item": {**item, "status": "in_progress"}}]
@@ -146,9 +148,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = str(body.get("prompt_cache_key") or "")
         with self.server.lock:
             usage, self.server.last_sent[key] = usage_of(body, item, self.server.last_sent.get(key, ""))
-            self.server.usages[f"resp_standin_{number}"] = usage
+            response_id = f"resp_standin_{uuid.uuid4().hex}"  # unique: calls are stored under it
+            self.server.usages[response_id] = usage
         data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
-                        for e in events(body, number, item, usage))
+                        for e in events(body, number, item, usage, response_id))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(data)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -95,7 +96,7 @@ def generate(body: dict[str, Any], model: str) -> dict[str, Any]:
     else:
         parts, usage = turn_parts(body), USAGE
     return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": usage, "modelVersion": model, "responseId": "standin"}
+            "usageMetadata": usage, "modelVersion": model, "responseId": f"standin-{uuid.uuid4().hex}"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -141,13 +142,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps(generate(body, model)).encode())
         if method == "streamGenerateContent":
             answer = generate(body, model)
-            text_parts = answer["candidates"][0]["content"]["parts"]
+            text_parts, response_id = answer["candidates"][0]["content"]["parts"], answer["responseId"]
             # The first event carries the answer, the last the finish reason and the usage.
             first = {"candidates": [{"content": {"role": "model", "parts": text_parts}, "index": 0}],
-                     "modelVersion": model, "responseId": "standin"}
+                     "modelVersion": model, "responseId": response_id}
             last = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP",
                                     "index": 0}], "usageMetadata": answer["usageMetadata"], "modelVersion": model,
-                    "responseId": "standin"}
+                    "responseId": response_id}
             if "alt=sse" in self.path:
                 data = b"".join(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last))
                 return self._send(200, data, "text/event-stream")

@@ -9,7 +9,9 @@ the same items whether it was captured live or imported. Where a transcript hold
 messages, the manifest says in a warning (:data:`NOT_ITEMISED`) that system prompt and tools are
 missing.
 
-A call's id is derived from its session and key, so importing twice stores each call once. A
+A call's id is the provider's id of its response, as the proxy gives it (a call captured live
+and imported later is stored once); a transcript that does not record it gets an id derived
+from its session and key. Either way, importing twice stores each call once. A
 small state file remembers how far each file was read; a rerun starts there. A line that is not
 JSON is reported with its file and line number and skipped.
 """
@@ -113,10 +115,10 @@ def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: st
         for call, end in source.calls(path, start, summary.malformed):
             if call.started and call.started < since:
                 continue
-            manifest = capture.build(exchange_of(source, call))
+            manifest = capture.build(exchange_of(source, call),
+                                     call_id=uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex)
             if manifest is None:
                 continue
-            manifest.call_id = uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex
             manifest.builder = Builder(name="ctxkit.import", version=__version__)
             if not call.exact:
                 manifest.warnings = [*manifest.warnings, NOT_ITEMISED][:100]
