@@ -65,15 +65,15 @@ def load(name: str, items: int, start: datetime = datetime(2026, 11, 1, tzinfo=U
     from manifests import services
     from manifests.ingest import ingest_body
     from manifests.models import Item, Project
-    from tests.conftest import make_manifest
+    from tests.support import manifest
 
     project = Project.objects.filter(name=name).first() or services.create_project(name=name)
     per_call = 50
     for batch in range(CALLS // 100):
         manifests = []
         for n in range(100):
-            m = make_manifest(f"{name}-{start:%m%d}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call)
-            m["started_at"] = (start + timedelta(minutes=batch * 100 + n)).isoformat()
+            m = manifest(f"{name}-{start:%m%d}-{batch}-{n}", run_id=f"{name}-run-{batch}", step=n, items=per_call,
+                         started_at=start + timedelta(minutes=batch * 100 + n))
             manifests.append(m)
         ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())
     columns = [f.column for f in Item._meta.concrete_fields if f.column != "id"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,8 +18,6 @@ from rest_framework.test import APIClient
 
 from manifests import services
 from manifests.models import Membership
-
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,74 +50,6 @@ def flush_by_delete() -> Iterator[None]:
         yield
     finally:
         DatabaseOperations.sql_flush = truncate
-
-
-def make_manifest(
-    call_id: str = "call-1", *, run_id: str = "run-1", step: int = 0, items: int = 3, **extra: Any
-) -> dict:
-    """A valid v1 manifest as a plain dict, as an agent would send it."""
-    manifest: dict[str, Any] = {
-        "schema": "ctxview.manifest/v1",
-        "call_id": call_id,
-        "run_id": run_id,
-        "step": step,
-        "agent": "researcher",
-        "model": "claude-sonnet-4-5",
-        "provider": "anthropic",
-        "started_at": (T0 + timedelta(seconds=step)).isoformat(),
-        "builder": {"name": "ctxkit", "version": "0.1.0"},
-        "budget": {"window": 8000, "output_reserve": 1000, "safety_margin": 200},
-        "prefix": {
-            "hash": "a" * 64,
-            "tokens": 700,
-            "segments": [
-                {"name": "system", "hash": "b" * 64, "tokens": 300},
-                {"name": "tools", "hash": "c" * 64, "tokens": 400},
-            ],
-        },
-        "usage": {"input_tokens": 2000, "cache_read_tokens": 700, "cache_write_tokens": 0, "output_tokens": 150},
-        "items": [
-            {
-                "id": f"item-{n}",
-                "kind": ["system", "tools", "task", "history", "tool_result", "retrieval"][n % 6],
-                "action": ["keep", "keep", "keep", "summarize", "truncate", "drop"][n % 6],
-                "requested_tokens": 100 + n,
-                "granted_tokens": 90 + n,
-                "used_tokens": 80 + n,
-                "priority": n % 10,
-                "zone": ["head", "middle", "tail"][n % 3],
-                "position": n,
-                "reason": f"reason {n}",
-                "content_hash": f"{n:064x}",
-                "trust": "untrusted" if n % 6 == 4 else "trusted",
-            }
-            for n in range(items)
-        ],
-        "evidence": [{"key": "rate-limit", "label": "429", "present": False, "expected_item": "item-0"}]
-        if items
-        else [],
-        "compactions": [
-            {
-                "id": "cmp-1",
-                "strategy": "summary",
-                "tokens_before": 5000,
-                "tokens_after": 1200,
-                "invariants": [
-                    {
-                        "name": "user_constraints",
-                        "ok": False,
-                        "detail": "lost 'test env only'",
-                        "lost": ["test env only"],
-                    },
-                    {"name": "required_evidence", "ok": True},
-                ],
-            }
-        ],
-        "context_edits": [{"type": "clear_tool_uses", "cleared_count": 2, "cleared_tokens": 900, "kept": 3}],
-        "outcome": {"status": "ok", "finish_reason": "end_turn", "verified": "yes"},
-    }
-    manifest.update(extra)
-    return manifest
 
 
 class Api:

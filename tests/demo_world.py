@@ -34,7 +34,7 @@ from manifests import ingest, services
 from manifests.demo import runs as demo
 from manifests.models import Call, Membership, Project
 from manifests.storage import partitions
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 CANARY = "canary-of-the-other-project"
 PASSWORD = "pw-for-tests-only"
@@ -100,7 +100,7 @@ def _build(unique: str) -> tuple[int, int, tuple[int, int, int], str]:
     other = services.create_project(name=f"Other {unique}", owner=outsider)
     report = demo.load(project=project)
     assert report["accepted"] == report["calls"], report
-    canary = make_manifest(f"{CANARY}/step-0", run_id=CANARY, agent=f"{CANARY}-agent", model=f"{CANARY}-model")
+    canary = manifest(f"{CANARY}/step-0", run_id=CANARY, agent=f"{CANARY}-agent", model=f"{CANARY}-model")
     canary["items"][0]["reason"] = CANARY
     result = ingest.ingest_body(project=other, body=json.dumps(canary).encode())
     assert result.count(ingest.ACCEPTED) == 1

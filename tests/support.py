@@ -1,7 +1,5 @@
-"""Helpers shared by the tests of several parts: storing manifests and analysing them as the
-worker does, and a real HTTP server that receives webhooks. Manifests as an agent sends them
-come from ``make_manifest`` (tests/conftest.py); built through ctxkit's own builder, from
-tests/analysis/support.py."""
+"""Helpers shared by the tests of several parts: the one manifest builder, storing manifests
+and analysing them as the worker does, and a real HTTP server that receives webhooks."""
 
 from __future__ import annotations
 
@@ -9,13 +7,127 @@ import http.server
 import json
 import threading
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from ctxkit.manifest import Manifest
+from ctxkit.manifest import Evidence, Item, Manifest, Outcome
+from ctxkit.record.builder import build_manifest
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+MODEL = "claude-sonnet-4-5"
+
+# A bare call's fields: no prefix, evidence, compaction, context edit or outcome; 2,000 tokens
+# in, none from the cache, 100 out; the window alone as budget.
+_BARE: dict[str, Any] = {
+    "agent": "analyst", "provider": None, "prefix": None, "evidence": [], "compactions": [], "context_edits": None,
+    "outcome": None, "budget": {"window": 8000}, "usage": {"input_tokens": 2000, "output_tokens": 100},
+}
+
+
+def manifest(
+    call_id: str = "call-1", *, run_id: str = "run-1", step: int = 0, items: int | Sequence[Item] | None = None,
+    bare: bool = False, seconds: float | None = None, **fields: Any,
+) -> dict[str, Any]:
+    """One call's v1 manifest as a plain dict, the JSON an agent sends; not checked, so a test
+    can make it invalid on purpose.
+
+    A sample call: ``items`` items (3 unless given) of every kind, action and zone, evidence
+    expected in ``item-0``, a failed compaction, a context edit, a prefix and an outcome.
+    ``bare``: none of them (no items unless given), 2,000 tokens in (none from the cache) and
+    100 out, the window alone as budget, agent ``analyst``. It starts ``seconds`` after ``T0``
+    (default: one a step). ``fields`` replace top-level fields, as JSON or as ctxkit's structs
+    (a datetime as ISO 8601); ``None`` leaves a field out. ``items`` given as ctxkit Items are
+    placed as ctxkit's builder places them (in context order, none for what was not sent),
+    clipped, and the evidence is checked against them, as an agent using ctxkit sends them.
+    """
+    if items is None:
+        items = [] if bare else 3
+    call: dict[str, Any] = {
+        "schema": "ctxview.manifest/v1",
+        "call_id": call_id,
+        "run_id": run_id,
+        "step": step,
+        "agent": "researcher",
+        "model": MODEL,
+        "provider": "anthropic",
+        "started_at": (T0 + timedelta(seconds=step if seconds is None else seconds)).isoformat(),
+        "builder": {"name": "ctxkit", "version": "0.1.0"},
+        "budget": {"window": 8000, "output_reserve": 1000, "safety_margin": 200},
+        "prefix": {
+            "hash": "a" * 64,
+            "tokens": 700,
+            "segments": [
+                {"name": "system", "hash": "b" * 64, "tokens": 300},
+                {"name": "tools", "hash": "c" * 64, "tokens": 400},
+            ],
+        },
+        "usage": {"input_tokens": 2000, "cache_read_tokens": 700, "cache_write_tokens": 0, "output_tokens": 150},
+        "items": _sample_items(items) if isinstance(items, int) else [],
+        "evidence": [{"key": "rate-limit", "label": "429", "present": False, "expected_item": "item-0"}]
+        if items
+        else [],
+        "compactions": [
+            {
+                "id": "cmp-1",
+                "strategy": "summary",
+                "tokens_before": 5000,
+                "tokens_after": 1200,
+                "invariants": [
+                    {
+                        "name": "user_constraints",
+                        "ok": False,
+                        "detail": "lost 'test env only'",
+                        "lost": ["test env only"],
+                    },
+                    {"name": "required_evidence", "ok": True},
+                ],
+            }
+        ],
+        "context_edits": [{"type": "clear_tool_uses", "cleared_count": 2, "cleared_tokens": 900, "kept": 3}],
+        "outcome": {"status": "ok", "finish_reason": "end_turn", "verified": "yes"},
+    }
+    for name, value in ({**_BARE, **fields} if bare else fields).items():
+        if value is None:
+            call.pop(name, None)
+        else:
+            call[name] = value.isoformat() if isinstance(value, datetime) else msgspec.to_builtins(value)
+    if not isinstance(items, int):
+        # ctxkit's builder places, clips and checks them; its items, evidence and warnings are
+        # what it would send (the rest of what it builds is not used).
+        built = build_manifest(
+            call_id=call_id, run_id=run_id, step=step, model=MODEL, started_at=T0, window=8000, extra_items=items,
+            readback=msgspec.convert(call.get("evidence", []), list[Evidence]),
+            outcome=msgspec.convert(call["outcome"], Outcome) if "outcome" in call else None, validate=False,
+        )
+        placed = as_dict(built)
+        call["items"], call["evidence"] = placed.get("items", []), placed.get("evidence", [])
+        if built.warnings:
+            call["warnings"] = [*call.get("warnings", []), *built.warnings]
+    return call
+
+
+def _sample_items(count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"item-{n}",
+            "kind": ["system", "tools", "task", "history", "tool_result", "retrieval"][n % 6],
+            "action": ["keep", "keep", "keep", "summarize", "truncate", "drop"][n % 6],
+            "requested_tokens": 100 + n,
+            "granted_tokens": 90 + n,
+            "used_tokens": 80 + n,
+            "priority": n % 10,
+            "zone": ["head", "middle", "tail"][n % 3],
+            "position": n,
+            "reason": f"reason {n}",
+            "content_hash": f"{n:064x}",
+            "trust": "untrusted" if n % 6 == 4 else "trusted",
+        }
+        for n in range(count)
+    ]
 
 
 def as_dict(m: Manifest | dict) -> dict:

@@ -169,15 +169,21 @@ def _time(raw: str, param: str, *, end: bool) -> datetime:
     return value
 
 
+def text_param(query: QueryDict, param: str, limit: int = MAX_VALUE) -> str:
+    """A text filter of the query string (an exact value), stripped; a FilterError when it is
+    longer than ``limit`` or holds a control character (no stored value does)."""
+    value = query.get(param, "").strip()
+    if len(value) > limit:
+        raise FilterError(param, f"at most {limit} characters")
+    if _CONTROL.search(value):
+        raise FilterError(param, "must not contain control characters")
+    return value
+
+
 def parse(query: QueryDict, *, now: datetime | None = None) -> Filters:
     """Read the filters from a query string; raise FilterError for a bad value."""
-    agent = query.get("agent", "").strip()
-    model = query.get("model", "").strip()
-    for param, value in (("agent", agent), ("model", model)):
-        if len(value) > MAX_VALUE:
-            raise FilterError(param, f"at most {MAX_VALUE} characters")
-        if _CONTROL.search(value):
-            raise FilterError(param, "must not contain control characters")
+    agent = text_param(query, "agent")
+    model = text_param(query, "model")
     since_raw = query.get("since", "").strip()
     until_raw = query.get("until", "").strip()
     key = query.get("range", "").strip()

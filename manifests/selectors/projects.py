@@ -69,3 +69,34 @@ def filter_options(project: Project) -> dict[str, list[str]]:
         "agents": sorted({a for a, _ in pairs}),
         "models": sorted({m for _, m in pairs if m}),
     }
+
+
+# The runs list offers at most this many folders and branches (a value past them is reached from
+# a run's row, which links to its own).
+MAX_PLACES = 200
+# One column's distinct non-empty values by a loose index scan (run_project_cwd_recent,
+# run_project_branch_recent lead with the project and the column).
+_DISTINCT = """
+WITH RECURSIVE v AS (
+    (SELECT {col} FROM manifests_run WHERE project_id = %s AND {col} > '' ORDER BY {col} LIMIT 1)
+    UNION ALL
+    SELECT n.{col} FROM v, LATERAL (
+        SELECT {col} FROM manifests_run WHERE project_id = %s AND {col} > v.{col} ORDER BY {col} LIMIT 1) n
+)
+SELECT {col} FROM v LIMIT %s
+"""
+
+
+def place_options(project: Project) -> dict[str, list[str]]:
+    """The folders (cwd) and git branches the project's runs name, in order, for the runs list's
+    filter: at most MAX_PLACES of each."""
+    out: dict[str, list[str]] = {}
+    for name, column in (("folders", "cwd"), ("branches", "git_branch")):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(_DISTINCT.format(col=column), [project.pk, project.pk, MAX_PLACES])
+                out[name] = [row[0] for row in cursor.fetchall()]
+        else:
+            out[name] = list(Run.objects.filter(project=project).exclude(**{column: ""})
+                             .values_list(column, flat=True).distinct().order_by(column)[:MAX_PLACES])
+    return out

@@ -4,17 +4,20 @@ its cause, markers."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.http import QueryDict
 
 from ctxkit.breakdown import category_of, from_totals
 from ctxkit.figures import hit_rate
+from ctxkit.manifest import MAX_NAME, MAX_PATH
 from manifests import figures
 from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
 from manifests.selectors.calls import run_calls
-from manifests.selectors.filters import Filters
+from manifests.selectors.filters import Filters, text_param
 from manifests.selectors.sorting import Sort
 from manifests.storage import partitions
 
@@ -36,12 +39,35 @@ STEP_SORTS = {
 DEFAULT_STEP_SORT = "step"
 
 
-def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None) -> Page[Run]:
-    """A page of runs, newest first (or by ``sort``); the per-run totals are computed for
-    this page only."""
+@dataclass(frozen=True)
+class Place:
+    """The runs list's own filters: the folder the agent worked in and its git branch (exact)."""
+
+    cwd: str = ""
+    branch: str = ""
+
+    def apply(self, qs: QuerySet[Run]) -> QuerySet[Run]:
+        if self.cwd:
+            qs = qs.filter(cwd=self.cwd)
+        if self.branch:
+            qs = qs.filter(git_branch=self.branch)
+        return qs
+
+
+def parse_place(query: QueryDict) -> Place:
+    """``?cwd=`` and ``?branch=`` of the runs list; a FilterError naming a bad one."""
+    return Place(cwd=text_param(query, "cwd", MAX_PATH), branch=text_param(query, "branch", MAX_NAME))
+
+
+def runs_page(project: Project, filters: Filters, page: str | int | None, sort: Sort | None = None,
+              place: Place | None = None) -> Page[Run]:
+    """A page of runs, newest first (or by ``sort``), in ``place`` when given; the per-run
+    totals are computed for this page only."""
     sort = sort or Sort("last", True)
     qs = Run.objects.filter(project=project)
     qs = filters.apply(qs, since_field="last_seen", until_field="first_seen")
+    if place is not None:
+        qs = place.apply(qs)
     if sort.column == "calls":
         qs = qs.annotate(n_calls=Count("calls"))
     result = Paginator(qs.order_by(*sort.order_by(RUN_SORTS)), RUNS_PER_PAGE).get_page(page)

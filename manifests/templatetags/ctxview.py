@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django import template
 from django.template import Context
 from django.utils.html import format_html
@@ -75,6 +77,17 @@ def sort_th(
         '<span class="sort-arrow" aria-hidden="true"> {}</span></a></th>',
         " num" if numeric else "", aria, query.urlencode(), column, label, arrow,
     )
+
+
+@register.filter
+def short_path(value: str, parts: int = 2) -> str:
+    """A folder by its last ``parts`` names ("/home/dev/src/ctxview" -> "…/src/ctxview"), as a
+    runs list has room for; the full path goes in the cell's title."""
+    text = str(value)
+    names = [n for n in re.split(r"[/\\]", text) if n]
+    if len(names) <= parts:
+        return text
+    return "…/" + "/".join(names[-parts:])
 
 
 @register.filter

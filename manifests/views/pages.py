@@ -24,7 +24,7 @@ from manifests.selectors import savings as savings_sel
 from manifests.selectors import series as series_sel
 from manifests.selectors import window as window_sel
 from manifests.selectors.filters import Filters
-from manifests.selectors.projects import projects_for
+from manifests.selectors.projects import place_options, projects_for
 from manifests.selectors.sorting import parse_sort, sort_list
 from manifests.views.common import bad_request, page, project_page
 
@@ -101,15 +101,21 @@ def overview(request: HttpRequest, project: Project, filters: Filters) -> HttpRe
 @project_page
 def runs(request: HttpRequest, project: Project, filters: Filters) -> HttpResponse:
     sort = parse_sort(request.GET.get("sort"), runs_sel.RUN_SORTS, runs_sel.DEFAULT_RUN_SORT)
-    result = runs_sel.runs_page(project, filters, request.GET.get("page"), sort)
+    place = runs_sel.parse_place(request.GET)
+    result = runs_sel.runs_page(project, filters, request.GET.get("page"), sort, place)
     qs = filters.querystring()
     chart = [{"run": r.run_id, "agent": r.agent, "at": r.last_seen.isoformat(), "hit": r.hit_rate,
               "calls": r.call_count, "missing": r.evidence_missing, "failed": r.failed_compactions,
               "url": reverse("run-detail", args=[project.slug, r.run_id]) + (f"?{qs}" if qs else "")}
              for r in result.object_list]
-    return page(request, "manifests/runs.html", project, filters, "runs", {"page_obj": result, "chart": chart,
-                                                                          "sort": sort},
-                keep={"sort": request.GET.get("sort", "")})
+    places = place_options(project)
+    # The form shows what the URL says, even a value no run has.
+    for name, value in (("folders", place.cwd), ("branches", place.branch)):
+        if value and value not in places[name]:
+            places[name] = [value, *places[name]]
+    return page(request, "manifests/runs.html", project, filters, "runs",
+                {"page_obj": result, "chart": chart, "sort": sort, "place": place, "places": places},
+                keep={"sort": request.GET.get("sort", ""), "cwd": place.cwd, "branch": place.branch})
 
 
 @project_page

@@ -126,6 +126,7 @@ def test_it_imports_a_codex_rollout_once_with_its_compaction(sessions: Path, ser
     [compaction] = stored[3]["compactions"]
     assert (compaction["strategy"], compaction["tokens_before"], compaction["tokens_after"]) == (
         "client_summary", 1150, 600)
+    assert compaction["kept_turns"] == 1  # the prompt kept before the summary (not Codex's context)
     summary = next(i for i in stored[3]["items"] if i["id"] == compaction["summary_item"])
     assert summary["kind"] == "summary" and summary["text"].startswith(SUMMARY_PREFIX)
     assert not any(m.get("compactions") for m in stored if m is not stored[3])

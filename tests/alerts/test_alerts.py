@@ -26,8 +26,7 @@ from ctxview.celery import app as celery_app
 from manifests import alerts, services, tasks
 from manifests.analysis import notify
 from manifests.models import AlertEvent, AlertRule, Call, CallFigures, Membership
-from tests.conftest import make_manifest
-from tests.support import Receiver, store_and_analyse
+from tests.support import Receiver, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +44,7 @@ def receiver(project) -> Iterator[Receiver]:
 
 def recent(call_id: str, minutes_ago: float = 5, **extra: Any) -> dict:
     at = (timezone.now() - timedelta(minutes=minutes_ago)).isoformat()
-    return make_manifest(call_id, run_id=f"run-{call_id}", started_at=at, **extra)
+    return manifest(call_id, run_id=f"run-{call_id}", started_at=at, **extra)
 
 
 def quiet(call_id: str, **extra: Any) -> dict:

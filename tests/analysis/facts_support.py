@@ -6,7 +6,7 @@ from typing import Any
 
 from manifests import facts, tasks
 from manifests.models import Call, WatchedFact
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 FACT = "deploy only to staging-eu-2"
 SYSTEM = {"id": "system", "kind": "system", "action": "keep", "requested_tokens": 50, "used_tokens": 50,
@@ -21,7 +21,7 @@ def text_item(item_id: str, text: str, *, kind: str = "history", action: str = "
 
 
 def step(n: int, items: list[dict], *, run_id: str = "run-f", compactions: list[dict] | None = None) -> dict:
-    m = make_manifest(f"{run_id}-{n}", run_id=run_id, step=n, items=0, evidence=[], compactions=compactions or [])
+    m = manifest(f"{run_id}-{n}", run_id=run_id, step=n, items=0, evidence=[], compactions=compactions or [])
     m["items"] = [SYSTEM, *items]
     return m
 

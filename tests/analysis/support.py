@@ -1,28 +1,14 @@
-"""Helpers for the analysis tests: manifests built with ctxkit's own builder (stored and
-analysed by tests/support.py)."""
+"""Helpers for the analysis tests: items and prefixes as ctxkit makes them, and a run that
+loses its evidence to a hard cut (manifests from tests/support.py)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from ctxkit.manifest import (
-    Budget,
-    Compaction,
-    Evidence,
-    Item,
-    Manifest,
-    Outcome,
-    Prefix,
-    PrefixSegment,
-    Usage,
-)
-from ctxkit.record.builder import build_manifest
-
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-MODEL = "claude-sonnet-4-5"
+from ctxkit.manifest import Budget, Evidence, Item, Prefix, PrefixSegment, Usage
+from tests.support import T0, manifest
 
 
 def sha(text: str) -> str:
@@ -57,42 +43,6 @@ def item(item_id: str, kind: str = "retrieval", action: str = "keep", tokens: in
     )
 
 
-def manifest(
-    call_id: str,
-    *,
-    run_id: str = "run-1",
-    step: int = 0,
-    items: Sequence[Item] = (),
-    evidence: Sequence[Evidence] = (),
-    usage: Usage | None = None,
-    prefix_: Prefix | None = None,
-    at: datetime | None = None,
-    seconds: float | None = None,
-    compactions: Sequence[Compaction] = (),
-    outcome: Outcome | None = None,
-    model: str = MODEL,
-    agent: str = "analyst",
-    window: int = 8000,
-) -> Manifest:
-    """One call's manifest through ctxkit's builder (the SDK's own manifest path)."""
-    started = at or T0 + timedelta(seconds=seconds if seconds is not None else step * 10)
-    return build_manifest(
-        call_id=call_id,
-        run_id=run_id,
-        step=step,
-        model=model,
-        agent=agent,
-        window=window,
-        extra_items=items,
-        readback=evidence,
-        usage=usage or Usage(input_tokens=2000, cache_read_tokens=0, output_tokens=100),
-        prefix=prefix_,
-        started_at=started,
-        compactions=compactions,
-        outcome=outcome,
-    )
-
-
 def free_port() -> int:
     import socket
 
@@ -114,7 +64,7 @@ CUT = "budget exhausted: cut at 120 of 900 tokens, the tail was removed"
 
 
 def _hard_cut_step(n: int, run_id: str, *, example_action: str = "keep", present: bool | None = True,
-                   input_tokens: int = 5230, window: int = 32_000, reserve: int = 600) -> Manifest:
+                   input_tokens: int = 5230, window: int = 32_000, reserve: int = 600) -> dict:
     cut = example_action == "hard_cut"
     example = item("example-6", kind="example", action=example_action, tokens=900, used=120 if cut else 900,
                    reason=CUT if cut else "")
@@ -122,13 +72,12 @@ def _hard_cut_step(n: int, run_id: str, *, example_action: str = "keep", present
     items = [item("system", kind="system", tokens=698), item("history", kind="history", tokens=3300), example]
     evidence = [] if present is None else [Evidence(key="refund-limit", literal="500 EUR", expected_item="example-6",
                                                     present=present, found_in="example-6" if present else None)]
-    m = manifest(f"{run_id}/step-{n}", run_id=run_id, step=n, items=items, evidence=evidence,
-                 usage=Usage(input_tokens=input_tokens, output_tokens=80), at=T0 + timedelta(minutes=n))
-    m.budget = Budget(window=window, output_reserve=reserve)
-    return m
+    return manifest(f"{run_id}/step-{n}", bare=True, run_id=run_id, step=n, items=items, evidence=evidence,
+                    usage=Usage(input_tokens=input_tokens, output_tokens=80), started_at=T0 + timedelta(minutes=n),
+                    budget=Budget(window=window, output_reserve=reserve))
 
 
-def hard_cut_run(run_id: str = "run-7") -> list[Manifest]:
+def hard_cut_run(run_id: str = "run-7") -> list[dict]:
     """A run whose evidence ``refund-limit`` is present at steps 0 and 1, cut away at step 2 by a
     ``hard_cut`` of its item ``example-6`` (with the builder's reason ``CUT``), undeclared at
     step 3 (no usage reported, window 9,000, reserve 1,000) and missing again at step 4 (input

@@ -10,8 +10,8 @@ from ctxkit.context.prefix_lines import prefix_segment
 from ctxkit.manifest import Prefix, Usage
 from manifests import analysis
 from manifests.models import CacheEvent, Call, PrefixEntry
-from tests.analysis.support import STABLE, SYSTEM, T0, TOOLS, item, manifest, prefix, sha
-from tests.support import store, store_and_analyse
+from tests.analysis.support import STABLE, SYSTEM, TOOLS, item, prefix, sha
+from tests.support import T0, manifest, store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -21,8 +21,8 @@ NOTHING = Usage(input_tokens=3000, output_tokens=100)
 
 
 def call(call_id, step, *, seconds=None, usage=WARM, prefix_=STABLE, **kwargs):
-    return manifest(call_id, step=step, seconds=seconds, usage=usage, prefix_=prefix_, items=[item("q", kind="user")],
-                    **kwargs)
+    return manifest(call_id, bare=True, step=step, seconds=10 * step if seconds is None else seconds, usage=usage,
+                    prefix=prefix_, items=[item("q", kind="user")], **kwargs)
 
 
 def events(calls):
@@ -77,8 +77,7 @@ def test_it_calls_a_miss_after_a_long_gap_a_ttl_expiry(project):
 
 
 def test_it_measures_the_gap_from_the_end_of_the_previous_call(project):
-    first = call("c0", 0, usage=COLD)
-    first.ended_at = first.started_at + timedelta(minutes=4)
+    first = call("c0", 0, usage=COLD, ended_at=T0 + timedelta(minutes=4))
     calls = store_and_analyse(project, [first, call("c1", 1, seconds=6 * 60, usage=COLD)])
     # 6 minutes after the start but 2 after the end: within the 5-minute TTL.
     assert events(calls)[1].gap_seconds == pytest.approx(120)
@@ -150,8 +149,8 @@ def test_it_skips_calls_already_analysed(project):
 def test_it_uses_the_ttl_the_agent_recorded_for_an_expected_miss(project):
     # A pause longer than the TTL in force makes the next miss expected (TTL expired).
     # 2 minutes is within the price book's 5-minute TTL, but the agent recorded a 60 s TTL.
-    first, second = call("c0", 0, usage=COLD), call("c1", 1, seconds=120, usage=COLD)
-    first.cache_ttl_seconds = second.cache_ttl_seconds = 60
+    first = call("c0", 0, usage=COLD, cache_ttl_seconds=60)
+    second = call("c1", 1, seconds=120, usage=COLD, cache_ttl_seconds=60)
     expired = events(store_and_analyse(project, [first, second]))[1]
     assert expired.cause == CacheEvent.TTL_EXPIRED
     assert expired.detail.endswith("longer than the cache TTL (1 min, the TTL the agent recorded): an expected miss")
@@ -159,8 +158,7 @@ def test_it_uses_the_ttl_the_agent_recorded_for_an_expected_miss(project):
 
 def test_it_keeps_a_longer_recorded_ttl_from_calling_a_pause_an_expiry(project):
     # A one-hour cache: a 10-minute approval pause is not a TTL expiry, whatever the price book says.
-    first, second = call("c0", 0, usage=COLD), call("c1", 1, seconds=600, usage=COLD)
-    first.cache_ttl_seconds = 3600
+    first, second = call("c0", 0, usage=COLD, cache_ttl_seconds=3600), call("c1", 1, seconds=600, usage=COLD)
     (stored, later) = store_and_analyse(project, [first, second])
     assert Call.objects.get(pk=stored.pk).cache_ttl_seconds == 3600
     assert events([stored, later])[1].cause == CacheEvent.COLD_START

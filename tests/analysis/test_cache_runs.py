@@ -20,8 +20,8 @@ from manifests.analysis import cache
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, Call
 from manifests.storage import partitions
-from tests.analysis.support import MODEL, T0
 from tests.analysis.test_cache_words import MCP_TOOL, RULES, TOOLS, WROTE
+from tests.support import MODEL, T0
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,7 @@ from django.test import Client
 from ctxkit.instrumentation.bodies import manifest_from_bodies
 from ctxkit.manifest import Manifest
 from manifests.models import CacheEvent
-from tests.analysis.support import MODEL, T0
-from tests.support import store_and_analyse
+from tests.support import MODEL, T0, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 

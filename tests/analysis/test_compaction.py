@@ -11,8 +11,8 @@ from ctxkit.manifest import Compaction, Invariant
 from manifests.models import CompactionFigures
 from manifests.selectors import compactions as compaction_sel
 from manifests.selectors.filters import Filters
-from tests.analysis.support import T0, item, manifest
-from tests.support import store_and_analyse
+from tests.analysis.support import item
+from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,8 @@ def test_it_reviews_a_ctxkit_compaction_that_lost_a_constraint(project):
     result = compact(HISTORY, keep_last=1, summarizer=lambda rs: Summary(facts=["order 4417 refund", "op-981"]),
                      constraints=["Only touch the test environment"], active_operations=["op-981"],
                      required_evidence=["12.50 EUR"])
-    m = manifest("c1", items=[item(result.summary.id, kind="summary", tokens=30)], compactions=[result.to_manifest()])
+    m = manifest("c1", bare=True, items=[item(result.summary.id, kind="summary", tokens=30)],
+                 compactions=[result.to_manifest()])
     call = store_and_analyse(project, [m])[0]
     review = CompactionFigures.objects.get(call=call)
     assert review.compaction.event_id == result.compaction_id
@@ -44,14 +45,14 @@ def test_it_reviews_a_ctxkit_compaction_that_lost_a_constraint(project):
 def test_it_reviews_a_clean_compaction(project):
     checks = [Invariant(name="user_constraints", ok=True), Invariant(name="required_evidence", ok=True)]
     comp = Compaction(id="cmp-ok", strategy="extractive", tokens_before=4000, tokens_after=1000, invariants=checks)
-    call = store_and_analyse(project, [manifest("c1", items=[item("a")], compactions=[comp])])[0]
+    call = store_and_analyse(project, [manifest("c1", bare=True, items=[item("a")], compactions=[comp])])[0]
     review = CompactionFigures.objects.get(call=call)
     assert (review.ratio_r, review.distortion_d, review.failed, review.lost_fields) == (0.25, 0.0, False, [])
 
 
 def test_it_leaves_d_empty_when_nothing_was_checked(project):
     comp = Compaction(id="cmp-0", strategy="summary", tokens_before=0, tokens_after=0)
-    call = store_and_analyse(project, [manifest("c1", items=[item("a")], compactions=[comp])])[0]
+    call = store_and_analyse(project, [manifest("c1", bare=True, items=[item("a")], compactions=[comp])])[0]
     review = CompactionFigures.objects.get(call=call)
     assert review.ratio_r is None and review.distortion_d is None and review.checked == 0
 
@@ -62,11 +63,11 @@ def test_it_lists_the_failures_of_a_project_newest_first(project, other_project)
     good = Compaction(id="cmp-good", strategy="summary", tokens_before=5000, tokens_after=800,
                       invariants=[Invariant(name="pending_obligations", ok=True)])
     store_and_analyse(project, [
-        manifest("old", items=[item("a")], compactions=[bad], at=T0),
-        manifest("new", items=[item("a")], compactions=[bad], at=T0 + timedelta(hours=1)),
-        manifest("fine", items=[item("a")], compactions=[good], at=T0 + timedelta(hours=2)),
+        manifest("old", bare=True, items=[item("a")], compactions=[bad], started_at=T0),
+        manifest("new", bare=True, items=[item("a")], compactions=[bad], started_at=T0 + timedelta(hours=1)),
+        manifest("fine", bare=True, items=[item("a")], compactions=[good], started_at=T0 + timedelta(hours=2)),
     ])
-    store_and_analyse(other_project, [manifest("theirs", items=[item("a")], compactions=[bad])])
+    store_and_analyse(other_project, [manifest("theirs", bare=True, items=[item("a")], compactions=[bad])])
     failures = list(compaction_sel.events(project, Filters(), only_failed=True).object_list)
     assert [(c.call.call_id, c.event_id) for c in failures] == [("new", "cmp-bad"), ("old", "cmp-bad")]
     assert failures[0].figures.lost_fields == ["reply by Friday 18:00"]

@@ -10,14 +10,14 @@ from django.apps import apps as django_apps
 from ctxkit.manifest import Evidence, Usage
 from manifests.analysis.prices import DEFAULT_PRICE, Price, PriceBook
 from manifests.models import CallFigures, ModelPrice
-from tests.analysis.support import item, manifest
-from tests.support import as_dict, store_and_analyse
+from tests.analysis.support import item
+from tests.support import manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
 
 def figures_of(project, **kwargs) -> CallFigures:
-    return store_and_analyse(project, [manifest("c1", **kwargs)])[0].figures
+    return store_and_analyse(project, [manifest("c1", bare=True, **kwargs)])[0].figures
 
 
 def test_it_computes_token_and_window_figures(project):
@@ -28,7 +28,7 @@ def test_it_computes_token_and_window_figures(project):
         item("log", kind="tool_result", action="truncate", tokens=300, requested=1200, trust="untrusted"),
         item("old", kind="history", action="drop", tokens=400),
     ]
-    f = figures_of(project, items=items, window=8000,
+    f = figures_of(project, items=items, budget={"window": 8000},
                    usage=Usage(input_tokens=2000, cache_read_tokens=1200, cache_write_tokens=300, output_tokens=250))
     assert f.context_tokens == 300 + 900 + 500 + 300  # the dropped item takes no room
     assert f.uncached_input_tokens == 2000 - 1200 - 300
@@ -47,7 +47,7 @@ def test_it_computes_token_and_window_figures(project):
 
 
 def test_it_measures_the_reserve_and_headroom_from_the_budget(project):
-    body = as_dict(manifest("c1", items=[item("a", tokens=100)], usage=Usage(input_tokens=6000)))
+    body = manifest("c1", bare=True, items=[item("a", tokens=100)], usage=Usage(input_tokens=6000))
     body["budget"] = {"window": 8000, "output_reserve": 1000, "safety_margin": 200}
     f = store_and_analyse(project, [body])[0].figures
     assert f.reserve_share == pytest.approx(1000 / 8000)
@@ -87,7 +87,7 @@ def test_it_uses_the_most_specific_price_row(project):
     f = figures_of(project, items=[item("a")], usage=Usage(input_tokens=1000, output_tokens=100))
     assert f.cost == pytest.approx((1000 * 2 + 100 * 10) / 1000)
     assert f.effective_limit == 800
-    other = store_and_analyse(project, [manifest("c2", model="claude-haiku-4-5", items=[item("a")],
+    other = store_and_analyse(project, [manifest("c2", bare=True, model="claude-haiku-4-5", items=[item("a")],
                                                  usage=Usage(input_tokens=1000, output_tokens=100))])[0].figures
     assert other.cost == pytest.approx((1000 * 3 + 100 * 15) / 1000)
     assert other.effective_limit == 4000
@@ -150,7 +150,8 @@ def test_it_stores_the_usd_cost_genai_prices_calculates(project):
 
     usage = Usage(input_tokens=90_000, cache_read_tokens=60_000, cache_write_tokens=20_000,
                   cache_write_1h_tokens=15_000, output_tokens=2_000)
-    call = store_and_analyse(project, [manifest("c1", model="claude-opus-5-5", usage=usage, window=1_000_000)])[0]
+    m = manifest("c1", bare=True, model="claude-opus-5-5", usage=usage, budget={"window": 1_000_000})
+    call = store_and_analyse(project, [m])[0]
     theirs = genai_prices.calc_price(
         genai_prices.Usage(input_tokens=90_000, cache_read_tokens=60_000, cache_write_tokens=20_000,
                            cache_write_1h_tokens=15_000, output_tokens=2_000),
@@ -167,9 +168,9 @@ def test_it_takes_a_price_rows_usd_columns_over_the_table(project):
     ModelPrice.objects.create(model_pattern="house-*", input_usd_per_mtok=1, output_usd_per_mtok=2)
     usage = Usage(input_tokens=10_000, cache_read_tokens=4_000, cache_write_tokens=1_000, output_tokens=500)
     opus, house, unknown = store_and_analyse(project, [
-        manifest("c1", model="claude-opus-5-5", usage=usage),
-        manifest("c2", model="house-model", usage=usage),
-        manifest("c3", model="mystery-model", usage=usage),
+        manifest("c1", bare=True, model="claude-opus-5-5", usage=usage),
+        manifest("c2", bare=True, model="house-model", usage=usage),
+        manifest("c3", bare=True, model="mystery-model", usage=usage),
     ])
     # Input and cache reads from the row; writes and output the table's ($5 and $20 per million).
     assert opus.figures.cost_usd == pytest.approx((5_000 * 3 + 4_000 * 0.1 + 1_000 * 5 + 500 * 20) / 1e6)

@@ -17,8 +17,8 @@ from ctxkit.manifest import ACTIONS, Budget
 from ctxkit.models import model_facts
 from manifests import figures
 from manifests.models import Call, Item
-from tests.analysis.support import item, manifest
-from tests.support import store
+from tests.analysis.support import item
+from tests.support import manifest, store
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +33,7 @@ EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 @pytest.fixture
 def call(project):
-    return store(project, [manifest("c1", items=[item("seed")])])[0]
+    return store(project, [manifest("c1", bare=True, items=[item("seed")])])[0]
 
 
 @EXAMPLES

@@ -20,9 +20,9 @@ from manifests import services
 from manifests.models import Run
 from manifests.selectors import evidence as evidence_sel
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import T0, flush_rollups, manifest
+from tests.analysis.support import flush_rollups
 from tests.conftest import Api
-from tests.support import store_and_analyse
+from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -122,8 +122,8 @@ def test_every_page_shows_the_reference_figures(owner, workload):
     manifests = []
     for r, run in enumerate(workload):
         for step, spec in enumerate(run):
-            manifests.append(manifest(f"r{r}-s{step}", run_id=f"run-{r}", step=step, agent=f"agent-{r % 2}",
-                                      at=T0 + timedelta(minutes=7 * (step + 5 * r)), **spec))
+            manifests.append(manifest(f"r{r}-s{step}", bare=True, run_id=f"run-{r}", step=step, agent=f"agent-{r % 2}",
+                                      started_at=T0 + timedelta(minutes=7 * (step + 5 * r)), **spec))
     store_and_analyse(project, manifests)
     flush_rollups()  # the overview's figures come from the rollups
     refs = reference.calls(project)

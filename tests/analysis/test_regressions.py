@@ -11,8 +11,8 @@ from django.utils import timezone
 from ctxkit.manifest import Usage
 from manifests.analysis import notify
 from manifests.models import Regression
-from tests.analysis.support import STABLE, SYSTEM, TOOLS, free_port, item, manifest, prefix
-from tests.support import Receiver, store_and_analyse
+from tests.analysis.support import STABLE, SYSTEM, TOOLS, free_port, item, prefix
+from tests.support import Receiver, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +39,8 @@ def receiver():
 def runs(project, plan, *, agent="analyst", start=0, gap_seconds=60, same_run=False):
     """One call per entry of ``plan`` ((usage, prefix)), each in its own run unless same_run."""
     manifests = [
-        manifest(f"{agent}-{start + n}", run_id="one-run" if same_run else f"run-{start + n}",
-                 step=start + n if same_run else 0, seconds=(start + n) * gap_seconds, usage=usage, prefix_=pfx,
+        manifest(f"{agent}-{start + n}", bare=True, run_id="one-run" if same_run else f"run-{start + n}",
+                 step=start + n if same_run else 0, seconds=(start + n) * gap_seconds, usage=usage, prefix=pfx,
                  agent=agent, items=[item("q", kind="user")])
         for n, (usage, pfx) in enumerate(plan)
     ]
@@ -109,8 +109,8 @@ def test_it_keeps_agents_apart(tuned):
 def test_it_gives_the_ttl_as_the_cause_when_the_prefix_did_not_change(tuned):
     runs(tuned, [(HIT, STABLE)] * 10, same_run=True, gap_seconds=10)
     # Same prefix, but now an approval step makes every call wait 40 minutes.
-    manifests = [manifest(f"late-{n}", run_id="one-run", step=10 + n, seconds=100 + n * 2400, usage=MISS,
-                          prefix_=STABLE, agent="analyst", items=[item("q", kind="user")]) for n in range(5)]
+    manifests = [manifest(f"late-{n}", bare=True, run_id="one-run", step=10 + n, seconds=100 + n * 2400, usage=MISS,
+                          prefix=STABLE, agent="analyst", items=[item("q", kind="user")]) for n in range(5)]
     store_and_analyse(tuned, manifests)
     regression = Regression.objects.get()
     assert regression.prefix_before == regression.prefix_after == STABLE.hash

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest
 from manifests.analysis.pipeline import analyze_calls
 from manifests.models import ReRead
-from tests.analysis.support import item, manifest, sha
-from tests.support import store_and_analyse
+from tests.analysis.support import item, sha
+from tests.support import manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -28,11 +27,10 @@ def run(*steps: list[Item], compaction_at: int | None = None, edit_at: int | Non
     for step, items in enumerate(steps):
         comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=5000, tokens_after=800)] \
             if step == compaction_at else []
-        m = manifest(f"c{step}", step=step, items=items, compactions=comps)
-        if step == edit_at:
-            m = msgspec.structs.replace(m, context_edits=[ContextEdit(type="clear_tool_uses_20250919",
-                                                                     cleared_count=1, cleared_tokens=400)])
-        out.append(m)
+        edits = [ContextEdit(type="clear_tool_uses_20250919", cleared_count=1, cleared_tokens=400)] \
+            if step == edit_at else None
+        out.append(manifest(f"c{step}", bare=True, step=step, seconds=10 * step, items=items, compactions=comps,
+                            context_edits=edits))
     return out
 
 

@@ -18,9 +18,8 @@ from manifests.models import Call, Rollup, RollupMark
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import SYSTEM, T0, TOOLS, flush_rollups, item, manifest, prefix
-from tests.conftest import make_manifest
-from tests.support import store, store_and_analyse
+from tests.analysis.support import SYSTEM, TOOLS, flush_rollups, item, prefix
+from tests.support import T0, manifest, store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -47,16 +46,14 @@ def varied(n: int, *, agent: str = "analyst", hours: float = 0):
         Evidence(key="rate", expected_item="log", present=n % 2 == 0, found_in="log" if n % 2 == 0 else None),
         Evidence(key="policy", expected_item="page", present=n % 3 != 0, found_in=None if n % 3 == 0 else "page"),
     ]
-    m = manifest(
-        f"{agent}-{n}", run_id=f"{agent}-run-{n // 4}", step=n % 4, at=T0 + timedelta(hours=hours, minutes=n),
+    return manifest(
+        f"{agent}-{n}", bare=True, run_id=f"{agent}-run-{n // 4}", step=n % 4,
+        started_at=T0 + timedelta(hours=hours, minutes=n),
         agent=agent, items=items, evidence=evidence, compactions=[BROKEN] if n % 5 == 0 else [],
-        prefix_=prefix(system=(SYSTEM[0] + str(n % 2), 600), tools=TOOLS),
+        prefix=prefix(system=(SYSTEM[0] + str(n % 2), 600), tools=TOOLS),
         usage=Usage(input_tokens=2000 + n, cache_read_tokens=(1200 if n % 4 else 0), output_tokens=100 + n),
+        outcome={"verified": verified},
     )
-    from ctxkit.manifest import Outcome
-
-    m.outcome = Outcome(verified=verified)
-    return m
 
 
 def workload():
@@ -144,12 +141,12 @@ def test_it_rebuilds_rollups_identically_from_the_source(project):
 
 def test_it_updates_the_bucket_of_a_successor_whose_cause_changed(project):
     late_hour = T0 + timedelta(hours=3)
-    first = make_manifest("s0", run_id="r", step=0)
-    third = make_manifest("s2", run_id="r", step=2, started_at=late_hour.isoformat())
+    first = manifest("s0", run_id="r", step=0)
+    third = manifest("s2", run_id="r", step=2, started_at=late_hour.isoformat())
     store_and_analyse(project, [first, third])
     flush_rollups()
     assert Rollup.objects.get(bucket="hour", start=late_hour).cache_causes == {"hit": 1}
-    changed = make_manifest("s1", run_id="r", step=1, prefix={"hash": "f" * 64, "tokens": 2000})
+    changed = manifest("s1", run_id="r", step=1, prefix={"hash": "f" * 64, "tokens": 2000})
     changed["usage"] = {"input_tokens": 3000, "cache_write_tokens": 2000}
     store_and_analyse(project, [changed])
     flush_rollups()

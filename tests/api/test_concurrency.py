@@ -18,7 +18,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,7 +27,7 @@ from django.db.models import Max, Min
 
 from manifests import ops
 from manifests.models import Call, Run
-from tests.conftest import T0, make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,9 +75,7 @@ def storm_manifest(round_: int, n: int) -> dict:
     later batches widen a run's span both ways."""
     run = f"round-{round_}/run-{n % 6}"
     offset = (n * 7919) % 7200 - 3600
-    m = make_manifest(f"round-{round_}/call-{n}", run_id=run, step=n, items=2)
-    m["started_at"] = (T0 + timedelta(seconds=offset)).isoformat()
-    return m
+    return manifest(f"round-{round_}/call-{n}", run_id=run, step=n, items=2, seconds=offset)
 
 
 def test_it_keeps_run_times_exact_under_overlapping_concurrent_batches(live_server, key):
@@ -121,8 +118,8 @@ def test_it_answers_one_accepted_and_one_duplicate_per_manifest_to_a_batch_sent_
 
 def test_it_stores_one_row_when_many_clients_send_the_same_manifest_at_once(live_server, key):
     for attempt in range(3):
-        manifest = make_manifest(f"same-{attempt}", run_id=f"same-run-{attempt}")
-        replies = at_once(20, lambda k, m=manifest: post(live_server.url, key, m))
+        sent = manifest(f"same-{attempt}", run_id=f"same-run-{attempt}")
+        replies = at_once(20, lambda k, m=sent: post(live_server.url, key, m))
         assert Counter(status for status, _, _ in replies) == {200: 20}
         outcomes = Counter(body["results"][0]["status"] for _, body, _ in replies)
         assert outcomes == {"accepted": 1, "duplicate": 19}
@@ -158,22 +155,22 @@ class HeldLock:
 
 def test_it_answers_503_with_retry_after_when_a_lock_is_held_too_long(live_server, key, settings):
     settings.CTXVIEW_INGEST_LOCK_TIMEOUT_MS = 200
-    assert post(live_server.url, key, make_manifest("first", run_id="busy-run"))[0] == 200
+    assert post(live_server.url, key, manifest("first", run_id="busy-run"))[0] == 200
     with HeldLock(Run.objects.get(run_id="busy-run").pk):
-        status, body, headers = post(live_server.url, key, make_manifest("second", run_id="busy-run", step=1))
+        status, body, headers = post(live_server.url, key, manifest("second", run_id="busy-run", step=1))
     assert status == 503
     assert int(headers["Retry-After"]) >= 1
     assert body["errors"][0]["path"] == "$" and "busy" in body["error"]
     assert not Call.objects.filter(call_id="second").exists()
     # Once the other writer is done, the client's retry is stored.
-    status, body, _ = post(live_server.url, key, make_manifest("second", run_id="busy-run", step=1))
+    status, body, _ = post(live_server.url, key, manifest("second", run_id="busy-run", step=1))
     assert status == 200 and body["accepted"] == 1
 
 
 def test_it_logs_a_client_disconnect_mid_body_at_info_and_counts_it(live_server, key, caplog):
     caplog.set_level(logging.INFO)
     parts = urlsplit(live_server.url)
-    body = json.dumps({"manifests": [make_manifest(f"cut-{n}") for n in range(50)]}).encode()
+    body = json.dumps({"manifests": [manifest(f"cut-{n}") for n in range(50)]}).encode()
     sock = socket.create_connection((parts.hostname, parts.port))
     head = (f"POST /api/v1/manifests HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {key}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifests.models import Call
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -66,18 +66,18 @@ def check_answer(response) -> dict:
 @given(mutations=st.lists(st.tuples(st.sampled_from(PATHS), json_values), min_size=1, max_size=3),
        call_id=st.text(min_size=1, max_size=40), text=st.text(max_size=200))
 def test_a_fuzzed_manifest_is_stored_whole_or_rejected_with_paths(api, mutations, call_id, text):
-    manifest = make_manifest(call_id)
-    manifest["items"][1]["text"] = text
+    m = manifest(call_id)
+    m["items"][1]["text"] = text
     for path, value in mutations:
-        put(manifest, path, value)
-    data = check_answer(api.post(manifest))
+        put(m, path, value)
+    data = check_answer(api.post(m))
     result = data["results"][0]
     if result["status"] == "accepted":
         stored = json.loads(Call.objects.get(call_id=result["call_id"]).raw)
         for key in ("call_id", "run_id", "model", "agent", "started_at", "items"):
-            if key == "started_at" or key not in manifest:
+            if key == "started_at" or key not in m:
                 continue
-            sent = normalised(manifest[key])
+            sent = normalised(m[key])
             if key == "items":
                 assert [i.get("text") for i in stored["items"]] == [i.get("text") for i in sent]
                 assert [i["id"] for i in stored["items"]] == [i["id"] for i in sent]
@@ -85,15 +85,15 @@ def test_a_fuzzed_manifest_is_stored_whole_or_rejected_with_paths(api, mutations
                 assert stored[key] == sent
         read = api.get("/api/v1/calls/" + quote(result["call_id"], safe=""))
         assert read.status_code == 200
-        assert read.json()["items"][1].get("text") == normalised(manifest["items"][1].get("text"))
+        assert read.json()["items"][1].get("text") == normalised(m["items"][1].get("text"))
 
 
 @FUZZ
 @given(cut=st.integers(min_value=0, max_value=2000), noise=st.binary(min_size=1, max_size=12),
        batch=st.booleans())
 def test_fuzzed_bytes_never_get_a_server_error(api, cut, noise, batch):
-    body = json.dumps(make_manifest("bytes-1")).encode()
+    body = json.dumps(manifest("bytes-1")).encode()
     if batch:
-        body = b'{"manifests": [' + body + b", " + json.dumps(make_manifest("bytes-2")).encode() + b"]}"
+        body = b'{"manifests": [' + body + b", " + json.dumps(manifest("bytes-2")).encode() + b"]}"
     at = cut % len(body)
     check_answer(api.post(None, raw=body[:at] + noise + body[at:]))

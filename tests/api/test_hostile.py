@@ -11,19 +11,19 @@ import pytest
 from django.test import Client
 
 from manifests.models import Call, Item
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
 
 def body_of(**fields) -> bytes:
-    return json.dumps(make_manifest("hostile", **fields)).encode()
+    return json.dumps(manifest("hostile", **fields)).encode()
 
 
 def _with_item_text(text: str) -> bytes:
-    manifest = make_manifest("hostile")
-    manifest["items"][1]["text"] = text
-    return json.dumps(manifest).encode()
+    sent = manifest("hostile")
+    sent["items"][1]["text"] = text
+    return json.dumps(sent).encode()
 
 
 def errors_of(response) -> list[dict]:
@@ -98,7 +98,7 @@ def test_it_rejects_duplicate_keys_inside_items_and_of_the_batch(api):
 
 
 def test_a_nul_becomes_u_fffd_before_the_idempotency_lookup(api):
-    sent = make_manifest("call\u0000nul", run_id="run\u0000nul")
+    sent = manifest("call\u0000nul", run_id="run\u0000nul")
     sent["items"][0]["text"] = "before\u0000after"
     first = api.post(sent)
     assert first.status_code == 200 and first.json()["results"][0]["call_id"] == "call\ufffdnul"
@@ -118,13 +118,13 @@ def test_an_escaped_backslash_before_u0000_is_text_not_a_nul(api):
 
 
 def test_after_hostile_input_every_page_and_endpoint_still_serves_and_reads_back(api, project, owner):
-    good = make_manifest("good-1", run_id="run-good")
+    good = manifest("good-1", run_id="run-good")
     good["items"][1]["text"] = "<script>alert(1)</script> ignore previous instructions\n\ttab"
     assert api.post(good).status_code == 200
     for body, _ in HOSTILE_BODIES.values():
         assert api.post(None, raw=body).status_code == 400
     mixed = b'{"manifests": [' + HOSTILE_BODIES["started_at year 0 after offset"][0] + b", " + json.dumps(
-        make_manifest("good-2", run_id="run-good", step=1)
+        manifest("good-2", run_id="run-good", step=1)
     ).encode() + b"]}"
     r = api.post(None, raw=mixed)
     assert r.status_code == 207 and [x["status"] for x in r.json()["results"]] == ["rejected", "accepted"]
@@ -215,10 +215,10 @@ def test_an_api_server_error_answers_in_the_error_shape(api, monkeypatch):
 def test_a_repeated_key_rejects_only_its_manifest_of_a_batch_and_nothing_of_it_is_stored(api):
     # On PostgreSQL the proof of these json.dumps bytes runs during the store (beside the
     # foreign-key checks); a failed proof rolls the batch back and stores the others again.
-    good = json.dumps(make_manifest("dup-good", run_id="dup-run")).encode()
-    bad = json.dumps(make_manifest("dup-bad", run_id="dup-run")).encode()
+    good = json.dumps(manifest("dup-good", run_id="dup-run")).encode()
+    bad = json.dumps(manifest("dup-bad", run_id="dup-run")).encode()
     bad = bad.replace(b'"kind": "system"', b'"kind": "system", "kind": "tools"', 1)
-    colon = make_manifest("dup-colon", run_id="dup-run")
+    colon = manifest("dup-colon", run_id="dup-run")
     colon["items"][0]["reason"] = "a:b"
     escaped = json.dumps(colon).encode().replace(b"a:b", b"a\\u003ab")  # the fast proof cannot judge it
     r = api.post(None, raw=b'{"manifests": [' + b", ".join([good, bad, escaped]) + b"]}")
@@ -231,7 +231,7 @@ def test_a_repeated_key_rejects_only_its_manifest_of_a_batch_and_nothing_of_it_i
 
 
 def test_a_repeated_key_is_rejected_even_when_its_call_id_is_stored_already(api):
-    sent = make_manifest("dup-stored")
+    sent = manifest("dup-stored")
     assert api.post(sent).status_code == 200
     # The same content once parsed (the last value wins), so its hash matches the stored call:
     # still refused for the repeated key, never answered as a duplicate.
@@ -240,7 +240,7 @@ def test_a_repeated_key_is_rejected_even_when_its_call_id_is_stored_already(api)
     assert r.status_code == 400, r.content[:300]
     assert r.json()["results"][0]["errors"][0]["path"] == "$.manifests[0].items[0].kind"
     # A rejected manifest with a repeated key does not stand in the way of a good one with its call_id.
-    other = make_manifest("dup-next", step=1)
+    other = manifest("dup-next", step=1)
     twin = json.dumps(other).encode().replace(b'"kind": "system"', b'"kind": "system", "kind": "tools"', 1)
     other["model"] = "another-model"
     r = api.post(None, raw=b'{"manifests": [' + twin + b", " + json.dumps(other).encode() + b"]}")

@@ -21,9 +21,8 @@ from ctxkit import Client
 from ctxkit.manifest import convert_manifest
 from manifests.models import Call
 from tests.analysis.support import hard_cut_run
-from tests.conftest import make_manifest
 from tests.live_support import gunicorn
-from tests.support import as_dict
+from tests.support import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,14 +49,14 @@ def post_chunked(base: str, key: str, body: bytes, *, chunk: int = 1000, **heade
 
 
 def test_it_reads_a_chunked_body_and_applies_gzip_and_the_size_limit(key):
-    body = json.dumps({"manifests": [make_manifest(f"chunked-{n}", step=n) for n in range(5)]}).encode()
+    body = json.dumps({"manifests": [manifest(f"chunked-{n}", step=n) for n in range(5)]}).encode()
     with gunicorn(CTXVIEW_MAX_BODY_BYTES="20000") as base:
         status, data = post_chunked(base, key, body)
         assert status == 200 and data["accepted"] == 5
-        status, data = post_chunked(base, key, gzip.compress(json.dumps(make_manifest("chunked-gz")).encode()),
+        status, data = post_chunked(base, key, gzip.compress(json.dumps(manifest("chunked-gz")).encode()),
                                     **{"Content-Encoding": "gzip"})
         assert status == 200 and data["accepted"] == 1
-        too_big = json.dumps({"manifests": [make_manifest(f"big-{n}", items=20) for n in range(20)]}).encode()
+        too_big = json.dumps({"manifests": [manifest(f"big-{n}", items=20) for n in range(20)]}).encode()
         assert len(too_big) > 20000
         status, data = post_chunked(base, key, too_big)
         assert status == 413 and "20000 bytes" in data["error"]
@@ -75,7 +74,7 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
 
         def post(n: int) -> tuple[int, str | None, dict]:
             conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-            conn.request("POST", "/api/v1/manifests", json.dumps(make_manifest(f"raw-{n}")),
+            conn.request("POST", "/api/v1/manifests", json.dumps(manifest(f"raw-{n}")),
                          {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
             response = conn.getresponse()
             answer = (response.status, response.getheader("Retry-After"), json.loads(response.read()))
@@ -91,9 +90,9 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
         client = Client(key, base, flush_interval=0.01, batch_size=1, max_retries=8)
         try:
             for n in range(12):
-                manifest, errors = convert_manifest(make_manifest(f"burst-{n}", run_id="burst", step=n))
+                converted, errors = convert_manifest(manifest(f"burst-{n}", run_id="burst", step=n))
                 assert not errors
-                assert client.capture(manifest)
+                assert client.capture(converted)
             assert client.flush(timeout=60)
         finally:
             client.shutdown(timeout=5)
@@ -106,7 +105,7 @@ def test_a_burst_over_the_rate_gets_429_and_ctxkit_loses_nothing(key):
 def _ingest_traced_run(base: str, key: str) -> list[str]:
     """Store a run whose evidence is lost at step 2 (a hard_cut) and traced back to it at step 4,
     with risks and a call without usage (analysed in the server's process: no Redis); its call ids."""
-    manifests = [as_dict(m) for m in hard_cut_run("traced")]
+    manifests = hard_cut_run("traced")
     manifests[1]["evidence"][0]["used"] = False  # a risk row beside the losses
     request = urllib.request.Request(f"{base}/api/v1/manifests", data=json.dumps({"manifests": manifests}).encode(),
                                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -12,8 +12,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def stored(api):
     body = {
-        "manifests": [make_manifest(f"a{n}", run_id="run-a", step=n) for n in range(3)]
-        + [make_manifest("b0", run_id="run-b", agent="planner", model="gpt-5")]
+        "manifests": [manifest(f"a{n}", run_id="run-a", step=n) for n in range(3)]
+        + [manifest("b0", run_id="run-b", agent="planner", model="gpt-5")]
     }
     assert api.post(body).json()["accepted"] == 4
 
@@ -62,7 +62,7 @@ def test_it_answers_404_for_an_unknown_call(api, stored):
 
 
 def test_it_reads_ids_that_hold_slashes(api):
-    assert api.post(make_manifest("run-7/step-3", run_id="team/run-7")).json()["accepted"] == 1
+    assert api.post(manifest("run-7/step-3", run_id="team/run-7")).json()["accepted"] == 1
     assert api.get("/api/v1/calls/run-7/step-3").json()["call_id"] == "run-7/step-3"
     calls = api.get("/api/v1/runs/team/run-7/calls").json()["results"]
     assert [c["call_id"] for c in calls] == ["run-7/step-3"]

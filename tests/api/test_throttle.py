@@ -7,8 +7,8 @@ from django.core.cache import caches
 from django.test import override_settings
 
 from manifests.models import Call
-from tests.conftest import make_manifest
 from tests.live_support import free_port
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,7 @@ def test_it_accepts_manifests_and_reads_while_the_throttle_cache_is_down(api, ca
     with override_settings(CACHES=cache, CTXVIEW_API_RATES={"ingest": "600/min", "read": "600/min"}):
         # override_settings swaps the cache handler's connections (django.test.signals).
         assert caches["default"]._servers == [dead]
-        r = api.post(make_manifest(call_id="while-redis-is-down"))
+        r = api.post(manifest(call_id="while-redis-is-down"))
         assert r.status_code == 200, r.content
         assert r.json()["accepted"] == 1
         assert api.get("/api/v1/calls/while-redis-is-down").status_code == 200

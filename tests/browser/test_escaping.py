@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,7 @@ PAYLOADS = [SCRIPT, IMG, SVG]
 
 
 def hostile_manifest(call_id: str, step: int) -> dict:
-    m = make_manifest(call_id, run_id="evil-run", step=step, items=6, agent=f"agent {SCRIPT}"[:200])
+    m = manifest(call_id, run_id="evil-run", step=step, items=6, agent=f"agent {SCRIPT}"[:200])
     m["items"][1]["id"] = SVG
     m["items"][3]["reason"] = SCRIPT + IMG
     m["items"][4]["text"] = IMG + SCRIPT

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from manifests import ingest
 from manifests.models import Call, Run
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def long_run(demo_world, django_db_blocker):
         for start in range(0, LONG_STEPS, 250):
             batch = []
             for step in range(start, start + 250):
-                m = make_manifest(f"{LONG_RUN}/step-{step}", run_id=LONG_RUN, step=step, items=4, agent="long-runner")
+                m = manifest(f"{LONG_RUN}/step-{step}", run_id=LONG_RUN, step=step, items=4, agent="long-runner")
                 m["compactions"] = []
                 batch.append(m)
             report = ingest.ingest_body(project=demo_world.project, body=json.dumps({"manifests": batch}).encode())

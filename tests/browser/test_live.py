@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 from manifests.selectors import live
 from tests.browser.conftest import ARTIFACTS, watch
 from tests.browser.test_a11y import PHONE, serious_violations
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 # The product's promise: a call shows at most two seconds after ingest answered.
 DEADLINE_MS = 2000
@@ -38,9 +38,9 @@ def post(site, *manifests: dict) -> None:
     assert report["accepted"] == len(manifests), report
 
 
-def manifest(run_id: str, step: int, **extra) -> dict:
-    return make_manifest(f"{run_id}/step-{step}", run_id=run_id, step=step, items=1,
-                         started_at=datetime.now(UTC).isoformat(), **extra)
+def live_step(run_id: str, step: int, **extra) -> dict:
+    """The run's step made now (the live tail shows the last minutes)."""
+    return manifest(f"{run_id}/step-{step}", run_id=run_id, step=step, items=1, started_at=datetime.now(UTC), **extra)
 
 
 def row(page, call_id: str):
@@ -60,7 +60,7 @@ def test_it_shows_a_posted_call_within_two_seconds_and_pauses(site, browser, sch
     page.goto(site.project_url(f"live/?run={run_id}"))
     expect(page.locator("#live-empty")).to_be_visible()
 
-    post(site, manifest(run_id, 0))
+    post(site, live_step(run_id, 0))
     # A wait with a timeout: the deadline is the product requirement, counted from the answer.
     expect(row(page, f"{run_id}/step-0")).to_have_count(1, timeout=DEADLINE_MS)
     link = row(page, f"{run_id}/step-0").locator("a").first
@@ -78,7 +78,7 @@ def test_it_shows_a_posted_call_within_two_seconds_and_pauses(site, browser, sch
     watcher_requests: list[str] = []
     watcher.goto(site.project_url(f"live/?run={run_id}"))
     watcher.on("response", lambda r: watcher_requests.append(r.url) if "/live.json" in r.url else None)
-    post(site, manifest(run_id, 1))
+    post(site, live_step(run_id, 1))
     expect(row(watcher, f"{run_id}/step-1")).to_have_count(1, timeout=DEADLINE_MS)
     watcher.wait_for_function("n => document.querySelectorAll('#live tbody tr').length === n", arg=2)
     while len(watcher_requests) < 2:
@@ -116,10 +116,10 @@ def test_it_keeps_a_bounded_window_of_rows(site, browser):
     page.goto(site.project_url(f"live/?run={run_id}"))
     expect(page.locator("#live-empty")).to_be_visible()
     first = live.WINDOW - 50
-    post(site, *[manifest(run_id, n) for n in range(first)])
+    post(site, *[live_step(run_id, n) for n in range(first)])
     expect(row(page, f"{run_id}/step-{first - 1}")).to_have_count(1, timeout=10_000)
     expect(page.locator("#live tbody tr")).to_have_count(first)
-    post(site, *[manifest(run_id, n) for n in range(first, first + 100)])
+    post(site, *[live_step(run_id, n) for n in range(first, first + 100)])
     expect(row(page, f"{run_id}/step-{first + 99}")).to_have_count(1, timeout=10_000)
     # The newest WINDOW stay, newest first (by arrival: ingest numbers a batch's calls in
     # its own order); the oldest of the first batch left the page.

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.contrib.auth import get_user_model
 
+from ctxkit.importer.sessions import NOT_ITEMISED
 from manifests import services
 from manifests.demo import imported
 from manifests.models import Call, Project, Run
@@ -15,7 +16,7 @@ from manifests.models import Call, Project, Run
 pytestmark = pytest.mark.django_db
 
 CLOCK = datetime(2026, 12, 1, 9, 14, 37, tzinfo=UTC)
-SOURCES = {"claude-code"}
+SOURCES = {"claude-code", "codex", "gemini"}
 
 
 def _project() -> Project:
@@ -41,6 +42,17 @@ def test_it_reads_each_session_as_its_cli_sent_it():
     # Claude Code's transcripts hold the request itself: system prompt and tools are itemised.
     assert all(not m.get("warnings") for m in claude_code)
     assert all({"system", "tools"} <= {i["kind"] for i in m["items"]} for m in claude_code)
+    # Codex's rollout holds no tool definitions: not itemised; it compacted once, by itself.
+    codex = sessions["codex"]
+    assert [m["step"] for m in codex] == list(range(7)) and len({m["run_id"] for m in codex}) == 1
+    assert all(NOT_ITEMISED in m["warnings"] and "system" in {i["kind"] for i in m["items"]} for m in codex)
+    assert [len(m.get("compactions") or []) for m in codex] == [0, 0, 0, 0, 1, 0, 0]
+    # Gemini CLI's chat holds neither system instruction nor tools; it compressed once, by itself.
+    gemini = sessions["gemini"]
+    assert [m["step"] for m in gemini] == list(range(6)) and len({m["run_id"] for m in gemini}) == 1
+    assert all(NOT_ITEMISED in m["warnings"] and not {"system", "tools"} & {i["kind"] for i in m["items"]}
+               for m in gemini)
+    assert [len(m.get("compactions") or []) for m in gemini] == [0, 0, 0, 1, 0, 0]
 
 
 def test_it_stores_the_sessions_once_ending_now():

@@ -19,6 +19,12 @@ from pathlib import Path
 from tests.proxy.claude_code_session import CLI_DIR as CLAUDE_CODE_DIR
 from tests.proxy.claude_code_session import run_session as run_claude_code
 from tests.proxy.claude_code_standin import ClaudeCodeStandIn
+from tests.proxy.codex_session import CLI_DIR as CODEX_DIR
+from tests.proxy.codex_session import run_compacting_session as run_codex
+from tests.proxy.codex_standin import CodexStandIn
+from tests.proxy.gemini_cli_session import CLI_DIR as GEMINI_CLI_DIR
+from tests.proxy.gemini_cli_session import run_compressed_session as run_gemini
+from tests.proxy.gemini_cli_standin import GeminiStandIn
 from tests.proxy.proxy_support import npm_ci
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "manifests" / "demo" / "transcripts"
@@ -32,7 +38,23 @@ def claude_code(folder: Path) -> Path:
     return folder / "home" / ".claude" / "projects"
 
 
-RECORDERS: dict[str, Callable[[Path], Path]] = {"claude-code": claude_code}
+def codex(folder: Path) -> Path:
+    """The Codex CLI's session (a compaction of its own, a re-read after it); its sessions folder."""
+    npm_ci(CODEX_DIR)
+    with CodexStandIn() as provider:
+        run_codex(provider.url, folder)
+    return folder / "home" / ".codex" / "sessions"
+
+
+def gemini(folder: Path) -> Path:
+    """Gemini CLI's session (a compression of its own, a re-read after it); its projects' folder."""
+    npm_ci(GEMINI_CLI_DIR)
+    with GeminiStandIn() as provider:
+        run_gemini(provider.url, folder)
+    return folder / "home" / ".gemini" / "tmp"
+
+
+RECORDERS: dict[str, Callable[[Path], Path]] = {"claude-code": claude_code, "codex": codex, "gemini": gemini}
 
 
 def main(names: list[str]) -> int:

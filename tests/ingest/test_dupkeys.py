@@ -12,11 +12,11 @@ import pytest
 
 from manifests.ingest import decode
 from manifests.ingest.dupkeys import no_duplicate_keys
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 
-def manifest() -> dict:
-    m = make_manifest("dupkeys")
+def tricky_manifest() -> dict:
+    m = manifest("dupkeys")
     # Colons and quotes in text, an offset date: the colon count must not be fooled by them.
     m["items"][0]["reason"] = 'a: "b": c \\ : {"x": 1}'
     m["items"][0]["trust"] = "trusted"  # an explicit default: absent from the canonical form
@@ -35,14 +35,14 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_it_proves_a_body_without_duplicates_in_any_layout(layout):
-    raw = LAYOUTS[layout](manifest())
+    raw = LAYOUTS[layout](tricky_manifest())
     assert decode(raw)[1] == []
     assert no_duplicate_keys(raw)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_it_never_passes_a_repeated_key_and_the_door_names_it(layout):
-    raw = LAYOUTS[layout](manifest())
+    raw = LAYOUTS[layout](tricky_manifest())
     keys = list(re.finditer(rb'"([a-z_]+)"\s*:', raw))
     assert len(keys) > 50
     for key in keys:
@@ -60,7 +60,7 @@ def test_it_never_passes_a_repeated_key_and_the_door_names_it(layout):
 
 
 def test_an_escaped_colon_is_not_judged_fast_and_the_body_still_passes():
-    m = manifest()
+    m = tricky_manifest()
     m["items"][1]["reason"] = "a:b"
     raw = json.dumps(m).encode().replace(b"a:b", b"a\\u003ab")
     assert not no_duplicate_keys(raw)  # the slow path decides

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifests.models import Call, Compaction, ContextEdit, Evidence, Invariant, Item, Run
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def paths(response) -> set[str]:
 
 
 def test_it_stores_one_manifest_in_normalized_tables(api):
-    r = api.post(make_manifest(items=6))
+    r = api.post(manifest(items=6))
     assert r.status_code == 200, r.content
     assert r.json()["accepted"] == 1
     call = Call.objects.get(call_id="call-1")
@@ -41,7 +41,7 @@ def test_it_stores_one_manifest_in_normalized_tables(api):
 
 
 def test_it_stores_a_batch(api):
-    body = {"manifests": [make_manifest(f"c{n}", step=n) for n in range(5)]}
+    body = {"manifests": [manifest(f"c{n}", step=n) for n in range(5)]}
     r = api.post(body)
     assert r.status_code == 200
     assert r.json()["accepted"] == 5
@@ -51,22 +51,22 @@ def test_it_stores_a_batch(api):
 
 
 def test_it_accepts_gzip_bodies(api):
-    r = api.post({"manifests": [make_manifest("g1"), make_manifest("g2")]}, gzip_body=True)
+    r = api.post({"manifests": [manifest("g1"), manifest("g2")]}, gzip_body=True)
     assert r.status_code == 200, r.content
     assert Call.objects.filter(call_id__in=["g1", "g2"]).count() == 2
 
 
 def test_it_answers_a_retry_as_duplicate_without_a_second_row(api):
-    assert api.post(make_manifest()).json()["accepted"] == 1
-    r = api.post(make_manifest())
+    assert api.post(manifest()).json()["accepted"] == 1
+    r = api.post(manifest())
     assert r.status_code == 200
     assert r.json()["results"][0]["status"] == "duplicate"
     assert Call.objects.count() == 1 and Item.objects.count() == 3
 
 
 def test_it_rejects_the_same_call_id_with_other_content_as_a_conflict(api):
-    api.post(make_manifest())
-    r = api.post(make_manifest(step=7))
+    api.post(manifest())
+    r = api.post(manifest(step=7))
     assert r.status_code == 400
     result = r.json()["results"][0]
     assert result["status"] == "rejected"
@@ -76,7 +76,7 @@ def test_it_rejects_the_same_call_id_with_other_content_as_a_conflict(api):
 
 
 def test_it_treats_a_repeat_inside_one_batch_as_duplicate(api):
-    r = api.post({"manifests": [make_manifest("x"), make_manifest("x")]})
+    r = api.post({"manifests": [manifest("x"), manifest("x")]})
     assert [res["status"] for res in r.json()["results"]] == ["accepted", "duplicate"]
     assert Call.objects.count() == 1
 
@@ -89,14 +89,14 @@ def test_every_row_of_a_mixed_batch_points_at_its_own_call(api):
 
     from manifests.models import CallKey
 
-    api.post(make_manifest("m-stored", step=1))
+    api.post(manifest("m-stored", step=1))
     batch = [
-        make_manifest("m-zeta", run_id="run-b", step=2, items=4),
-        make_manifest("m-stored", step=1),  # a retry: duplicate
-        make_manifest("m-alpha", step=3, items=2),
-        make_manifest("m-zeta", run_id="run-b", step=9),  # same call_id, other content: conflict
-        make_manifest("m-mid", run_id="run-b", step=4, items=5),
-        make_manifest("m-alpha", step=3, items=2),  # repeated inside the batch: duplicate
+        manifest("m-zeta", run_id="run-b", step=2, items=4),
+        manifest("m-stored", step=1),  # a retry: duplicate
+        manifest("m-alpha", step=3, items=2),
+        manifest("m-zeta", run_id="run-b", step=9),  # same call_id, other content: conflict
+        manifest("m-mid", run_id="run-b", step=4, items=5),
+        manifest("m-alpha", step=3, items=2),  # repeated inside the batch: duplicate
     ]
     r = api.post({"manifests": batch})
     assert [res["status"] for res in r.json()["results"]] == [
@@ -113,7 +113,7 @@ def test_every_row_of_a_mixed_batch_points_at_its_own_call(api):
         key = CallKey.objects.get(call_key=call_id)
         assert key.call_id == call.pk and key.content_hash == call.content_hash
         assert call.content_hash == hashlib.sha256(call.raw.encode()).hexdigest()
-        sent = next(m for m in [make_manifest("m-stored", step=1), *batch] if m["call_id"] == call_id)
+        sent = next(m for m in [manifest("m-stored", step=1), *batch] if m["call_id"] == call_id)
         assert call.step == sent["step"] and call.run.run_id == sent["run_id"]
         items = list(Item.objects.filter(call_id=call.pk).order_by("ordinal"))
         assert [i.item_id for i in items] == [i["id"] for i in sent["items"]]
@@ -124,7 +124,7 @@ def test_every_row_of_a_mixed_batch_points_at_its_own_call(api):
 
 
 def test_it_names_the_path_of_every_bad_field(api):
-    bad = make_manifest()
+    bad = manifest()
     bad["items"][1]["requested_tokens"] = -5
     bad["items"][2]["kind"] = "bogus"
     bad["usage"]["output_tokens"] = "many"
@@ -141,9 +141,9 @@ def test_it_names_the_path_of_every_bad_field(api):
 
 
 def test_it_keeps_the_good_manifests_beside_a_bad_one(api):
-    bad = make_manifest("bad")
+    bad = manifest("bad")
     bad["items"][0]["used_tokens"] = 500  # granted is 90
-    r = api.post({"manifests": [make_manifest("good-1"), bad, make_manifest("good-2")]})
+    r = api.post({"manifests": [manifest("good-1"), bad, manifest("good-2")]})
     assert r.status_code == 207
     statuses = [res["status"] for res in r.json()["results"]]
     assert statuses == ["accepted", "rejected", "accepted"]
@@ -153,13 +153,13 @@ def test_it_keeps_the_good_manifests_beside_a_bad_one(api):
 
 
 def test_it_rejects_an_unknown_schema_version(api):
-    r = api.post(make_manifest(schema="ctxview.manifest/v9"))
+    r = api.post(manifest(schema="ctxview.manifest/v9"))
     assert r.status_code == 400
     assert paths(r) == {"$.schema"}
 
 
 def test_it_rejects_cached_tokens_above_input(api):
-    m = make_manifest()
+    m = manifest()
     m["usage"] = {"input_tokens": 100, "cache_read_tokens": 300}
     r = api.post(m)
     assert r.status_code == 400
@@ -167,19 +167,19 @@ def test_it_rejects_cached_tokens_above_input(api):
 
 
 def test_it_rejects_evidence_pointing_at_a_missing_item(api):
-    m = make_manifest()
+    m = manifest()
     m["evidence"][0]["expected_item"] = "nope"
     r = api.post(m)
     assert paths(r) == {"$.evidence[0].expected_item"}
 
 
 def test_it_rejects_over_long_strings_and_too_many_items(api):
-    m = make_manifest()
+    m = manifest()
     m["items"][0]["reason"] = "x" * 5000
     m["call_id"] = "c" * 201
     r = api.post(m)
     assert paths(r) == {"$.items[0].reason", "$.call_id"}
-    many = make_manifest("many", items=0)
+    many = manifest("many", items=0)
     many["items"] = [{"id": f"i{n}", "kind": "history", "action": "keep", "requested_tokens": 1} for n in range(2001)]
     r = api.post(many)
     assert r.status_code == 400
@@ -209,7 +209,7 @@ def test_it_answers_the_wrong_content_type_with_415(api):
 
 
 def test_it_answers_an_unknown_content_encoding_with_415(api):
-    r = api.post(make_manifest(), HTTP_CONTENT_ENCODING="br")
+    r = api.post(manifest(), HTTP_CONTENT_ENCODING="br")
     assert r.status_code == 415
 
 
@@ -220,7 +220,7 @@ def test_it_answers_broken_gzip_with_400(api):
 
 @override_settings(CTXVIEW_MAX_BODY_BYTES=4096, DATA_UPLOAD_MAX_MEMORY_SIZE=4097)
 def test_it_answers_an_oversized_body_with_413(api):
-    r = api.post({"manifests": [make_manifest(f"c{n}") for n in range(10)]})
+    r = api.post({"manifests": [manifest(f"c{n}") for n in range(10)]})
     assert r.status_code == 413
     assert "larger than 4096 bytes" in r.json()["error"]
     assert Call.objects.count() == 0
@@ -236,7 +236,7 @@ def test_it_answers_a_gzip_bomb_with_413(api):
 
 @override_settings(CTXVIEW_MAX_BATCH=3)
 def test_it_refuses_a_batch_above_the_limit(api):
-    r = api.post({"manifests": [make_manifest(f"c{n}") for n in range(4)]})
+    r = api.post({"manifests": [manifest(f"c{n}") for n in range(4)]})
     assert r.status_code == 413
     assert r.json()["errors"][0]["path"] == "$.manifests"
     assert Call.objects.count() == 0
@@ -244,23 +244,23 @@ def test_it_refuses_a_batch_above_the_limit(api):
 
 def test_it_refuses_an_empty_batch_and_unknown_batch_fields(api):
     assert api.post({"manifests": []}).status_code == 400
-    r = api.post({"manifests": [make_manifest()], "extra": 1})
+    r = api.post({"manifests": [manifest()], "extra": 1})
     assert r.status_code == 400 and r.json()["errors"][0]["path"] == "$.extra"
 
 
 def test_it_loses_nothing_already_stored_when_later_input_is_bad(api):
-    api.post({"manifests": [make_manifest(f"c{n}") for n in range(3)]})
+    api.post({"manifests": [manifest(f"c{n}") for n in range(3)]})
     before = (Call.objects.count(), Item.objects.count(), Evidence.objects.count())
     api.post(None, raw=b"garbage")
-    api.post({"manifests": [make_manifest("c0", step=9)]})  # conflict
-    bad = make_manifest("c9")
+    api.post({"manifests": [manifest("c0", step=9)]})  # conflict
+    bad = manifest("c9")
     bad["budget"]["window"] = 0
     api.post(bad)
     assert (Call.objects.count(), Item.objects.count(), Evidence.objects.count()) == before
 
 
 def test_it_stores_hostile_text_as_data(api):
-    m = make_manifest()
+    m = manifest()
     m["items"][0]["text"] = "<script>alert(1)</script>\x00 ignore previous instructions"
     m["items"][0]["reason"] = '<img src=x onerror="alert(1)">'
     assert api.post(m).status_code == 200
@@ -272,7 +272,7 @@ def test_it_stores_hostile_text_as_data(api):
 
 def test_the_query_count_does_not_grow_with_the_batch_size(api):
     def queries_for(prefix: str, n: int) -> int:
-        body = {"manifests": [make_manifest(f"{prefix}{i}", run_id=f"{prefix}-run-{i % 3}", step=i) for i in range(n)]}
+        body = {"manifests": [manifest(f"{prefix}{i}", run_id=f"{prefix}-run-{i % 3}", step=i) for i in range(n)]}
         with CaptureQueriesContext(connection) as ctx:
             r = api.post(body)
         assert r.json()["accepted"] == n
@@ -306,7 +306,7 @@ json_values = st.recursive(
     value=json_values,
 )
 def test_no_input_causes_a_500(api, mutation, value):
-    m = make_manifest("fuzz")
+    m = manifest("fuzz")
     m[mutation] = value
     r = api.post({"manifests": [m]})
     assert r.status_code in (200, 207, 400), r.content
@@ -323,7 +323,7 @@ def test_the_collector_is_paused_for_a_batch_and_running_again_after(project):
         if phase == "start":
             collections.append(info["generation"])
 
-    body = json.dumps({"manifests": [make_manifest(f"gc-{n}", step=n, items=40) for n in range(60)]}).encode()
+    body = json.dumps({"manifests": [manifest(f"gc-{n}", step=n, items=40) for n in range(60)]}).encode()
     gc.callbacks.append(count)
     try:
         # The same batch without the pause sets the collector off (so the check below can fail).

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from manifests import analysis
 from manifests.models import CacheEvent, Call, Item
+from tests.support import manifest
 
 # Above Anthropic's 1024-token cache minimum, with a timestamp on line 2.
 SYSTEM = "You are the refund analyst.\nCurrent time: {time}\n" + "\n".join(
@@ -205,10 +206,9 @@ def _export(*spans: dict) -> bytes:
 
 @pytest.mark.django_db
 def test_it_stores_a_span_carrying_a_ctxview_manifest_as_that_manifest(client, key, project):
-    from tests.conftest import make_manifest
 
-    embedded = make_manifest("native-1", run_id="native-run", step=4)
-    bad = make_manifest("native-2")
+    embedded = manifest("native-1", run_id="native-run", step=4)
+    bad = manifest("native-2")
     bad["usage"]["cache_read_tokens"] = 10**6
     r = _post(client, _export(_span("01" * 8, **{"ctxview.manifest": json.dumps(embedded)}),
                               _span("02" * 8, **{"ctxview.manifest": json.dumps(bad)})),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from manifests.models import Run
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +16,7 @@ def paths(response) -> set[str]:
 
 def test_it_keeps_a_manifests_workspace_on_its_run_and_reads_it_back(api):
     place = {"cwd": "/home/dev/src/ctxview", "git_branch": "feat/run-metadata"}
-    r = api.post(make_manifest("w1", run_id="run-w", workspace=place))
+    r = api.post(manifest("w1", run_id="run-w", workspace=place))
     assert r.json()["accepted"] == 1, r.content
     run = Run.objects.get(run_id="run-w")
     assert (run.cwd, run.git_branch) == ("/home/dev/src/ctxview", "feat/run-metadata")
@@ -28,28 +28,28 @@ def test_it_keeps_a_manifests_workspace_on_its_run_and_reads_it_back(api):
 def test_a_run_keeps_the_first_non_empty_cwd_and_branch_its_calls_sent(api):
     # One batch: the first call names no branch, the second does; a later batch switches both.
     api.post({"manifests": [
-        make_manifest("f0", run_id="run-f", step=0, workspace={"cwd": "/repo"}),
-        make_manifest("f1", run_id="run-f", step=1, workspace={"cwd": "/elsewhere", "git_branch": "main"}),
+        manifest("f0", run_id="run-f", step=0, workspace={"cwd": "/repo"}),
+        manifest("f1", run_id="run-f", step=1, workspace={"cwd": "/elsewhere", "git_branch": "main"}),
     ]})
     run = Run.objects.get(run_id="run-f")
     assert (run.cwd, run.git_branch) == ("/repo", "main")
-    api.post(make_manifest("f2", run_id="run-f", step=2, workspace={"cwd": "/other", "git_branch": "topic"}))
-    api.post(make_manifest("f3", run_id="run-f", step=3))
+    api.post(manifest("f2", run_id="run-f", step=2, workspace={"cwd": "/other", "git_branch": "topic"}))
+    api.post(manifest("f3", run_id="run-f", step=3))
     run.refresh_from_db()
     assert (run.cwd, run.git_branch) == ("/repo", "main")
     # A run created without one gets the first that arrives later.
-    api.post(make_manifest("g0", run_id="run-g", step=0))
+    api.post(manifest("g0", run_id="run-g", step=0))
     assert Run.objects.get(run_id="run-g").cwd == ""
-    api.post(make_manifest("g1", run_id="run-g", step=1, workspace={"git_branch": "fix/1"}))
+    api.post(manifest("g1", run_id="run-g", step=1, workspace={"git_branch": "fix/1"}))
     assert (Run.objects.get(run_id="run-g").cwd, Run.objects.get(run_id="run-g").git_branch) == ("", "fix/1")
 
 
 def test_it_names_a_bad_workspace_by_its_path(api):
     r = api.post({"manifests": [
-        make_manifest("b0", workspace={"cwd": "/a\nb"}),
-        make_manifest("b1", workspace={"git_branch": "x" * 201}),
-        make_manifest("b2", workspace={"cwd": "/" * 501}),
-        make_manifest("b3", workspace={"folder": "/a"}),
+        manifest("b0", workspace={"cwd": "/a\nb"}),
+        manifest("b1", workspace={"git_branch": "x" * 201}),
+        manifest("b2", workspace={"cwd": "/" * 501}),
+        manifest("b3", workspace={"folder": "/a"}),
     ]})
     assert r.status_code == 400
     assert paths(r) == {"$.manifests[0].workspace.cwd", "$.manifests[1].workspace.git_branch",
@@ -59,6 +59,6 @@ def test_it_names_a_bad_workspace_by_its_path(api):
 
 def test_it_stores_hostile_workspace_text_as_data(api):
     hostile = "/tmp/<script>alert(1)</script>/'; DROP TABLE manifests_run; --"
-    r = api.post(make_manifest("h0", run_id="run-h", workspace={"cwd": hostile, "git_branch": "é/<b>"}))
+    r = api.post(manifest("h0", run_id="run-h", workspace={"cwd": hostile, "git_branch": "é/<b>"}))
     assert r.json()["accepted"] == 1
     assert (Run.objects.get(run_id="run-h").cwd, Run.objects.get(run_id="run-h").git_branch) == (hostile, "é/<b>")

@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 
 from ctxkit.manifest import Evidence, Usage
 from manifests.models import Attribution, Call, CallFigures, Rollup
-from tests.analysis.support import T0, flush_rollups, item, manifest
-from tests.support import store_and_analyse
+from tests.analysis.support import flush_rollups, item
+from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +24,7 @@ def snapshot(**filters):
 
 def call_at(n: int, hours: float, agent: str = "analyst"):
     return manifest(
-        f"{agent}-{n}", run_id=f"run-{n}", at=T0 + timedelta(hours=hours), agent=agent,
+        f"{agent}-{n}", bare=True, run_id=f"run-{n}", started_at=T0 + timedelta(hours=hours), agent=agent,
         items=[item("log", kind="tool_result", action="drop" if n % 2 else "keep", tokens=100 + n)],
         evidence=[Evidence(key="rate", expected_item="log", present=n % 2 == 0, found_in=None if n % 2 else "log")],
         usage=Usage(input_tokens=1000 + n, cache_read_tokens=500, output_tokens=50),

@@ -19,8 +19,8 @@ from django.test import Client
 from manifests import analysis
 from manifests.models import Call, CallFigures, ModelPrice, Rollup
 from tests.analysis.support import flush_rollups, free_port
-from tests.conftest import make_manifest
 from tests.pipeline.support import REDIS_URL, broker, redis_prefix, wait_for, workers  # noqa: F401 - fixtures
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ def sweep_runs(log: str) -> list[int]:
 def test_it_drains_thousands_of_stranded_calls_in_one_chain_of_bounded_sweeps(api, redis_prefix, workers):  # noqa: F811
     with broker(f"redis://127.0.0.1:{free_port()}/0", redis_prefix):  # the broker is down
         for b in range(30):
-            body = {"manifests": [make_manifest(f"s{b}/{k}", run_id=f"run-{b}", step=k, items=2) for k in range(100)]}
+            body = {"manifests": [manifest(f"s{b}/{k}", run_id=f"run-{b}", step=k, items=2) for k in range(100)]}
             assert api.post(body).json()["accepted"] == 100
     assert health()["unanalysed_calls"] == 3000
 
@@ -65,8 +65,8 @@ def test_it_quarantines_a_poison_call_and_analyses_its_siblings(api, project, ow
     # A price row no form would accept (an infinite effective-limit ratio, written by a data
     # migration gone wrong) makes the analysis of this model's calls raise.
     price = ModelPrice.objects.create(model_pattern="broken-*", effective_limit_ratio=float("inf"))
-    good = [make_manifest(f"good-{k}", run_id="run-a", step=k) for k in range(6)]
-    poison = make_manifest("poison", run_id="run-a", step=3, model="broken-model")
+    good = [manifest(f"good-{k}", run_id="run-a", step=k) for k in range(6)]
+    poison = manifest("poison", run_id="run-a", step=3, model="broken-model")
     worker = workers()
     with broker(REDIS_URL, redis_prefix):
         assert api.post({"manifests": good[:3] + [poison] + good[3:]}).json()["accepted"] == 7
@@ -82,7 +82,7 @@ def test_it_quarantines_a_poison_call_and_analyses_its_siblings(api, project, ow
 
     # The sweep moves past it: calls stranded later are analysed, the poison is not retried.
     with broker(f"redis://127.0.0.1:{free_port()}/0", redis_prefix):
-        assert api.post({"manifests": [make_manifest(f"late-{k}", run_id="run-b", step=k) for k in range(3)]}
+        assert api.post({"manifests": [manifest(f"late-{k}", run_id="run-b", step=k) for k in range(3)]}
                         ).json()["accepted"] == 3
     result = analysis.sweep_unanalysed(older_than_seconds=0)
     assert (result.analysed, result.quarantined, result.remaining) == (3, 0, 0)
@@ -112,7 +112,7 @@ def test_it_quarantines_a_poison_call_and_analyses_its_siblings(api, project, ow
 
 def test_it_keeps_a_call_quarantined_when_it_still_fails(api, project):
     ModelPrice.objects.create(model_pattern="broken-*", effective_limit_ratio=float("inf"))
-    api.post({"manifests": [make_manifest("poison", model="broken-model"), make_manifest("fine", step=1)]})
+    api.post({"manifests": [manifest("poison", model="broken-model"), manifest("fine", step=1)]})
     analysis.sweep_unanalysed(older_than_seconds=0)  # without a worker (CI's PostgreSQL run): the sweep
     assert Call.objects.get(call_id="fine").analyzed_at is not None
     assert Call.objects.get(call_id="poison").quarantined_at is not None

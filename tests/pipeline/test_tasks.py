@@ -21,9 +21,8 @@ from ctxview.celery import (
 )
 from manifests import analysis, tasks
 from manifests.models import Call
-from tests.conftest import make_manifest
 from tests.pipeline.support import REDIS_URL, ROOT, broker, redis_prefix, require_redis  # noqa: F401 - fixture
-from tests.support import store
+from tests.support import manifest, store
 
 TASKS = [tasks.analyze_calls, tasks.sweep_unanalysed, tasks.notify_regression, tasks.sweep_notifications]
 
@@ -32,7 +31,7 @@ TASKS = [tasks.analyze_calls, tasks.sweep_unanalysed, tasks.notify_regression, t
 def test_it_enqueues_one_json_task_per_batch_after_commit(api, redis_prefix):  # noqa: F811
     client = require_redis()
     with broker(REDIS_URL, redis_prefix):
-        response = api.post({"manifests": [make_manifest(f"c{n}", step=n) for n in range(5)]})
+        response = api.post({"manifests": [manifest(f"c{n}", step=n) for n in range(5)]})
         assert response.status_code == 200
     messages = client.lrange(f"{redis_prefix}celery", 0, -1)
     assert len(messages) == 1
@@ -47,7 +46,7 @@ def test_it_enqueues_one_json_task_per_batch_after_commit(api, redis_prefix):  #
 @pytest.mark.django_db(transaction=True)
 def test_it_enqueues_nothing_for_a_batch_of_duplicates(api, redis_prefix):  # noqa: F811
     client = require_redis()
-    body = {"manifests": [make_manifest("c1")]}
+    body = {"manifests": [manifest("c1")]}
     with broker(REDIS_URL, redis_prefix):
         api.post(body)
         client.delete(f"{redis_prefix}celery")
@@ -110,7 +109,7 @@ def test_it_fails_loudly_on_a_bad_celery_setting(env, message):
 
 @pytest.mark.django_db
 def test_it_sweeps_only_calls_left_unanalysed_long_enough(project):
-    old, recent = store(project, [make_manifest("old"), make_manifest("recent", step=1)])
+    old, recent = store(project, [manifest("old"), manifest("recent", step=1)])
     Call.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(minutes=5))
     assert analysis.sweep_unanalysed(older_than_seconds=60).analysed == 1
     assert Call.objects.get(pk=old.pk).analyzed_at is not None
@@ -121,7 +120,7 @@ def test_it_sweeps_only_calls_left_unanalysed_long_enough(project):
 
 @pytest.mark.django_db
 def test_it_runs_the_task_function_as_a_plain_call(project):
-    calls = store(project, [make_manifest("a"), make_manifest("b", step=1)])
+    calls = store(project, [manifest("a"), manifest("b", step=1)])
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 2
     assert tasks.analyze_calls.run([c.pk for c in calls]) == 0  # idempotent: a second run changes nothing
 
@@ -141,7 +140,7 @@ def test_it_discards_a_connection_an_interrupted_task_left_in_a_transaction(proj
     release_stale_connections(task=tasks.sweep_unanalysed)
     assert not connection.in_atomic_block
     assert Call.objects.count() == 0  # the next task's queries work on a fresh connection
-    store(project, [make_manifest("after")])
+    store(project, [manifest("after")])
     assert Call.objects.filter(call_id="after").exists()
 
 
@@ -152,7 +151,7 @@ def test_it_holds_the_analysis_of_a_request_until_its_response_is_sent(project, 
     from manifests import ingest
 
     client = require_redis()
-    body = json.dumps({"manifests": [make_manifest(f"c{n}", step=n) for n in range(3)]}).encode()
+    body = json.dumps({"manifests": [manifest(f"c{n}", step=n) for n in range(3)]}).encode()
     with broker(REDIS_URL, redis_prefix):
         with ingest.analysis_after_response() as held:
             report = ingest.ingest_body(project=project, body=body)

@@ -18,16 +18,15 @@ from ctxkit.manifest import Compaction, Evidence, Invariant, Usage
 from manifests.analysis import notify
 from manifests.models import Attribution, Call, CallFigures, PrefixEntry, Regression, Rollup
 from tests.analysis import figures_reference as reference
-from tests.analysis.support import STABLE, SYSTEM, TOOLS, flush_rollups, free_port, item, manifest, prefix
-from tests.conftest import make_manifest
+from tests.analysis.support import STABLE, SYSTEM, TOOLS, flush_rollups, free_port, item, prefix
 from tests.pipeline.support import REDIS_URL, broker, redis_prefix, wait_for, workers  # noqa: F401 - fixtures
-from tests.support import Receiver, as_dict
+from tests.support import Receiver, manifest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def batch(n: int, *, run: str = "run-1", prefix_hash: str = "a" * 64) -> dict:
-    manifests = [make_manifest(f"{run}/{k}", run_id=run, step=k, items=6) for k in range(n)]
+    manifests = [manifest(f"{run}/{k}", run_id=run, step=k, items=6) for k in range(n)]
     for m in manifests:
         m["prefix"]["hash"] = prefix_hash
     return {"manifests": manifests}
@@ -137,8 +136,8 @@ def test_it_retries_a_failing_webhook_from_the_worker(api, project, redis_prefix
         stamped = prefix(system=(SYSTEM[0] + " 10:07", 612), tools=TOOLS)
         hit, miss = Usage(input_tokens=3000, cache_read_tokens=1500), Usage(input_tokens=3000, cache_write_tokens=1500)
         plan = [(hit, STABLE)] * 10 + [(miss, stamped)] * 5
-        body = {"manifests": [as_dict(manifest(f"c{n}", run_id=f"r{n}", seconds=60 * n, usage=u, prefix_=p,
-                                               items=[item("q", kind="user")])) for n, (u, p) in enumerate(plan)]}
+        body = {"manifests": [manifest(f"c{n}", bare=True, run_id=f"r{n}", seconds=60 * n, usage=u, prefix=p,
+                                               items=[item("q", kind="user")]) for n, (u, p) in enumerate(plan)]}
         worker = workers()
         with broker(REDIS_URL, redis_prefix):
             assert api.post(body).status_code == 200
@@ -190,11 +189,11 @@ LOST = Compaction(id="cmp-1", strategy="model summary", tokens_before=5000, toke
 
 
 def step(n: int, *, present: bool, compactions: tuple = ()) -> dict:
-    return as_dict(manifest(f"c{n}", step=n, run_id="run-1", compactions=list(compactions),
+    return manifest(f"c{n}", bare=True, step=n, seconds=10 * n, run_id="run-1", compactions=list(compactions),
                             items=[item("history", kind="history", zone="tail")],
                             evidence=[Evidence(key="unit", literal="divide by 100", expected_item="history",
                                                present=present, found_in="history" if present else None,
-                                               used=True if present else None)]))
+                                               used=True if present else None)])
 
 
 def test_it_traces_a_step_analysed_on_one_node_while_an_earlier_one_arrives_on_another(

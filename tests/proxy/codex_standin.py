@@ -13,7 +13,8 @@ it sends when its history reaches ``model_auto_compact_token_limit``) with :data
 other prompt with ``Noted: <prompt>``. Usage is counted from the request, as a provider would:
 the input is its tools and input items as JSON over four characters a token, of which the
 part shared with the previous request of the same ``prompt_cache_key`` is cached; the output is
-the answer's JSON over four. Every response, message and function call has an id of its own.
+the answer's JSON over four. Every response, message and function call has an id of its own
+(response ids hold a token of the stand-in's, so two sessions' calls never share one).
 Each request's path, headers and JSON body are kept (``received``), each answer's usage in
 ``usages``; every other path answers 404 in OpenAI's error shape.
 """
@@ -93,8 +94,8 @@ def usage_of(body: dict[str, Any], item: dict[str, Any], previous: str) -> tuple
             "total_tokens": input_tokens + output_tokens}, sent
 
 
-def events(body: dict[str, Any], number: int, item: dict[str, Any], usage: dict[str, Any],
-           response_id: str) -> list[dict[str, Any]]:
+def events(body: dict[str, Any], number: int, response_id: str, item: dict[str, Any],
+           usage: dict[str, Any]) -> list[dict[str, Any]]:
     """The event sequence of one streamed response: created, the output item, completed."""
     response = {"id": response_id, "object": "response", "created_at": 1796557300 + number,
                 "model": body.get("model"), "status": "in_progress", "output": [], "usage": None}
@@ -146,12 +147,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(404, {"error": {"message": "not here", "type": "invalid_request_error", "code": None}})
         item = answer(body, number)
         key = str(body.get("prompt_cache_key") or "")
+        response_id = f"resp_{self.server.token}_{number}"
         with self.server.lock:
             usage, self.server.last_sent[key] = usage_of(body, item, self.server.last_sent.get(key, ""))
-            response_id = f"resp_standin_{uuid.uuid4().hex}"  # unique: calls are stored under it
             self.server.usages[response_id] = usage
         data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
-                        for e in events(body, number, item, usage, response_id))
+                        for e in events(body, number, response_id, item, usage))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(data)))
@@ -165,6 +166,7 @@ class CodexStandIn(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
+        self.token = uuid.uuid4().hex[:12]  # in every response id: no two stand-ins answer with the same
         self.usages: dict[str, dict[str, Any]] = {}  # response id -> the usage it reported
         self.last_sent: dict[str, str] = {}  # prompt_cache_key -> its last request, as counted
         self.lock = threading.Lock()

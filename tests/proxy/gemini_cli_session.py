@@ -6,6 +6,15 @@ the API-key auth. Two turns in one HOME: ``gemini -p "read <note> ..."`` (the mo
 ``read_file``, the CLI reads the note and sends it back, the model answers), then
 ``gemini --resume latest -p "..."`` on the same session. Each run also makes the CLI's side
 requests on its small model (``:generateContent``).
+
+:func:`run_compressed_session` goes on with a compression and the same read after it. The CLI
+compresses at the start of a turn when the last prompt's tokens pass ``model.compressionThreshold``
+of the model's window (a resumed session counts its history): a third run with the threshold at
+:data:`TINY_THRESHOLD` compresses (two requests for the ``<state_snapshot>``, then the turn on the
+compressed history), a fourth, with the threshold back to its default, reads the note again.
+``gemini -p "/compress"`` does not serve: headless, the command starts the compression without
+waiting for it and sends "/compress" to the model as a prompt; the process ends with the
+compressed history neither used nor written to the chat.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from pathlib import Path
 CLI_DIR = Path(__file__).resolve().parents[1] / "clients" / "gemini_cli"
 KEY = "AIzaSyGEMINIDUMMYKEYDUMMYKEYDUMMYKEY00"
 NOTE = "The refund rate is 0.0321.\nRefunds are approved by the finance desk.\n"
+# A fraction of the window that any resumed history passes: the CLI compresses before the turn.
+TINY_THRESHOLD = 0.00001
 SETTINGS = {"security": {"auth": {"selectedType": "gemini-api-key"}}, "privacy": {"usageStatisticsEnabled": False},
             "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}
 
@@ -52,3 +63,17 @@ def run_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
     env = environment(base_url, home)
     return note, [gemini(["-p", f"read {note} and tell me what it says"], work=work, env=env),
                   gemini(["--resume", "latest", "-p", "who approves the refunds?"], work=work, env=env)]
+
+
+def run_compressed_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
+    """:func:`run_session`'s two turns, a third that the CLI opens by compressing the session,
+    and a fourth that reads the note again; the note's path and each turn's printed answer."""
+    note, answers = run_session(base_url, folder)
+    work, home = folder / "work", folder / "home"
+    env = environment(base_url, home)
+    settings = home / ".gemini" / "settings.json"
+    settings.write_text(json.dumps({**SETTINGS, "model": {"compressionThreshold": TINY_THRESHOLD}}))
+    answers.append(gemini(["--resume", "latest", "-p", "carry on"], work=work, env=env))
+    settings.write_text(json.dumps(SETTINGS))
+    answers.append(gemini(["--resume", "latest", "-p", f"read {note} again"], work=work, env=env))
+    return note, answers

@@ -7,11 +7,16 @@ requests (the router's complexity score, the next-speaker check, ...), which ask
 A turn whose prompt (the last text of the last user content) names a file (``read <path>``)
 and that carries no function response after it is answered with a ``functionCall`` of the CLI's
 ``read_file`` tool for that file; a turn whose last content holds a ``functionResponse`` with a
-text quoting the file's first line; any other prompt with ``Noted: <prompt>``. Every turn
-reports :data:`USAGE` (``promptTokenCount`` includes ``cachedContentTokenCount``), every side
-request :data:`SIDE_USAGE`. ``:countTokens`` answers a fixed count; every other path 404 in
-Google's error shape. Each request's method, path (with its query), headers and JSON body are
-kept (``received``).
+text quoting the file's first line; any other prompt with ``Noted: <prompt>``. The CLI's
+compression requests (their system instruction asks for a ``<state_snapshot>``) get
+:data:`SUMMARY`, which keeps that the note was read and leaves out what it said.
+
+Usage is counted from the request (:func:`usage_of`: a character count over four, the system
+instruction and tools read from the cache) and the answer, with :data:`THOUGHTS` reasoning tokens
+on every turn; each response has an id of its own (``responseId``). ``:countTokens`` counts the
+same way; every other path 404 in Google's error shape. Each request's method, path (with its
+query), headers and JSON body are kept (``received``), and each answer with its path and body
+(``answers``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-USAGE = {"promptTokenCount": 9700, "cachedContentTokenCount": 8192, "candidatesTokenCount": 30,
-         "thoughtsTokenCount": 12, "toolUsePromptTokenCount": 25, "totalTokenCount": 9767}
-SIDE_USAGE = {"promptTokenCount": 900, "candidatesTokenCount": 8, "totalTokenCount": 908}
+THOUGHTS = 12  # reasoning tokens every turn reports (side requests report none)
 READ_TOOL = "read_file"
+# What the CLI's compression prompt asks for, and the stand-in's summary: it keeps that a note was
+# read and leaves out what it said (the refund rate).
+SNAPSHOT = "<state_snapshot>"
+SUMMARY = ("<state_snapshot>\n<overall_goal>Answer the user's questions about note.txt.</overall_goal>\n"
+           "<key_knowledge>note.txt was read.</key_knowledge>\n</state_snapshot>")
 
 
 def _texts(content: Any) -> list[str]:
@@ -87,16 +95,45 @@ def turn_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"text": f"Noted: {prompt.strip().splitlines()[-1][:80]}" if prompt.strip() else "Hello"}]
 
 
+def _tokens(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False)) // 4 if value else 0
+
+
+def usage_of(body: dict[str, Any], parts: list[dict[str, Any]], thoughts: int = 0) -> dict[str, int]:
+    """The answer's ``usageMetadata``: the prompt counted from the request (system instruction,
+    tools and contents, a character count over four; ``promptTokenCount`` includes the cached
+    system instruction and tools), the answer from its parts."""
+    cached = _tokens(body.get("systemInstruction")) + _tokens(body.get("tools"))
+    prompt = cached + _tokens(body.get("contents"))
+    answer = max(1, _tokens(parts))
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": answer, "totalTokenCount": prompt + answer + thoughts}
+    if cached:
+        usage["cachedContentTokenCount"] = cached
+    if thoughts:
+        usage["thoughtsTokenCount"] = thoughts
+    return usage
+
+
+def _asks_summary(body: dict[str, Any]) -> bool:
+    system = body.get("systemInstruction")
+    return SNAPSHOT in json.dumps(system) if system else False
+
+
 def generate(body: dict[str, Any], model: str) -> dict[str, Any]:
-    """One ``GenerateContentResponse``: a side request's JSON, or the turn's answer."""
+    """One ``GenerateContentResponse``: a side request's JSON, a compression's summary, or the turn's answer."""
     schema = (body.get("generationConfig") or {}).get("responseJsonSchema") \
         or (body.get("generationConfig") or {}).get("responseSchema")
     if schema is not None:
-        parts, usage = [{"text": json.dumps(filled(schema))}], SIDE_USAGE
+        parts = [{"text": json.dumps(filled(schema))}]
+        usage = usage_of(body, parts)
+    elif _asks_summary(body):
+        parts = [{"text": SUMMARY}]
+        usage = usage_of(body, parts)
     else:
-        parts, usage = turn_parts(body), USAGE
+        parts = turn_parts(body)
+        usage = usage_of(body, parts, THOUGHTS)
     return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": usage, "modelVersion": model, "responseId": f"standin-{uuid.uuid4().hex}"}
+            "usageMetadata": usage, "modelVersion": model, "responseId": f"standin-{uuid.uuid4().hex[:20]}"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -137,23 +174,25 @@ class _Handler(BaseHTTPRequestHandler):
             return self._not_found()
         model, method = route.groups()
         if method == "countTokens":
-            return self._send(200, json.dumps({"totalTokens": USAGE["promptTokenCount"]}).encode())
+            return self._send(200, json.dumps({"totalTokens": usage_of(body, [])["promptTokenCount"]}).encode())
+        if method not in ("generateContent", "streamGenerateContent"):
+            return self._not_found()
+        answer = generate(body, model)
+        with self.server.lock:
+            self.server.answers.append((self.path, body, answer))
         if method == "generateContent":
-            return self._send(200, json.dumps(generate(body, model)).encode())
-        if method == "streamGenerateContent":
-            answer = generate(body, model)
-            text_parts, response_id = answer["candidates"][0]["content"]["parts"], answer["responseId"]
-            # The first event carries the answer, the last the finish reason and the usage.
-            first = {"candidates": [{"content": {"role": "model", "parts": text_parts}, "index": 0}],
-                     "modelVersion": model, "responseId": response_id}
-            last = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP",
-                                    "index": 0}], "usageMetadata": answer["usageMetadata"], "modelVersion": model,
-                    "responseId": response_id}
-            if "alt=sse" in self.path:
-                data = b"".join(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last))
-                return self._send(200, data, "text/event-stream")
-            return self._send(200, json.dumps([first, last]).encode())
-        return self._not_found()
+            return self._send(200, json.dumps(answer).encode())
+        text_parts = answer["candidates"][0]["content"]["parts"]
+        # The first event carries the answer, the last the finish reason and the usage.
+        first = {"candidates": [{"content": {"role": "model", "parts": text_parts}, "index": 0}],
+                 "modelVersion": model, "responseId": answer["responseId"]}
+        last = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP",
+                                "index": 0}], "usageMetadata": answer["usageMetadata"], "modelVersion": model,
+                "responseId": answer["responseId"]}
+        if "alt=sse" in self.path:
+            data = b"".join(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last))
+            return self._send(200, data, "text/event-stream")
+        return self._send(200, json.dumps([first, last]).encode())
 
 
 class GeminiStandIn(ThreadingHTTPServer):
@@ -162,6 +201,7 @@ class GeminiStandIn(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
+        self.answers: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (path, request, answer)
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 

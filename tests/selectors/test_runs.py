@@ -6,13 +6,13 @@ import pytest
 
 from manifests.models import Run
 from manifests.selectors.runs import run_steps
-from tests.conftest import make_manifest
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
 
 def test_it_counts_kept_items_sent_without_a_position(api):
-    m = make_manifest("bare", items=0, evidence=[], compactions=[], context_edits=[])
+    m = manifest("bare", items=0, evidence=[], compactions=[], context_edits=[])
     m["items"] = [
         {"id": "system", "kind": "system", "action": "keep", "requested_tokens": 120},
         {"id": "old", "kind": "history", "action": "drop", "requested_tokens": 500},

@@ -19,9 +19,8 @@ from manifests.selectors import calls as call_selectors
 from manifests.selectors import series
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions, retention
-from tests.analysis.support import T0, flush_rollups
-from tests.conftest import make_manifest
-from tests.support import store_and_analyse
+from tests.analysis.support import flush_rollups
+from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +30,7 @@ NOW = T0
 
 
 def at(moment: datetime, call_id: str, *, run_id: str, step: int = 0, items: int = 4) -> dict:
-    m = make_manifest(call_id, run_id=run_id, step=step, items=items)
+    m = manifest(call_id, run_id=run_id, step=step, items=items)
     m["started_at"] = (moment + timedelta(seconds=step)).isoformat()
     return m
 
@@ -78,7 +77,7 @@ def test_it_creates_the_partitions_ahead(settings):
 
 def test_it_creates_a_partition_on_demand_for_a_back_dated_call(api):
     back = datetime(2001, 3, 4, 5, 6, tzinfo=UTC)
-    m = make_manifest("back-dated", run_id="late", items=5)
+    m = manifest("back-dated", run_id="late", items=5)
     m["started_at"] = back.isoformat()
     m["ended_at"] = (back + timedelta(seconds=2)).isoformat()
 
@@ -218,7 +217,7 @@ def test_it_stores_a_call_whose_days_partitions_another_process_dropped(api):
     day = datetime(2001, 5, 6, 7, 8, tzinfo=UTC)
 
     def post(call_id: str):
-        m = make_manifest(call_id, run_id="dropped-day", items=3)
+        m = manifest(call_id, run_id="dropped-day", items=3)
         m["started_at"] = day.isoformat()
         m["ended_at"] = (day + timedelta(seconds=1)).isoformat()
         return api.post(m)

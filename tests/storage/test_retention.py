@@ -12,9 +12,8 @@ from django.db import models
 from manifests import tasks
 from manifests.models import ApiKey, CacheEvent, Call, Compaction, Invariant, Item, Project, Rollup, Run
 from manifests.storage import retention
-from tests.analysis.support import T0, flush_rollups
-from tests.conftest import make_manifest
-from tests.support import store_and_analyse
+from tests.analysis.support import flush_rollups
+from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +23,7 @@ NOW = T0 + timedelta(days=45)
 
 
 def at(moment, call_id: str, *, run_id: str, step: int = 0) -> dict:
-    m = make_manifest(call_id, run_id=run_id, step=step, items=6)
+    m = manifest(call_id, run_id=run_id, step=step, items=6)
     m["started_at"] = (moment + timedelta(seconds=step)).isoformat()
     return m
 

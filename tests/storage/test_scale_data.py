@@ -19,8 +19,8 @@ from ctxkit import figures as ref
 from manifests import figures
 from manifests.analysis.prices import PriceBook
 from manifests.models import CacheEvent, Call, Item
-from tests.analysis.support import item, manifest
-from tests.support import store
+from tests.analysis.support import item
+from tests.support import manifest, store
 
 USAGES = [  # input, cache read, cache write, output: plain, no input, writes beyond the input
     (2000, 1500, 0, 100),
@@ -33,8 +33,9 @@ USAGES = [  # input, cache read, cache write, output: plain, no input, writes be
 @pytest.mark.django_db
 def test_the_raw_sql_of_a_figure_is_its_one_definition(project):
     weights = PriceBook.load().for_model("any-model").weights
-    (call,) = store(project, [manifest("c1", items=[item("a", tokens=300), item("b", action="drop", tokens=50),
-                                                    item("c", action="summarize", tokens=800, used=120)])])
+    items = [item("a", tokens=300), item("b", action="drop", tokens=50),
+             item("c", action="summarize", tokens=800, used=120)]
+    (call,) = store(project, [manifest("c1", bare=True, items=items)])
     rate, uncached = figures.hit_rate(F("cache_read_tokens"), F("input_tokens")), figures.uncached_tokens()
     cost = figures.cost_units(weights=weights)
     for input_tokens, read, write, output in USAGES:

@@ -15,10 +15,9 @@ from django.test import Client
 from manifests import analysis, ingest
 from manifests.models import CacheEvent, Call, Evidence, Item, Membership
 from manifests.templatetags.call_items import item_rows
-from tests.conftest import make_manifest
 from tests.demo_world import CANARY
 from tests.html_page import Element, parse
-from tests.support import store_and_analyse
+from tests.support import manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -103,14 +102,14 @@ PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2
 
 
 def test_it_escapes_hostile_text_everywhere(owner, project, api):
-    manifest = make_manifest("evil-1", run_id="evil-run", agent=PAYLOAD[:60], items=6)
-    manifest["items"][4]["reason"] = PAYLOAD
-    manifest["items"][4]["text"] = PAYLOAD
-    manifest["items"][4]["source_ref"] = PAYLOAD
-    manifest["evidence"] = [{"key": "k1", "label": PAYLOAD[:150], "literal": PAYLOAD, "present": False}]
-    manifest["warnings"] = [PAYLOAD]
-    manifest["compactions"][0]["invariants"][0]["lost"] = [PAYLOAD[:150]]
-    assert api.post(manifest).json()["accepted"] == 1
+    sent = manifest("evil-1", run_id="evil-run", agent=PAYLOAD[:60], items=6)
+    sent["items"][4]["reason"] = PAYLOAD
+    sent["items"][4]["text"] = PAYLOAD
+    sent["items"][4]["source_ref"] = PAYLOAD
+    sent["evidence"] = [{"key": "k1", "label": PAYLOAD[:150], "literal": PAYLOAD, "present": False}]
+    sent["warnings"] = [PAYLOAD]
+    sent["compactions"][0]["invariants"][0]["lost"] = [PAYLOAD[:150]]
+    assert api.post(sent).json()["accepted"] == 1
     assert project.membership_set.filter(user=owner, role=Membership.OWNER).exists()
     client = Client()
     client.force_login(owner)
@@ -160,11 +159,11 @@ def test_it_names_the_step_where_the_evidence_was_lost_with_a_link(demo_world):
 
 
 def test_it_folds_many_items_that_were_not_sent(demo_world):
-    manifest = make_manifest("folding-run/step-0", run_id="folding-run", items=40)
-    for n, item in enumerate(manifest["items"]):
+    m = manifest("folding-run/step-0", run_id="folding-run", items=40)
+    for n, item in enumerate(m["items"]):
         if n >= 5:  # 35 records folded into a summary, recorded as ctxkit does: not sent
             item.update(action="summarize", position=None, zone=None, used_tokens=0, granted_tokens=0)
-    report = ingest.ingest_body(project=demo_world.project, body=json.dumps(manifest).encode())
+    report = ingest.ingest_body(project=demo_world.project, body=json.dumps(m).encode())
     assert report.count(ingest.ACCEPTED) == 1
     body = demo_world.client(demo_world.member).get(
         f"/p/{demo_world.project.slug}/calls/folding-run/step-0/").content.decode()
@@ -328,7 +327,7 @@ def _page(owner, project, call_id: str) -> str:
 
 
 def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
-    before = make_manifest("diff-run/step-0", run_id="diff-run", step=0)
+    before = manifest("diff-run/step-0", run_id="diff-run", step=0)
     before["items"] = [
         _item("stays", 0), _item("goes", 1), _item("was-dropped", None, action="drop", used_tokens=0),
         _item("moves", 2), _item("shrinks", 3, used_tokens=40), _item("squeezed", 4), _item("pushed-out", 5),
@@ -336,7 +335,7 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
     ]
     before["evidence"] = [{"key": "lost-key", "label": "l", "present": True},
                           {"key": "found-key", "label": "f", "present": False}]
-    after = make_manifest("diff-run/step-1", run_id="diff-run", step=1)
+    after = manifest("diff-run/step-1", run_id="diff-run", step=1)
     after["items"] = [
         _item("stays", 0), _item("was-dropped", 1), _item("moves", 2, zone="tail"),
         _item("shrinks", 3, used_tokens=None, granted_tokens=None), _item("squeezed", 4, action="summarize"),
@@ -382,8 +381,8 @@ def test_it_says_what_entered_left_and_changed_item_by_item(owner, project):
 
 
 def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):
-    first = make_manifest("same-run/step-0", run_id="same-run", step=0)
-    second = make_manifest("same-run/step-1", run_id="same-run", step=1)
+    first = manifest("same-run/step-0", run_id="same-run", step=0)
+    second = manifest("same-run/step-1", run_id="same-run", step=1)
     store_and_analyse(project, [first, second])
     body = _page(owner, project, "same-run/step-1")
     assert 'id="diff"' not in body
@@ -394,7 +393,7 @@ def test_it_says_when_nothing_changed_since_the_previous_call(owner, project):
 
 
 def test_it_colours_the_allocation_by_what_was_done_to_each_item(owner, project):
-    m = make_manifest("alloc-1", run_id="alloc-run")
+    m = manifest("alloc-1", run_id="alloc-run")
     m["budget"] = {"window": 1000, "output_reserve": 200, "safety_margin": 50}
     m["items"] = [
         _item("whole", 0, zone="head", requested_tokens=100, granted_tokens=100, used_tokens=100),

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from manifests.models import Call, CallFigures
 from manifests.selectors import live
-from tests.conftest import make_manifest
 from tests.html_page import parse
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def fresh(call_id: str, *, seconds_ago: float = 0, items: int = 2, **extra) -> dict:
     """A manifest made now (the live tail reads the last day of call times)."""
     started = timezone.now() - timedelta(seconds=seconds_ago)
-    return make_manifest(call_id, items=items, started_at=started.isoformat(), **extra)
+    return manifest(call_id, items=items, started_at=started.isoformat(), **extra)
 
 
 def send(api, *manifests: dict) -> None:
@@ -163,7 +163,7 @@ def test_it_bounds_each_answer_to_the_window(project, member, api):
 
 
 def test_it_leaves_out_calls_made_before_the_lookback(project, member, api):
-    old = make_manifest("back-filled", items=0,
+    old = manifest("back-filled", items=0,
                         started_at=(timezone.now() - live.LOOKBACK - timedelta(hours=1)).isoformat())
     send(api, old, fresh("recent"))
     assert ids(feed(as_user(member), project, "range=all")) == ["recent"]

@@ -13,8 +13,8 @@ from manifests import analysis, ingest
 from manifests.models import Call, Item
 from manifests.selectors import cache as cache_sel
 from manifests.selectors import compactions as compaction_sel
-from tests.conftest import make_manifest
 from tests.html_page import Element, parse
+from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -214,7 +214,7 @@ def _pager(body: str) -> tuple[str, dict[str, dict[str, list[str]]]]:
 
 
 def _three_calls(project, **fields) -> None:
-    manifests = [make_manifest(f"pager-{n}", run_id=f"pager-run-{n}", step=n, **fields) for n in range(3)]
+    manifests = [manifest(f"pager-{n}", run_id=f"pager-run-{n}", step=n, **fields) for n in range(3)]
     for n, m in enumerate(manifests):
         m["prefix"]["hash"] = f"{n + 1:064x}"
     report = ingest.ingest_body(project=project, body=json.dumps({"manifests": manifests}).encode())

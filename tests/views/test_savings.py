@@ -20,9 +20,8 @@ from manifests.models import Attribution, CacheEvent, Call, Regression
 from manifests.selectors import savings
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions
-from tests.conftest import make_manifest
 from tests.html_page import Element, parse
-from tests.support import store_and_analyse
+from tests.support import manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -149,7 +148,7 @@ def test_it_escapes_hostile_text_in_the_fixes(owner, project):
     now = datetime.now(UTC)
     calls = []
     for step in range(2):
-        m = make_manifest(f"{PAYLOAD}/{step}", run_id=f"{PAYLOAD}-run", step=step, agent=PAYLOAD, items=6)
+        m = manifest(f"{PAYLOAD}/{step}", run_id=f"{PAYLOAD}-run", step=step, agent=PAYLOAD, items=6)
         m["started_at"] = (now - timedelta(minutes=10 - step)).isoformat()
         # A new prefix above the provider's minimum: the second call misses the cache.
         m["prefix"].update(hash=f"{step}" * 64, tokens=1500)
@@ -175,7 +174,7 @@ def test_it_reads_only_the_seven_days_and_bounds_every_partitioned_read_by_time(
     def run(run_id: str, start: datetime) -> list[dict]:
         out = []
         for step in range(2):
-            m = make_manifest(f"{run_id}/{step}", run_id=run_id, step=step, items=6)
+            m = manifest(f"{run_id}/{step}", run_id=run_id, step=step, items=6)
             m["started_at"] = (start + timedelta(minutes=step)).isoformat()
             m["prefix"].update(hash=f"{step}" * 64, tokens=1500)
             m["prefix"]["segments"][0].update(hash=f"{step + 2}" * 64, tokens=1100)

@@ -15,10 +15,11 @@ from typing import Any
 from ctxkit.agents import claude_code, codex, gemini_cli, generic
 
 __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agent_name", "delegation", "mcp_server",
-           "memory_files", "session_of", "summary_strategy", "summary_trigger"]
+           "memory_files", "session_of", "summary_strategy", "summary_trigger", "agent_context", "workspace"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
-IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, *codex.SESSION_HEADERS, gemini_cli.INSTALLATION_HEADER)
+IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, *codex.SESSION_HEADERS,
+                                     gemini_cli.INSTALLATION_HEADER, gemini_cli.SESSION_HEADER)
 MCP_MARK = claude_code.MCP_MARK
 SUBAGENT_TOOLS: tuple[str, ...] = claude_code.SUBAGENT_TOOLS  # tools whose calls start a sub-agent
 
@@ -54,13 +55,14 @@ def delegation(call_id: str, name: Any, arguments: Any) -> Delegation | None:
 
 
 def summary_strategy(text: str, *, first: bool = True) -> str:
-    """``client_summary`` when ``text`` opens like an agent's compaction summary, else ``""``.
-    ``first``: the text is in the history's first user message, where Claude Code's opening and a
-    generic ``Summary:`` count, so a user who writes "Summary:" later in a conversation is not
-    taken for a compaction; Codex puts its summary after the user messages it keeps, so its
-    opening counts in any user message."""
+    """``client_summary`` when ``text`` opens like an agent's compaction summary or is one (Gemini
+    CLI's snapshot), else ``""``. ``first``: the text is in the history's first user message,
+    where Claude Code's opening, Gemini CLI's snapshot and a generic ``Summary:`` count, so a user
+    who writes "Summary:" later in a conversation is not taken for a compaction; Codex puts its
+    summary after the user messages it keeps, so its opening counts in any user message."""
     head = text.lstrip()[:200]
-    if codex.is_summary(head) or (first and (claude_code.is_summary(head) or generic.is_summary(head))):
+    if codex.is_summary(head) or (first and (claude_code.is_summary(head) or generic.is_summary(head)
+                                             or gemini_cli.is_summary(text))):
         return "client_summary"
     return ""
 
@@ -69,6 +71,12 @@ def summary_trigger(user_text: str) -> str:
     """``manual`` / ``auto`` when the user messages from the summary on tell (Claude Code's
     ``/compact``), else ``""``."""
     return claude_code.summary_trigger(user_text)
+
+
+def agent_context(text: str) -> bool:
+    """Is this user text context an agent writes itself (Codex's environment context and
+    AGENTS.md messages) rather than a turn of the user?"""
+    return codex.is_context(text.lstrip())
 
 
 def memory_files(text: str) -> list[str] | None:
@@ -82,3 +90,9 @@ def memory_files(text: str) -> list[str] | None:
 def mcp_server(name: str) -> str | None:
     """The MCP server a tool's name says it comes from, else None."""
     return claude_code.mcp_server(name)
+
+
+def workspace(request: dict[str, Any]) -> tuple[str, str]:
+    """(working directory, git branch) where a request tells them (Claude Code's environment
+    section and git status), ``""`` for what it does not."""
+    return claude_code.workspace(request)

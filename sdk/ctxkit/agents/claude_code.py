@@ -10,6 +10,11 @@
 - Memory files: CLAUDE.md and its rules go into one user text block inside
   ``<system-reminder>``, each under a line "Contents of <path> (<what it is>):".
 - MCP tools are named ``mcp__<server>__<tool>``.
+- Workspace: its environment section names the working directory (``# Environment`` with
+  `` - Primary working directory: <path>``, a ``system`` message of the conversation; earlier
+  versions ``<env>`` with ``Working directory: <path>`` in the system prompt), and its git
+  status snapshot the branch (``gitStatus`` with ``Current branch: <name>``, in the first user
+  message's reminder; earlier versions in the system prompt).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from typing import Any
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
 __all__ = ["OPENING", "SESSION_HEADER", "SUBAGENT_TOOLS", "MCP_PREFIX", "MCP_MARK", "session", "delegation",
-           "is_summary", "summary_trigger", "memory_files", "mcp_server", "transcripts_folder", "transcript_files",
-           "transcript_calls"]
+           "is_summary", "summary_trigger", "memory_files", "mcp_server", "workspace", "transcripts_folder",
+           "transcript_files", "transcript_calls"]
 
 OPENING = "This session is being continued from a previous conversation"
 SESSION_HEADER = "x-claude-code-session-id"
@@ -101,6 +106,50 @@ def mcp_server(name: str) -> str | None:
     if len(parts) < 3 or parts[0] != MCP_PREFIX.rstrip("_") or not parts[1]:
         return None
     return parts[1]
+
+
+_ENVIRONMENT = ("# Environment\n", "<env>")
+_CWD = re.compile(r"^(?: - Primary working directory|Working directory): *(\S[^\n]*)$", re.MULTILINE)
+_GIT_STATUS = "gitStatus"
+_BRANCH = re.compile(r"^Current branch: *(\S[^\n]*)$", re.MULTILINE)
+
+
+def _texts(content: Any) -> Iterator[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                yield block["text"]
+
+
+def _context_texts(request: dict[str, Any]) -> Iterator[str]:
+    """Where Claude Code puts its environment and git status: the system prompt, its ``system``
+    messages and the first user message."""
+    yield from _texts(request.get("system"))
+    messages = request.get("messages")
+    first_user = True
+    for message in messages if isinstance(messages, list) else ():
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "system" or (role == "user" and first_user):
+            yield from _texts(message.get("content"))
+        first_user = first_user and role != "user"
+
+
+def workspace(request: dict[str, Any]) -> tuple[str, str]:
+    """(working directory, git branch) as a request's environment section and git status tell
+    them; ``""`` for what it does not tell (a folder outside a repository has no git status)."""
+    cwd = branch = ""
+    for text in _context_texts(request):
+        if not cwd and any(mark in text for mark in _ENVIRONMENT):
+            found = _CWD.search(text)
+            cwd = found.group(1).strip() if found else ""
+        if not branch and _GIT_STATUS in text:
+            found = _BRANCH.search(text)
+            branch = found.group(1).strip() if found else ""
+        if cwd and branch:
+            break
+    return cwd, branch
 
 
 # Transcripts: ~/.claude/projects/<project>/<session>.jsonl, one JSON object a line.

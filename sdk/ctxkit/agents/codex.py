@@ -8,6 +8,8 @@
   sends the history with :data:`COMPACTION_PROMPT` and no tools, then goes on with a new history:
   its instructions, the user messages it keeps, and a user message holding the answer after
   :data:`SUMMARY_PREFIX`, which stands after the kept messages, not first.
+- Context it writes itself as user messages: ``<environment_context>`` (cwd, shell, date) and the
+  AGENTS.md messages; they are not turns of the user.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
-__all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "memory_files",
+__all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "is_context",
+           "memory_files",
            "transcripts_folder", "transcript_files", "transcript_calls"]
 
 SESSION_HEADERS = ("session-id", "session_id")
@@ -33,6 +36,7 @@ COMPACTION_PROMPT = (
 SUMMARY_PREFIX = ("Another language model started to solve this problem and produced a summary of its "
                   "thinking process.")
 _AGENTS_FILE = re.compile(r"\A# AGENTS\.md instructions for (\S[^\n]*)")
+_CONTEXT = "<environment_context>"
 
 
 def session(headers: dict[str, str]) -> str:
@@ -45,6 +49,11 @@ def session(headers: dict[str, str]) -> str:
 def is_summary(head: str) -> bool:
     """Does this text (stripped at the left) open like Codex's compaction summary message?"""
     return head.startswith(SUMMARY_PREFIX)
+
+
+def is_context(head: str) -> bool:
+    """Is this user text (stripped at the left) context Codex writes itself, not the user's turn?"""
+    return head.startswith(_CONTEXT) or bool(_AGENTS_FILE.match(head))
 
 
 def memory_files(head: str) -> list[str] | None:

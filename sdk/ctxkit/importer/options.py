@@ -18,6 +18,7 @@ __all__ = ["AGENTS", "add_arguments", "command"]
 AGENTS: tuple[tuple[str, str], ...] = (
     ("claude-code", "Claude Code's projects folder (default $CLAUDE_CONFIG_DIR/projects or ~/.claude/projects)"),
     ("codex", "Codex CLI's sessions folder (default $CODEX_HOME/sessions or ~/.codex/sessions)"),
+    ("gemini", "Gemini CLI's chats folder (default $GEMINI_CLI_HOME/.gemini/tmp or ~/.gemini/tmp)"),
 )
 
 

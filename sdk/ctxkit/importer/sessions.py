@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxkit.agents import claude_code, codex
+from ctxkit.agents import claude_code, codex, gemini_cli
 from ctxkit.agents.transcripts import TranscriptCall
-from ctxkit.manifest import Builder
-from ctxkit.providers import anthropic, openai_responses
+from ctxkit.manifest import Builder, workspace_of
+from ctxkit.providers import anthropic, gemini, openai_responses
 from ctxkit.proxy.capture import Capture, Exchange
 from ctxkit.version import __version__
 
@@ -55,6 +55,8 @@ SOURCES: dict[str, Source] = {
                           claude_code.transcript_files, claude_code.transcript_calls),
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
                     codex.transcript_calls),
+    "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
+                     gemini_cli.transcript_calls),
 }
 
 
@@ -120,6 +122,8 @@ def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: st
             if manifest is None:
                 continue
             manifest.builder = Builder(name="ctxkit.import", version=__version__)
+            # What the transcript wrote of where the agent worked, else what its request told.
+            manifest.workspace = workspace_of(call.cwd, call.git_branch) or manifest.workspace
             if not call.exact:
                 manifest.warnings = [*manifest.warnings, NOT_ITEMISED][:100]
             sink.capture(manifest)

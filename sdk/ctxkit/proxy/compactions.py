@@ -6,10 +6,12 @@ that asks for the summary (recorded like any call), then continues with a histor
 shorter than before and opens with the summary. The proxy sees only the calls, so a call is a
 compaction when, in the same run:
 
-- its history (ctxkit.proxy.history) is shorter than the previous call's, and
 - its first user message holds a summary (Codex's: a later user message): an item of kind
   ``summary`` in its manifest (an agent's summary opening, ctxkit.agents; a provider's
-  compaction block or item).
+  compaction block or item), and
+- its history (ctxkit.proxy.history) is shorter than the previous call's, or the previous call
+  did not open with this summary (a compaction that kept most turns, whose history the new
+  prompt and answer bring back to the length it had).
 
 The :class:`~ctxkit.manifest.Compaction` goes on that call: ``tokens_before`` is the
 previous call's input tokens (normalised usage, else the sum of its items' tokens),
@@ -44,6 +46,7 @@ class _Seen:
     tokens: int
     compacted: bool
     present: tuple[str, ...]  # literals of declared evidence this call sent
+    summary: str  # a digest of the summary the call opens with, "" without one
 
 
 def _tokens(manifest: Manifest) -> int:
@@ -68,12 +71,16 @@ class CompactionWatch:
         history = history if history is not None else History(api, request)
         declared = {e.literal: e.key for e in manifest.evidence if e.literal}
         present = tuple(e.literal for e in manifest.evidence if e.literal and e.present)
+        opening = history.summary_text
         seen = _Seen(messages=len(history), tokens=_tokens(manifest), compacted=bool(manifest.compactions),
-                     present=present)
+                     present=present,
+                     summary=hashlib.sha256(opening.encode("utf-8", "surrogatepass")).hexdigest() if opening else "")
         with self._lock:
             previous = self._last.pop(manifest.run_id)
             self._last.put(manifest.run_id, seen)
-        if previous is None or previous.compacted or manifest.compactions or seen.messages >= previous.messages:
+        if previous is None or previous.compacted or manifest.compactions:
+            return None
+        if seen.messages >= previous.messages and seen.summary in ("", previous.summary):
             return None
         summary = next((item for item in manifest.items if item.kind == "summary"), None)
         found = history.summary

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ctxkit.agents import summary_strategy, summary_trigger
+from ctxkit.agents import agent_context, summary_strategy, summary_trigger
 from ctxkit.providers import Provider, for_api
 from ctxkit.providers.common import Message
 
@@ -97,9 +97,16 @@ class History:
         return ""
 
     def kept_turns(self, after: int) -> int:
-        """The user turns kept verbatim after entry ``after`` (the summary): its user messages
-        with text, but for the last user message when that is the prompt the agent just added
-        (not a tool result)."""
+        """The user turns kept verbatim around entry ``after`` (the summary): its user messages
+        with text after it, but for the last user message when that is the prompt the agent just
+        added (not a tool result); and when the summary stands after the first user message
+        (Codex keeps the user's messages before it), those before it that are the user's own
+        (not the context an agent writes itself)."""
         users = [m for m in self.messages[after + 1:] if m.role == "user"]
         turns = sum(1 for m in users if m.says)
-        return turns - 1 if users and users[-1].says else turns
+        turns = turns - 1 if users and users[-1].says else turns
+        first = self.first_user
+        if first is not None and first is not self.messages[after]:
+            turns += sum(1 for m in self.messages[:after] if m.role == "user" and m.says
+                         and not any(agent_context(text) for text in m.texts))
+        return turns
