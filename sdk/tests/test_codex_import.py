@@ -149,3 +149,18 @@ def test_it_takes_the_rollouts_of_one_project_dir(sessions: Path, tmp_path: Path
     assert len(transcript_files(str(sessions))) == 2
     [mine] = transcript_files(str(sessions), "/src/app")
     assert mine.endswith(f"{SESSION}.jsonl")
+
+
+def test_it_leaves_out_a_response_that_ended_without_its_usage(tmp_path: Path) -> None:
+    """An interrupted response (its output written, no token_usage_record): the next response's
+    request is the history when it began, the interrupted output included."""
+    path = tmp_path / f"rollout-2026-12-01T10-00-00-{SESSION}.jsonl"
+    aborted = _message("assistant", "Reading the", "msg_cut")
+    lines = [_line("session_meta", {"id": SESSION, "cwd": "/src/app", "base_instructions": {"text": BASE}}),
+             _line("turn_context", {"model": "gpt-5-codex"}), _item(PROMPT), _item(aborted), _item(AGAIN),
+             _item(_call(2)), _usage("resp_2", 300)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [(call, end)] = list(transcript_calls(str(path)))
+    assert (call.key, end) == ("resp_2", path.stat().st_size)
+    assert [i.get("id") for i in call.request["input"][1:]] == ["msg_prompt", "msg_cut", "msg_again"]
+    assert call.response["output"] == [_call(2)]

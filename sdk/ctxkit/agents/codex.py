@@ -159,6 +159,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     history: list[dict[str, Any]] = []
     request: dict[str, Any] | None = None  # the request of the response being answered
     output: list[dict[str, Any]] = []
+    fed = False  # an input item came after this response's output: a later output is a new response
     started = 0.0
     offset = 0
     written = os.path.getmtime(path)
@@ -167,7 +168,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
         base = meta.get("base_instructions")
         text = base.get("text") if isinstance(base, dict) else base
         head = [_message("developer", text)] if isinstance(text, str) and text else []
-        body: dict[str, Any] = {"model": model, "input": json.loads(json.dumps([*head, *history])), "stream": True}
+        body: dict[str, Any] = {"model": model, "input": [*head, *history], "stream": True}
         if compaction:
             body["input"].append(_message("user", COMPACTION_PROMPT))
             body["tools"] = []
@@ -199,14 +200,18 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 item = _item(payload)
                 compaction = bool((line.get("metadata") or {}).get("compaction_output"))
                 if _is_output(item):
-                    if request is None:
-                        request, started = sent(compaction), time_of(line.get("timestamp"))
+                    if request is None or fed:  # a response without a token_usage_record ended (aborted)
+                        request, output, fed = sent(compaction), [], False
+                        started = time_of(line.get("timestamp"))
                     output.append(item)
                     if compaction:  # the summary goes into the history through the compacted line
                         continue
+                elif request is not None:
+                    fed = True
                 history.append(item)
             elif kind == "compacted":
                 history = _after_compaction(payload, history)
+                request, output, fed = None, [], False
             elif kind == "token_usage_record":
                 if request is None:
                     request, started = sent(False), time_of(line.get("timestamp"))
@@ -222,6 +227,6 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                     git_branch=str(git.get("branch") or ""),
                     headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
                              SESSION_HEADERS[0]: session})
-                request, output = None, []
+                request, output, fed = None, [], False
                 if offset > start:
                     yield call, offset
