@@ -54,9 +54,12 @@ def test_it_imports_a_real_claude_code_session_as_the_proxy_records_it(live_serv
     del recorded[4]
     for mine, theirs in zip(by_step, recorded, strict=True):
         assert _items(mine) == _items(theirs), mine.step
-        assert (mine.usage, mine.run_id, mine.agent, mine.model, mine.outcome) == \
-            (theirs.usage, theirs.run_id, theirs.agent, theirs.model, theirs.outcome)
+        assert (mine.usage, mine.run_id, mine.agent, mine.model, mine.outcome, mine.workspace) == \
+            (theirs.usage, theirs.run_id, theirs.agent, theirs.model, theirs.outcome, theirs.workspace)
         assert not mine.warnings
+    # Where the agent worked, as the transcript writes it and as the request tells it (no repository there).
+    assert by_step[0].workspace is not None and by_step[0].workspace.cwd == str(tmp_path / "work")
+    assert by_step[0].workspace.git_branch == ""
     assert any(i.kind == "tool_result" for i in by_step[1].items)
     assert any(i.kind == "tools" for i in by_step[0].items) and any(i.kind == "system" for i in by_step[0].items)
     [compaction] = by_step[4].compactions

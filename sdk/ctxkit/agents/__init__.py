@@ -15,7 +15,7 @@ from typing import Any
 from ctxkit.agents import claude_code, codex, gemini_cli, generic
 
 __all__ = ["Delegation", "IDENTITY_HEADERS", "MCP_MARK", "SUBAGENT_TOOLS", "agent_name", "delegation", "mcp_server",
-           "memory_files", "session_of", "summary_strategy", "summary_trigger", "agent_context"]
+           "memory_files", "session_of", "summary_strategy", "summary_trigger", "agent_context", "workspace"]
 
 # Request headers an agent identifies its session by (kept with the exchange; never a credential).
 IDENTITY_HEADERS: tuple[str, ...] = (claude_code.SESSION_HEADER, *codex.SESSION_HEADERS,
@@ -90,3 +90,9 @@ def memory_files(text: str) -> list[str] | None:
 def mcp_server(name: str) -> str | None:
     """The MCP server a tool's name says it comes from, else None."""
     return claude_code.mcp_server(name)
+
+
+def workspace(request: dict[str, Any]) -> tuple[str, str]:
+    """(working directory, git branch) where a request tells them (Claude Code's environment
+    section and git status), ``""`` for what it does not."""
+    return claude_code.workspace(request)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from ctxkit import agents
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
-from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest
+from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest, workspace_of
 from ctxkit.providers import Provider, for_api
 from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.history import History
@@ -271,6 +271,7 @@ class Capture:
             evidence=evidence or None,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
+        manifest.workspace = workspace_of(*agents.workspace(sent))  # where the agent says it works
         if placement.parent_run_id:
             manifest.parent_run_id = placement.parent_run_id
             manifest.parent_call_id = placement.parent_call_id or None
