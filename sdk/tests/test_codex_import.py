@@ -164,3 +164,17 @@ def test_it_leaves_out_a_response_that_ended_without_its_usage(tmp_path: Path) -
     assert (call.key, end) == ("resp_2", path.stat().st_size)
     assert [i.get("id") for i in call.request["input"][1:]] == ["msg_prompt", "msg_cut", "msg_again"]
     assert call.response["output"] == [_call(2)]
+
+
+def test_it_reads_the_usage_of_earlier_rollouts_from_their_token_count_events(tmp_path: Path) -> None:
+    """Rollouts of earlier versions end each response with a token_count event (no record, no id)."""
+    path = tmp_path / f"rollout-2026-10-01T10-00-00-{SESSION}.jsonl"
+    count = {"type": "token_count", "info": {"last_token_usage": {"input_tokens": 800, "cached_input_tokens": 0,
+                                                                  "output_tokens": 5, "total_tokens": 805}}}
+    lines = [_line("session_meta", {"id": SESSION, "cwd": "/src/app", "cli_version": "0.46.0"}),
+             _line("turn_context", {"model": "gpt-5-codex"}), _item(PROMPT), _item(_call(1)),
+             _line("event_msg", count), _line("event_msg", count)]  # a second one, no response pending
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [(call, _end)] = list(transcript_calls(str(path)))
+    assert (call.key, call.response["id"], call.response["usage"]["input_tokens"]) == ("line-5", "", 800)
+    assert call.request["input"] == [PROMPT] and call.response["output"] == [_call(1)]

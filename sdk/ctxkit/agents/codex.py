@@ -69,7 +69,8 @@ def memory_files(head: str) -> list[str] | None:
 # a line: ``session_meta`` (id, cwd, originator, cli_version, base_instructions, git),
 # ``turn_context`` (model), ``response_item`` (the history as Codex keeps it: developer and user
 # messages, the model's messages, reasoning and function calls, the functions' outputs),
-# ``token_usage_record`` (one per model response: ``response_id``, ``usage``), ``compacted`` (the
+# ``token_usage_record`` (one per model response: ``response_id``, ``usage``; earlier versions:
+# only the ``token_count`` event's ``last_token_usage``, without the id), ``compacted`` (the
 # summary and ``replacement_history``, the history after it). Each response becomes one call: its
 # request is the base instructions as a developer message, then the history at the time of its
 # first output item. A response whose output Codex marks ``compaction_output`` answered its
@@ -212,12 +213,20 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
             elif kind == "compacted":
                 history = _after_compaction(payload, history)
                 request, output, fed = None, [], False
-            elif kind == "token_usage_record":
+            elif kind == "token_usage_record" or (kind == "event_msg" and payload.get("type") == "token_count"
+                                                  and request is not None):
+                # Earlier versions write no token_usage_record: their token_count event (which
+                # 0.171.0 writes after the record, when no response is pending) ends the response.
+                info = payload.get("info")
+                usage = payload.get("usage") if kind == "token_usage_record" else \
+                    info.get("last_token_usage") if isinstance(info, dict) else None
+                if kind != "token_usage_record" and not isinstance(usage, dict):
+                    continue
                 if request is None:
                     request, started = sent(False), time_of(line.get("timestamp"))
                 response_id = str(payload.get("response_id") or "")
                 response = {"id": response_id, "object": "response", "model": model, "status": "completed",
-                            "output": output, "usage": _usage(payload.get("usage"))}
+                            "output": output, "usage": _usage(usage)}
                 session = str(meta.get("id") or meta.get("session_id") or payload.get("session_id") or "")
                 git = meta.get("git")
                 git = git if isinstance(git, dict) else {}
