@@ -1,8 +1,8 @@
 """The SQL/ORM counterparts of ctxkit.figures: one expression per figure.
 
 Every query that counts tokens in context, hit rate, uncached tokens, cost (relative and USD), the input cap,
-the input read, headroom, a share of the window, the saving of a cache miss or the MCP tools of the
-window breakdown (ctxkit.breakdown) builds on these, so the database and
+the input read, headroom, a share of the window, the saving of a cache miss, a compaction's net saving
+or the MCP tools of the window breakdown (ctxkit.breakdown) builds on these, so the database and
 Python agree (tests/analysis/test_figures_agree.py checks it on generated data, on PostgreSQL and
 SQLite). The field lists of the rollups and of an item live here too, written once.
 Callers that write raw SQL (bench/scale_columns.py's ``INSERT ... SELECT`` generator) take
@@ -23,7 +23,10 @@ from django.db.models import (
     F,
     FloatField,
     Model,
+    OuterRef,
     Q,
+    Subquery,
+    Sum,
     Value,
     When,
 )
@@ -38,9 +41,10 @@ from ctxkit.models import UsdPrices
 
 __all__ = [
     "ITEM_FIELDS", "MISSING_CAUSES", "RISK_CAUSES", "ROLLUP_SUM_FIELDS", "as_sql", "cache_saving",
-    "cache_write_1h_tokens", "context_tokens", "cost_units", "cost_usd",
+    "cache_write_1h_tokens", "compaction_reread_tokens", "context_tokens", "cost_units", "cost_usd",
     "effective_limit", "effective_share", "headroom", "hit_rate", "hit_rate_of", "in_context", "input_cap",
-    "input_read", "mcp_tool", "reserve_share", "tool_share", "uncached_tokens", "window_utilization",
+    "input_read", "mcp_tool", "net_saving", "net_saving_cost", "reserve_share", "tool_share", "uncached_tokens",
+    "window_utilization",
 ]
 
 # The additive columns of a rollup bucket (models.Rollup), summed by day buckets, the
@@ -157,6 +161,32 @@ def cache_saving(prefix: str = "", weights: Mapping[str, float] = COST_WEIGHTS) 
                    Least(cache_write_1h_tokens(prefix), write - from_write) if "cache_write_1h" in weights else None,
                    _f(prefix, "output_tokens"), weights)
     return Greatest(Value(0.0), cost_units(prefix, weights) - cached, output_field=FloatField())
+
+
+def compaction_reread_tokens(prefix: str = "") -> Coalesce:
+    """The re-read tokens a compaction caused (docs/analysis.md, "Re-reads"): the sum of
+    ``tokens`` (ctxkit.figures.reread_tokens) over the re-reads whose loss names it (their
+    ``lost_call`` is its call, ``cause_ref`` its event id); 0 without any."""
+    from manifests.models import ReRead
+
+    caused = (ReRead.objects.filter(lost_call_id=OuterRef(f"{prefix}call_id"), cause_ref=OuterRef(f"{prefix}event_id"),
+                                    cause="compaction")
+              .values("lost_call_id").annotate(total=Sum("tokens")).values("total"))
+    return Coalesce(Subquery(caused, output_field=BigIntegerField()), Value(0), output_field=BigIntegerField())
+
+
+def net_saving(prefix: str = "", reread: Combinable | None = None) -> ExpressionWrapper[CombinedExpression]:
+    """ctxkit.figures.net_saving of a compaction row: tokens_before − tokens_after − its re-read
+    tokens (``reread``, by default :func:`compaction_reread_tokens`)."""
+    caused = compaction_reread_tokens(prefix) if reread is None else reread
+    return ExpressionWrapper(_f(prefix, "tokens_before") - _f(prefix, "tokens_after") - caused,
+                             output_field=BigIntegerField())
+
+
+def net_saving_cost(net: Combinable, weights: Mapping[str, float] = COST_WEIGHTS) -> ExpressionWrapper[
+        CombinedExpression]:
+    """ctxkit.figures.net_saving_cost: the net saving's tokens at the weight of an uncached input token."""
+    return ExpressionWrapper(Cast(net, FloatField()) * Value(weights["input"]), output_field=FloatField())
 
 
 def _ratio(numerator: Combinable, denominator: Combinable) -> ExpressionWrapper[CombinedExpression]:

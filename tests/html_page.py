@@ -47,6 +47,23 @@ class Element:
         """The text inside as written, entities decoded, white space kept."""
         return "".join(c if isinstance(c, str) else c.raw_text for c in self.children)
 
+    @property
+    def lines(self) -> list[str]:
+        """The text inside split at each ``<br>``, each line's white space made one space."""
+        found = [""]
+
+        def walk(element: Element) -> None:
+            for child in element.children:
+                if isinstance(child, str):
+                    found[-1] += child
+                elif child.tag == "br":
+                    found.append("")
+                else:
+                    walk(child)
+
+        walk(self)
+        return [" ".join(line.split()) for line in found]
+
     def elements(self) -> list[Element]:
         """Every element inside, in document order."""
         found: list[Element] = []
@@ -55,6 +72,12 @@ class Element:
                 found.append(child)
                 found += child.elements()
         return found
+
+    def after(self, element: Element) -> list[Element]:
+        """The elements inside that come after ``element`` and all it holds, in document order."""
+        found = self.elements()
+        start = next(n for n, e in enumerate(found) if e is element)
+        return found[start + 1 + len(element.elements()):]
 
     def select(self, selector: str) -> list[Element]:
         """The elements inside that match ``selector``, in document order."""

@@ -1,5 +1,5 @@
-"""The code's shape: the README's Layout section names what is in the tree, and no module
-reaches into another's private names."""
+"""The code's shape: the README's Layout section names what is in the tree, no module
+reaches into another's private names, and the tests read pages with one HTML reader."""
 
 from __future__ import annotations
 
@@ -117,3 +117,32 @@ def test_it_names_every_module_of_ctxkit_in_the_readme():
     missing += [path.relative_to(sdk).as_posix() + "/" for path in sorted(sdk.rglob("*"))
                 if path.is_dir() and (path / "__init__.py").exists() and path.name not in named]
     assert missing == []
+
+
+def _names_markup(text: str) -> bool:
+    """Whether a string holds a tag's start (``<td``, ``</tr``)."""
+    return any(text[n + 1:n + 2].isalpha() or text[n + 1:n + 2] == "/" for n, c in enumerate(text) if c == "<")
+
+
+def html_readers() -> list[str]:
+    """Regular expressions over markup (a pattern with a tag in it) and HTML parsers in the tests
+    other than tests/html_page.py."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "node_modules" in path.parts or path.name == "html_page.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re":
+                texts = [c.value for c in ast.walk(node.args[0]) if isinstance(c, ast.Constant)]
+                if any(isinstance(t, str) and _names_markup(t) for t in texts):
+                    found.append(f"{where} re.{node.func.attr} over markup")
+            elif isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("HTMLParser") for b in node.bases):
+                found.append(f"{where} an HTML parser of its own")
+    return found
+
+
+def test_it_reads_pages_in_the_tests_with_html_page_only():
+    assert html_readers() == []
+    assert _names_markup(r"<td[^>]*>(.*?)</td>") and not _names_markup(r"\d+ < \d+"), "the walk knows a tag"

@@ -118,6 +118,10 @@ class InvariantSerializer(serializers.ModelSerializer[Invariant]):
 class CompactionSerializer(serializers.ModelSerializer[Compaction]):
     id = serializers.CharField(source="event_id")
     invariants = InvariantSerializer(many=True, read_only=True)
+    # Annotated by the call endpoint (manifests.figures): the re-reads it caused and its net saving.
+    reread_tokens = serializers.IntegerField(read_only=True, help_text="Re-read tokens of the re-reads it caused")
+    net_saving = serializers.IntegerField(
+        read_only=True, help_text="ctxkit.figures.net_saving: tokens_before - tokens_after - reread_tokens")
 
     class Meta:
         model = Compaction
@@ -127,6 +131,8 @@ class CompactionSerializer(serializers.ModelSerializer[Compaction]):
             "trigger",
             "tokens_before",
             "tokens_after",
+            "reread_tokens",
+            "net_saving",
             "kept_turns",
             "summary_item",
             "failed_invariants",

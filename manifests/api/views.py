@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, F, Prefetch, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, UnreadablePostError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
@@ -28,7 +28,7 @@ from rest_framework.views import APIView, set_rollback
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ctxkit.manifest import EARLIEST, LATEST, MAX_NAME, MAX_PATH, json_schema
-from manifests import ingest, ops
+from manifests import figures, ingest, ops
 from manifests.api.auth import HasIngestScope, HasReadScope, key_of
 from manifests.api.pagination import BoundedPagination
 from manifests.api.serializers import CallDetailSerializer, CallSummarySerializer, RunSerializer
@@ -343,7 +343,9 @@ class CallDetailView(generics.RetrieveAPIView[Call]):
         qs = Call.objects.filter(started_at=at).select_related("run", "figures").prefetch_related(
             Prefetch("items", queryset=Item.objects.filter(started_at=at).order_by("ordinal")),
             Prefetch("evidence", queryset=Evidence.objects.filter(started_at=at)),
-            Prefetch("compactions", queryset=Compaction.objects.filter(started_at=at).prefetch_related(
+            Prefetch("compactions", queryset=Compaction.objects.filter(started_at=at)
+                     .annotate(reread_tokens=figures.compaction_reread_tokens())
+                     .annotate(net_saving=figures.net_saving(reread=F("reread_tokens"))).prefetch_related(
                 Prefetch("invariants", queryset=Invariant.objects.filter(started_at=at)))),
             Prefetch("context_edits", queryset=ContextEdit.objects.filter(started_at=at)),
         )

@@ -374,3 +374,37 @@ def reread_costs(call: Call) -> dict[str, tuple[int, int]]:
         tokens[ref] = tokens.get(ref, 0) + spent
         readers.setdefault(ref, set()).add(reader)
     return {ref: (tokens[ref], len(readers[ref])) for ref in tokens}
+
+
+@dataclass(frozen=True)
+class NetSaving:
+    """A compaction's net saving (ctxkit.figures.net_saving) in tokens, cost units and USD."""
+
+    tokens: int
+    units: float
+    usd: float | None
+
+
+def net_saving(call: Call, compaction: Compaction, reread_tokens: int) -> NetSaving:
+    """The net saving of one of ``call``'s compactions that caused ``reread_tokens``, priced at
+    the call's model (its price row, and its USD prices: None without one)."""
+    from manifests.analysis.prices import PriceBook
+
+    book = PriceBook.load()
+    tokens = figures.net_saving(compaction.tokens_before, compaction.tokens_after, reread_tokens)
+    usd = book.usd(call.model, call.provider, call.input_tokens, call.started_at)
+    return NetSaving(tokens, figures.net_saving_cost(tokens, book.for_model(call.model).weights),
+                     None if usd is None else figures.net_saving_cost(tokens, usd.weights))
+
+
+def compaction_cards(call: Call) -> list[dict[str, Any]]:
+    """The call's compactions as the call view's cards: each with its figures, invariants, the
+    re-reads it caused ((tokens, calls), None without any) and its net saving."""
+    costs = reread_costs(call)
+    out = []
+    for c in call.compactions.all():
+        reread = costs.get(c.event_id)
+        out.append({"c": c, "figures": getattr(c, "figures", None), "invariants": list(c.invariants.all()),
+                    "reread": reread, "net": net_saving(call, c, reread[0] if reread else 0)})
+    return out
+

@@ -15,7 +15,7 @@ from ctxkit.breakdown import category_of, from_totals
 from ctxkit.figures import hit_rate
 from ctxkit.manifest import MAX_NAME, MAX_PATH
 from manifests import figures
-from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, Run
+from manifests.models import CacheEvent, Call, CallFigures, Compaction, ContextEdit, Item, Project, ReRead, Run
 from manifests.selectors.calls import run_calls
 from manifests.selectors.filters import Filters, text_param
 from manifests.selectors.sorting import Sort
@@ -35,6 +35,7 @@ STEP_SORTS = {
     "input": lambda s: s["call"].input_tokens,
     "hit": lambda s: s["hit_rate"],
     "missing": lambda s: s["call"].evidence_missing,
+    "rereads": lambda s: s["rereads"]["tokens"] if s["rereads"] else 0,
 }
 DEFAULT_STEP_SORT = "step"
 
@@ -132,6 +133,7 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
     edits = defaultdict(list)
     for e in ContextEdit.objects.filter(call_id__in=pks, **days).order_by("pk"):
         edits[e.call_id].append(e)
+    rereads = run_rereads(run)
     rows = []
     for c in calls:
         fig, ev = per_call.get(c.pk), events.get(c.pk)
@@ -150,8 +152,29 @@ def run_steps(run: Run) -> list[dict[str, Any]]:
             "gap_seconds": ev.gap_seconds if ev else None,
             "compactions": compactions.get(c.pk, []),
             "edits": edits.get(c.pk, []),
+            "rereads": rereads.get(c.pk),
         })
     return rows
+
+
+def run_rereads(run: Run) -> dict[int, dict[str, Any]]:
+    """Per call of the run (by pk) that re-read something (docs/analysis.md, "Re-reads"): how
+    many re-reads, their tokens and the tools re-read, from the re-reads' copy of the run."""
+    out: dict[int, dict[str, Any]] = {}
+    for call_id, tool, tokens in (ReRead.objects.filter(run_id=run.pk).order_by("step", "pk")
+                                  .values_list("call_id", "tool", "tokens")):
+        row = out.setdefault(call_id, {"n": 0, "tokens": 0, "tools": []})
+        row["n"] += 1
+        row["tokens"] += tokens
+        if tool and tool not in row["tools"]:
+            row["tools"].append(tool)
+    return out
+
+
+def run_reread_totals(steps: list[dict[str, Any]]) -> dict[str, int]:
+    """The run's re-reads: how many, their tokens and the steps that re-read."""
+    marked = [s["rereads"] for s in steps if s["rereads"]]
+    return {"n": sum(r["n"] for r in marked), "tokens": sum(r["tokens"] for r in marked), "steps": len(marked)}
 
 
 def run_cost(steps: list[dict[str, Any]]) -> dict[str, float | None]:

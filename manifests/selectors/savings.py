@@ -12,16 +12,20 @@ from their own days' partitions on PostgreSQL, however large the tables grow.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
 
-from django.db.models import Count, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
+from ctxkit import figures as ref_figures
+from manifests import figures
+from manifests.analysis.prices import PriceBook
 from manifests.figures import MISSING_CAUSES
-from manifests.models import Attribution, CacheEvent, Call, Project, Regression
+from manifests.models import Attribution, CacheEvent, Call, Compaction, Project, Regression, ReRead
 from manifests.selectors.filters import Filters
 
 SAVING_DAYS = 7
@@ -51,10 +55,23 @@ class Saving:
     first_at: datetime
     regained_usd: float | None = None
     affected_cost_usd: float | None = None
+    # Compactions only: per day, the tokens they took out, the re-read tokens they caused and the
+    # difference (ctxkit.figures.net_saving), and the tool whose re-reads cost the most.
+    saved_tokens: float = 0.0
+    reread_tokens: float = 0.0
+    net_tokens: float = 0.0
+    reread_tool: str = ""
+    trigger: str = ""
+
+    @property
+    def net_loss(self) -> bool:
+        """A compaction that cost more in re-reads than it saved."""
+        return self.kind == "compaction" and self.net_tokens < 0
 
     @property
     def order(self) -> tuple[float, float]:
-        """The top-fixes order: cost regained first (what a fix returns for certain), then calls."""
+        """The top-fixes order: cost regained first (what a fix returns for certain; for
+        compactions their net saving), then calls."""
         return (-(self.regained or 0.0), -self.calls)
 
 
@@ -187,10 +204,81 @@ def evidence_causes(project: Project, filters: Filters) -> list[Saving]:
     return out
 
 
+@dataclass
+class _Compactions:
+    """One group's totals over the seven days, as :func:`compaction_savings` adds them up."""
+
+    saved: int = 0
+    reread: int = 0
+    units: float = 0.0
+    usd: float | None = None
+    count: int = 0
+    runs: set[int] = field(default_factory=set)
+    tools: Counter[str] = field(default_factory=Counter)
+    first: tuple[bool, datetime, str] | None = None  # (without re-reads, time, call id): the least
+
+
+def compaction_savings(project: Project, filters: Filters) -> list[Saving]:
+    """Per agent, model, strategy and trigger: what its compactions saved net per day
+    (ctxkit.figures.net_saving, in cost units and USD at each call's prices by
+    ``net_saving_cost``), the tokens they took out and the re-read tokens they caused, the
+    compactions and runs per day, the tool re-read the most, and the first compaction of the
+    seven days that caused a re-read (else the first)."""
+    since, until = saving_range(filters)
+    rows = Compaction.objects.filter(project=project, started_at__gte=since, started_at__lt=until,
+                                     call__started_at__gte=since, call__started_at__lt=until)
+    if filters.agent:
+        rows = rows.filter(call__agent=filters.agent)
+    if filters.model:
+        rows = rows.filter(call__model=filters.model)
+    found = list(rows.annotate(reread=figures.compaction_reread_tokens()).annotate(
+        net=figures.net_saving(reread=F("reread"))).values_list(
+        "call_id", "event_id", "strategy", "trigger", "tokens_before", "tokens_after", "reread", "net",
+        "started_at", "call__call_id", "call__run_id", "call__agent", "call__model", "call__provider",
+        "call__input_tokens"))
+    if not found:
+        return []
+    tools: dict[tuple[int, str], Counter[str]] = {}
+    for call_pk, ref, tool, tokens in ReRead.objects.filter(
+            project=project, cause="compaction", lost_call_id__in={r[0] for r in found if r[6]}).values_list(
+            "lost_call_id", "cause_ref", "tool", "tokens"):
+        tools.setdefault((call_pk, ref), Counter())[tool] += tokens
+    book = PriceBook.load()
+    groups: dict[tuple[str, str, str, str], _Compactions] = {}
+    for (call_pk, ref, strategy, trigger, before, after, reread, net, at, call_id, run_pk, agent, model, provider,
+         input_tokens) in found:
+        group = groups.setdefault((agent, model, strategy, trigger), _Compactions())
+        group.saved += before - after
+        group.reread += reread
+        group.count += 1
+        group.runs.add(run_pk)
+        group.tools.update(tools.get((call_pk, ref), Counter()))
+        group.units += ref_figures.net_saving_cost(net, book.for_model(model).weights)
+        usd = book.usd(model, provider, input_tokens, at)
+        if usd is not None:
+            group.usd = (group.usd or 0.0) + ref_figures.net_saving_cost(net, usd.weights)
+        first = (not reread, at, call_id)
+        group.first = first if group.first is None or first < group.first else group.first
+    out = []
+    for (agent, model, strategy, trigger), group in sorted(groups.items()):
+        assert group.first is not None
+        tool = group.tools.most_common(1)[0][0] if group.tools else ""
+        out.append(Saving("compaction", f"{agent}|{model}|{strategy}|{trigger}",
+                          f"{agent} · {model} · {strategy}" + (f" ({trigger})" if trigger else ""),
+                          group.units / SAVING_DAYS, None, _per_day(group.count), _per_day(len(group.runs)),
+                          group.first[2], group.first[1], regained_usd=_usd_per_day(group.usd),
+                          saved_tokens=_per_day(group.saved), reread_tokens=_per_day(group.reread),
+                          net_tokens=_per_day(ref_figures.net_saving(group.saved, 0, group.reread)),
+                          reread_tool=tool, trigger=trigger))
+    out.sort(key=lambda s: s.order)
+    return out
+
+
 def top_fixes(project: Project, filters: Filters, limit: int = 5) -> list[Saving]:
-    """The overview's top fixes: cache-miss causes and causes of missing evidence, by cost
-    units regained per day, then by calls affected per day."""
-    fixes = cache_causes(project, filters) + evidence_causes(project, filters)
+    """The overview's top fixes: cache-miss causes, causes of missing evidence and compactions,
+    by cost units regained per day (a compaction's net saving), then by calls affected per day.
+    Compactions that cost more in re-reads than they saved rank last and are always listed."""
+    fixes = cache_causes(project, filters) + evidence_causes(project, filters) + compaction_savings(project, filters)
     fixes.sort(key=lambda s: s.order)
-    return fixes[:limit]
+    return fixes[:limit] + [f for f in fixes[limit:] if f.net_loss]
 

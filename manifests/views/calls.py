@@ -34,9 +34,7 @@ def call_detail(request: HttpRequest, project: Project, filters: Filters, call_i
             by_evidence.setdefault(a.evidence_id, a)
         by_key.setdefault(a.evidence_key, a)
     evidence = [{"e": e, "attribution": by_evidence.get(e.pk) or by_key.get(e.key)} for e in call.evidence.all()]
-    costs = calls_sel.reread_costs(call)
-    compactions = [{"c": c, "figures": getattr(c, "figures", None), "invariants": list(c.invariants.all()),
-                    "reread": costs.get(c.event_id)} for c in call.compactions.all()]
+    compactions = calls_sel.compaction_cards(call)
     ordered = calls_sel.context_order(items)
     allocation = calls_sel.allocation(call, ordered, effective_limit=figures.effective_limit if figures else None)
     diff = calls_sel.diff_with_previous(call, items)

@@ -152,6 +152,12 @@ def run_detail(request: HttpRequest, project: Project, filters: Filters, run_id:
              "text": f"{e.type}: cleared {e.cleared_count} ({e.cleared_tokens} tokens)"}
             for s in steps for e in s["edits"]
         ],
+        "rereads": [
+            {"step": s["call"].step, "url": link(s["call"].call_id) + "#rereads",
+             "text": f"{s['rereads']['n']} re-read(s), {s['rereads']['tokens']} tokens: "
+                     + ", ".join(s["rereads"]["tools"])}
+            for s in steps if s["rereads"]
+        ],
         # The window by category, one bar per step (ctxkit.breakdown).
         "breakdown": window_sel.per_step((s["call"].step, link(s["call"].call_id), s["window"]) for s in steps),
     }
@@ -162,7 +168,8 @@ def run_detail(request: HttpRequest, project: Project, filters: Filters, run_id:
     return page(request, "manifests/run.html", project, filters, "run", {"run": run, "steps": steps,
                                                                          "table": table, "sort": sort,
                                                                          "chart": chart,
-                                                                         "run_cost": runs_sel.run_cost(steps)},
+                                                                         "run_cost": runs_sel.run_cost(steps),
+                                                                         "rereads": runs_sel.run_reread_totals(steps)},
                 keep={"sort": request.GET.get("sort", "")})
 
 

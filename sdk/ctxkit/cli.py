@@ -17,6 +17,9 @@
     send the model calls of agents' transcripts on disk (each agent's default folder unless
     one is named) as manifests, through the proxy's mapping (``ctxkit.importer``); a rerun
     sends only new calls.
+``ctxkit watch [the options of import] [--interval SECONDS]``
+    follow the same folders and send each new call as its lines are written, until Ctrl-C
+    or SIGTERM; it remembers how far it read, as import does.
 ``ctxkit proxy [--port 8788] [--no-text] ...``
     the local capture proxy (ctxkit.proxy; ``ctxkit proxy --help`` lists its options).
 """
@@ -125,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     imports = sub.add_parser("import", help="send the model calls of agents' transcripts on disk")
     import_options.add_arguments(imports)
     imports.set_defaults(func=import_options.command)
+    watch = sub.add_parser("watch", help="send each new call of agents' transcripts as it is written")
+    import_options.add_watch_arguments(watch)
+    watch.set_defaults(func=import_options.watch_command)
 
     from ctxkit.proxy import options as proxy_options  # argparse only: the proxy's aiohttp loads on use
 

@@ -28,8 +28,9 @@ __all__ = [
     "context_order",
     "context_tokens", "cost_units", "cost_usd", "coverage", "effective_limit", "effective_share", "evidence_coverage",
     "evidence_risks", "first_missing", "headroom", "hit_rate", "in_context", "input_cap", "input_read", "kept_by",
-    "local_missing_cause", "relative_positions", "reserve_share", "run_history", "stated_reason", "tool_share",
-    "total_context_tokens", "trace_missing", "uncached_tokens", "window_utilization",
+    "local_missing_cause", "net_saving", "net_saving_cost", "relative_positions", "reread_tokens", "reserve_share",
+    "run_history", "stated_reason", "tool_share", "total_context_tokens", "trace_missing", "uncached_tokens",
+    "window_utilization",
 ]
 
 
@@ -271,6 +272,24 @@ def cache_saving(usage: UsageLike, prefix_tokens: int, weights: Mapping[str, flo
     below 0; 0 for a call that read its whole prefix from the cache. In USD with the model's
     USD prices as the weights (``UsdPrices.weights``)."""
     return max(0.0, cost_units(usage, weights) - cost_units(cached_usage(usage, prefix_tokens), weights))
+
+
+# A compaction's net saving: what it took out less what its re-reads brought back.
+
+def net_saving(tokens_before: int, tokens_after: int, reread_tokens: int) -> int:
+    """What a compaction saved net (docs/analysis.md, "Re-reads"): the tokens it took out of
+    the context (``tokens_before`` less ``tokens_after``) less the re-read tokens of the
+    re-reads it caused (:func:`reread_tokens` of each). Negative: the re-reads cost more than
+    the compaction saved."""
+    return tokens_before - tokens_after - reread_tokens
+
+
+def net_saving_cost(net_tokens: int, weights: Mapping[str, float] = COST_WEIGHTS) -> float:
+    """A :func:`net_saving` in cost units: each token at the weight of an uncached input token,
+    as :func:`cost_units` prices it (the tokens a compaction takes out and those a re-read
+    brings back are input the following call sends); the sign is kept. In USD with the
+    model's USD prices as the weights (``UsdPrices.weights``)."""
+    return net_tokens * weights["input"]
 
 
 # --------------------------------------------------------------------------- #

@@ -149,3 +149,32 @@ def test_it_takes_the_rollouts_of_one_project_dir(sessions: Path, tmp_path: Path
     assert len(transcript_files(str(sessions))) == 2
     [mine] = transcript_files(str(sessions), "/src/app")
     assert mine.endswith(f"{SESSION}.jsonl")
+
+
+def test_it_leaves_out_a_response_that_ended_without_its_usage(tmp_path: Path) -> None:
+    """An interrupted response (its output written, no token_usage_record): the next response's
+    request is the history when it began, the interrupted output included."""
+    path = tmp_path / f"rollout-2026-12-01T10-00-00-{SESSION}.jsonl"
+    aborted = _message("assistant", "Reading the", "msg_cut")
+    lines = [_line("session_meta", {"id": SESSION, "cwd": "/src/app", "base_instructions": {"text": BASE}}),
+             _line("turn_context", {"model": "gpt-5-codex"}), _item(PROMPT), _item(aborted), _item(AGAIN),
+             _item(_call(2)), _usage("resp_2", 300)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [(call, end)] = list(transcript_calls(str(path)))
+    assert (call.key, end) == ("resp_2", path.stat().st_size)
+    assert [i.get("id") for i in call.request["input"][1:]] == ["msg_prompt", "msg_cut", "msg_again"]
+    assert call.response["output"] == [_call(2)]
+
+
+def test_it_reads_the_usage_of_earlier_rollouts_from_their_token_count_events(tmp_path: Path) -> None:
+    """Rollouts of earlier versions end each response with a token_count event (no record, no id)."""
+    path = tmp_path / f"rollout-2026-10-01T10-00-00-{SESSION}.jsonl"
+    count = {"type": "token_count", "info": {"last_token_usage": {"input_tokens": 800, "cached_input_tokens": 0,
+                                                                  "output_tokens": 5, "total_tokens": 805}}}
+    lines = [_line("session_meta", {"id": SESSION, "cwd": "/src/app", "cli_version": "0.46.0"}),
+             _line("turn_context", {"model": "gpt-5-codex"}), _item(PROMPT), _item(_call(1)),
+             _line("event_msg", count), _line("event_msg", count)]  # a second one, no response pending
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    [(call, _end)] = list(transcript_calls(str(path)))
+    assert (call.key, call.response["id"], call.response["usage"]["input_tokens"]) == ("line-5", "", 800)
+    assert call.request["input"] == [PROMPT] and call.response["output"] == [_call(1)]

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.operators import compress_schema
-from ctxkit.context.operators.schema import MINIMAL_FORM, plan_schema, risk_kinds, risk_sentences
+from ctxkit.context.operators.schema import MINIMAL_FORM, RISK, is_risky, plan_schema, risk_kinds, risk_sentences
 from ctxkit.context.tokens import estimate_tokens
 from ctxkit.record.builder import ContextBuilder
 
@@ -108,6 +111,19 @@ REFUND = _tool("refund", "Refund an order to the payment card. Risky: moves mone
                 "note": {"type": "string", "description": "Shown to the customer."}},
                ["order_id", "mode"])
 REFUND_MINIMAL = 'refund(order_id: string, mode: "full"|"partial") - Risky: moves money and cannot be undone.'
+
+
+# Pieces of risk words in either case (and the characters IGNORECASE folds to ASCII letters), Chinese
+# words, and what sits at a word's edge.
+_RISK_PIECES = ["delete", "DELET", "Drop", "s", "ſ", "\u212a", "PII", "pii", "cannot be undone", "can't", "e-mail",
+                "sends an email", "prod", "uct", "ion", "费用", "退款", "删", "除", "敏感", "é", "_", "1", " ", ".",
+                "\n"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_RISK_PIECES), max_size=12).map("".join))
+def test_it_finds_a_risk_where_the_whole_risk_pattern_does(sentence: str) -> None:
+    assert is_risky(sentence) == (RISK.search(sentence) is not None)
 
 
 def test_a_risky_tool_falls_back_to_its_minimal_form_before_it_is_dropped() -> None:

@@ -1,5 +1,5 @@
 /* Run view: context per step stacked by kind against window / cap / effective limit,
-   hit rate per step with its cause, compaction and context-edit markers. */
+   hit rate per step with its cause, compaction, context-edit and re-read markers. */
 (function () {
   "use strict";
   var cv = window.ctxview, esc = cv.esc, d = cv.data("run-data");
@@ -29,6 +29,13 @@
                   y: d.edits.map(function () { return top * 1.08; }), text: d.edits.map(function (c) { return esc(c.text); }),
                   customdata: d.edits.map(function (c) { return c.url; }),
                   marker: { symbol: "triangle-down", size: 11, color: "#5b6475" }, hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
+  }
+  if (d.rereads.length) {
+    traces.push({ type: "scatter", mode: "markers", name: "re-read", x: d.rereads.map(function (c) { return c.step; }),
+                  y: d.rereads.map(function () { return top * 1.12; }), text: d.rereads.map(function (c) { return esc(c.text); }),
+                  customdata: d.rereads.map(function (c) { return c.url; }),
+                  marker: { symbol: "circle-open", size: 11, color: "#b7791f", line: { width: 2 } },
+                  hovertemplate: "step %{x}<br>%{text}<extra></extra>" });
   }
   cv.plot("chart-steps", traces, {
     barmode: "stack", height: 340, xaxis: Object.assign({ title: { text: "step" } }, stepAxis), yaxis: { title: { text: "tokens" } },

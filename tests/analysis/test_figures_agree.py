@@ -1,7 +1,7 @@
 """The SQL forms of the figures (manifests/figures.py) equal their Python definitions
 (ctxkit.figures) on generated rows, on whichever database the suite runs on: tokens in
-context, hit rate, uncached tokens, cost (relative and USD), the saving of a cache miss, and the input
-cap, input read, headroom and shares of the window."""
+context, hit rate, uncached tokens, cost (relative and USD), the saving of a cache miss, a compaction's
+net saving, and the input cap, input read, headroom and shares of the window."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import ACTIONS, Budget
 from ctxkit.models import model_facts
 from manifests import figures
-from manifests.models import Call, Item
+from manifests.models import Call, Compaction, Item, ReRead
 from tests.analysis.support import item
 from tests.support import manifest, store
 
@@ -119,6 +119,42 @@ def test_it_computes_the_usd_cost_and_saving_the_same_in_sql_and_python(call, us
         # The 1-hour writes cost more than the 5-minute ones they are part of, never less.
         if write and write_1h and prices.cache_write_1h > prices.cache_write:
             assert row.usd > ref.cost_units(row, {**prices.weights, "cache_write_1h": prices.cache_write})
+
+
+COMPACTIONS = st.lists(
+    # tokens before, after, and the tokens of each re-read its loss caused
+    st.tuples(TOKENS, TOKENS, st.lists(st.integers(0, 200_000), max_size=4)),
+    min_size=1, max_size=5,
+)
+
+
+@EXAMPLES
+@given(compactions=COMPACTIONS)
+def test_it_computes_the_net_saving_of_a_compaction_the_same_in_sql_and_python(call, compactions):
+    Compaction.objects.filter(call=call).delete()
+    ReRead.objects.filter(lost_call=call).delete()
+    prices = model_facts("claude-opus-5-5").prices_at(0, call.started_at)
+    weights = {"input": 0.003, "output": 0.015, "cache_read": 0.0003, "cache_write": 0.00375}
+    for n, (before, after, rereads) in enumerate(compactions):
+        Compaction.objects.create(call=call, project_id=call.project_id, started_at=call.started_at,
+                                  event_id=f"cmp-{n}", strategy="summary", tokens_before=before, tokens_after=after)
+        reread = dict(project_id=call.project_id, call=call, started_at=call.started_at, run_id=call.run_id,
+                      step=call.step, result_item="r", earlier_item="e", lost_call=call, cause_ref=f"cmp-{n}")
+        ReRead.objects.bulk_create([ReRead(group=f"g{n}-{k}", tokens=t, cause="compaction", **reread)
+                                    for k, t in enumerate(rereads)])
+        # A context edit of the same name and a re-read lost at another call are not the compaction's.
+        ReRead.objects.create(group=f"edit-{n}", tokens=7, cause="context_edit", **reread)
+        ReRead.objects.create(group=f"other-{n}", tokens=11, cause="compaction", **{**reread, "lost_call": None})
+    rows = Compaction.objects.filter(call=call).annotate(
+        reread=figures.compaction_reread_tokens(), net=figures.net_saving()).annotate(
+        units=figures.net_saving_cost(F("net"), weights), usd=figures.net_saving_cost(F("net"), prices.weights),
+        seed=figures.net_saving_cost(F("net"))).order_by("event_id")
+    for row, (before, after, rereads) in zip(rows, compactions, strict=True):
+        net = ref.net_saving(before, after, sum(rereads))
+        assert (row.reread, row.net) == (sum(rereads), net)
+        assert row.units == pytest.approx(ref.net_saving_cost(net, weights), rel=1e-12)
+        assert row.usd == pytest.approx(ref.net_saving_cost(net, prices.weights), rel=1e-12)
+        assert row.seed == pytest.approx(ref.net_saving_cost(net), rel=1e-12)
 
 
 WINDOWS = st.tuples(

@@ -22,6 +22,7 @@ from manifests.selectors import evidence as evidence_sel
 from tests.analysis import figures_reference as reference
 from tests.analysis.support import flush_rollups
 from tests.conftest import Api
+from tests.html_page import parse
 from tests.support import T0, manifest, store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -158,8 +159,8 @@ def test_every_page_shows_the_reference_figures(owner, workload):
         assert ctx["figures"].context_tokens == ref.context_tokens
         assert ctx["figures"].cost == pytest.approx(ref.cost, rel=1e-9, abs=1e-12)
         assert ctx["figures"].cost_usd == pytest.approx(ref.cost_usd, rel=1e-9, abs=1e-15)
-        shown_usd = page.content.decode().split('<b id="cost-usd"', 1)[1].split("</b>", 1)[0]
-        assert shown_usd.endswith(">" + (format_usd(ref.cost_usd) if ref.cost_usd is not None else "–")), call_id
+        shown_usd = parse(page.content).one("b#cost-usd").raw_text
+        assert shown_usd == (format_usd(ref.cost_usd) if ref.cost_usd is not None else "–"), call_id
         # Headroom and the shares of the window: the page's summary and bar, and the stored figures.
         assert (ctx["allocation"]["input_read"], ctx["allocation"]["headroom"]) == (ref.input_read, ref.headroom)
         assert ctx["allocation"]["used"] + ctx["allocation"]["unitemized"] + ctx["allocation"]["headroom"] == \

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from ctxkit.context.layout import canonical_json
@@ -22,15 +24,20 @@ def tool_pair(n: int, *, action: str = "keep", tokens: int = 400) -> list[Item]:
             item(f"res-{n}", kind="tool_result", action=action, group=f"tu-{n}", label="Read", tokens=tokens)]
 
 
-def run(*steps: list[Item], compaction_at: int | None = None, edit_at: int | None = None) -> list[Manifest]:
+def run(*steps: list[Item], compaction_at: int | None = None, edit_at: int | None = None, run_id: str = "run-1",
+        agent: str = "analyst", start: datetime | None = None, before: int = 5000, after: int = 800) -> list[Manifest]:
+    """A run of the given steps' items (call ids ``c<step>``, prefixed by the run id when it is
+    not the default), ten seconds apart from ``start`` (by default the analysis tests' T0)."""
     out = []
     for step, items in enumerate(steps):
-        comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=5000, tokens_after=800)] \
+        comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=before, tokens_after=after)] \
             if step == compaction_at else []
         edits = [ContextEdit(type="clear_tool_uses_20250919", cleared_count=1, cleared_tokens=400)] \
             if step == edit_at else None
-        out.append(manifest(f"c{step}", bare=True, step=step, seconds=10 * step, items=items, compactions=comps,
-                            context_edits=edits))
+        call_id = f"c{step}" if run_id == "run-1" else f"{run_id}/c{step}"
+        at = {"started_at": start + timedelta(seconds=10 * step)} if start is not None else {}
+        out.append(manifest(call_id, bare=True, run_id=run_id, step=step, seconds=10 * step, items=items,
+                            compactions=comps, context_edits=edits, agent=agent, **at))
     return out
 
 

@@ -13,6 +13,7 @@ from manifests import services
 from manifests.models import Attribution, CallFigures
 from tests.analysis.support import CUT, flush_rollups, hard_cut_run
 from tests.conftest import Api
+from tests.html_page import parse
 from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -52,13 +53,11 @@ def test_headroom_and_the_traced_decision_agree_on_page_api_and_stored_figures(o
                      "action": "hard_cut", "reason": f"lost at step 2: {CUT}", "fix": traced.fix,
                      "lost_at_call_id": calls[2].call_id, "lost_at_step": 2}
     page = client.get(reverse("call-detail", args=[project.slug, calls[4].call_id]), {"range": "all"})
-    html = page.content.decode()
-    row = html[html.index('<tr data-evidence="refund-limit">'):]
-    row = row[:row.index("</tr>")]
-    decision = row.split("<td>")[7]  # Key, Label, Expected in, Reached?, Used?, Cause, Decision
-    assert '<b>example-6</b> <span class="action action-hard_cut">hard_cut</span>' in decision
-    assert f"lost at step 2: {CUT}" in decision
-    assert "step 2</a>" in row  # the Cause cell links to the step where it was lost
+    row = parse(page.content).one('tr[data-evidence="refund-limit"]')
+    cause, decision = row.select("td")[5:7]  # Key, Label, Expected in, Reached?, Used?, Cause, Decision
+    assert decision.lines == ["example-6 hard_cut", f"lost at step 2: {CUT}"]
+    assert decision.one("b").text == "example-6" and decision.one("span.action.action-hard_cut").text == "hard_cut"
+    assert cause.one("a.lost-at").text == "step 2"  # the Cause cell links to the step where it was lost
 
     # The evidence timeline and the overview show the same decision.
     page = client.get(reverse("evidence", args=[project.slug]), {"key": "refund-limit", "run": "run-7",

@@ -94,6 +94,7 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
     assert capsys.readouterr().out.startswith("sessions=1 calls=7 ")
     [run] = _get(live_server, key, "/api/v1/runs")["results"]
     assert (run["run_id"], run["call_count"]) == (mine[0].run_id, 7)
+    assert (run["cwd"], run["git_branch"]) == (str(note.parent), BRANCH)  # from the rollout's session_meta
     calls = sorted(_get(live_server, key, f"/api/v1/runs/{run['run_id']}/calls")["results"], key=lambda c: c["step"])
     details = [_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls]
     assert [(c["step"], c["model"], c["agent"], c["input_tokens"]) for c in details] == [

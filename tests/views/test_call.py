@@ -5,7 +5,6 @@ hostile text shown as text."""
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
@@ -167,21 +166,21 @@ def test_it_folds_many_items_that_were_not_sent(demo_world):
     assert report.count(ingest.ACCEPTED) == 1
     body = demo_world.client(demo_world.member).get(
         f"/p/{demo_world.project.slug}/calls/folding-run/step-0/").content.decode()
-    folded = body.split('id="items-folded"', 1)[1].split("</details>\n", 1)[0]
-    assert "35 items not sent" in folded
-    assert folded.count("<tr class=") == 35
-    sent = body.split('id="items"', 1)[1].split('id="items-folded"', 1)[0]
-    assert sent.count("<tr class=") == 5
+    page = parse(body)
+    folded = page.one("details#items-folded")
+    assert folded.one("summary").text.startswith("35 items not sent")
+    assert len(folded.select("table#items-not-sent tr[data-item]")) == 35
+    assert len(page.one("table#items").select("tr[data-item]")) == 5
     # A call with few such items is not folded.
     small = demo_world.client(demo_world.member).get(
         f"/p/{demo_world.project.slug}/calls/refunds-budget-800/step-6/").content.decode()
     assert 'id="items-folded"' not in small
 
 
-def section(body: str, start: str, end: str) -> str:
-    """The page between the first ``start`` and the next ``end`` after it."""
-    assert start in body, start
-    return body.split(start, 1)[1].split(end, 1)[0]
+def cache_cause(summary: Element) -> tuple[str | None, str]:
+    """The cache cause on the call's summary line: its class and what the line says after "cache: "."""
+    (shown,) = [span for span in summary.select("span") if span.text.startswith("cache: ")]
+    return shown.one("b").get("class"), shown.text.removeprefix("cache: ")
 
 
 def cells(row: Element) -> list[Element]:
@@ -195,8 +194,8 @@ def test_it_renders_every_step_of_the_demo_runs_with_all_their_items_and_evidenc
     assert calls.count() > 20
     for call in calls:
         body = client.get(f"/p/{demo_world.project.slug}/calls/{call.call_id}/").content.decode()
-        assert f'<span id="call-id">{html.escape(call.call_id)}</span>' in body
         page = parse(body)
+        assert page.one("span#call-id").raw_text == call.call_id
         rows = [tr.get("data-item") for tr in page.select("tr[class][data-item]")]
         assert sorted(rows) == sorted(Item.objects.filter(call=call).values_list("item_id", flat=True)), call.call_id
         evidence = [tr.get("data-evidence") for tr in page.select("tr[data-evidence]")]
@@ -211,9 +210,10 @@ def test_it_shows_the_budget_the_usage_and_the_cache_cause(demo_world, call_id):
     body = get(demo_world, call_id)
     call = Call.objects.get(project=demo_world.project, call_id=call_id)
     event = CacheEvent.objects.get(call=call)
-    summary = section(body, '<div class="summary-line">', "</div>")
+    page = parse(body)
+    summary = page.one("div.summary-line")
     # Each figure as "label <b>value</b>": the text right before a <b>, and the <b>'s text.
-    figures = {(before.strip(), b.text) for e in parse(body).one("div.summary-line").elements()
+    figures = {(before.strip(), b.text) for e in summary.elements()
                for before, b in zip(e.children, e.children[1:], strict=False)
                if isinstance(before, str) and isinstance(b, Element) and b.tag == "b"}
     alloc = script_json(body, "allocation-data")
@@ -222,28 +222,29 @@ def test_it_shows_the_budget_the_usage_and_the_cache_cause(demo_world, call_id):
                          ("in context", alloc["used"]), ("headroom", alloc["headroom"]),
                          ("input", call.input_tokens), ("effective limit", call.figures.effective_limit)):
         assert (label, str(value)) in figures, label
-    assert f"({call.cache_read_tokens} cached, {call.cache_write_tokens} written)" in summary
-    cause = f'cache: <b class="cause-{event.cause}">{event.get_cause_display()}</b>'
-    assert cause in summary
-    if event.changed_segment:
-        assert f"{cause} ({event.changed_segment} changed)" in summary
-    after = body.split(summary, 1)[1]
-    assert f'<p class="hint">{html.escape(event.detail)}</p>' in after
+    assert f"({call.cache_read_tokens} cached, {call.cache_write_tokens} written)" in summary.text
+    changed = f" ({event.changed_segment} changed)" if event.changed_segment else ""
+    assert cache_cause(summary) == (f"cause-{event.cause}", event.get_cause_display() + changed)
+    detail = page.after(summary)[0]  # the cause's detail, right below the line
+    assert (detail.tag, detail.get("class"), detail.raw_text) == ("p", "hint", event.detail)
 
 
 def test_it_names_each_cache_cause_of_the_demo(demo_world):
-    causes = {"research-019/step-1": "Prefix changed</b> (system changed)", "research-approval/step-4": "TTL expired",
-              "ops-refunds-watch/step-0": "Cold start", "ops-refunds-watch/step-1": "cause-hit",
+    causes = {"research-019/step-1": "Prefix changed (system changed)", "research-approval/step-4": "TTL expired",
+              "ops-refunds-watch/step-0": "Cold start",
               "coder-list-endpoint/step-0": "Below the minimum cacheable prefix"}
     for call_id, shown in causes.items():
-        assert shown in section(get(demo_world, call_id), '<div class="summary-line">', "</div>"), call_id
+        assert cache_cause(parse(get(demo_world, call_id)).one("div.summary-line"))[1] == shown, call_id
+    assert cache_cause(parse(get(demo_world, "ops-refunds-watch/step-1")).one("div.summary-line"))[0] == "cause-hit"
 
 
 def test_it_lists_the_risks_apart_from_the_evidence_that_was_lost(demo_world):
     body = get(demo_world, "research-001/step-1")
-    risks = section(body, '<ul id="risks">', "</ul>")
-    assert "Placed in the middle zone (risk)" in risks and "<b>app_refund_rate</b> in memory" in risks
-    row = parse(body).one('tr[data-evidence="app_refund_rate"]')
+    page = parse(body)
+    risks = {li.one("b").text: li for li in page.select("ul#risks li")}
+    assert risks["app_refund_rate"].one("span.badge").text == "Placed in the middle zone (risk)"
+    assert risks["app_refund_rate"].text.startswith("Placed in the middle zone (risk) app_refund_rate in memory: ")
+    row = page.one('tr[data-evidence="app_refund_rate"]')
     assert row.one("span.present").text == "present"
     cause = cells(row)[5]
     assert cause.one("span.hint").text == cause.text == "–"  # no cause: it reached the model
@@ -251,20 +252,21 @@ def test_it_lists_the_risks_apart_from_the_evidence_that_was_lost(demo_world):
 
 def test_it_shows_a_compactions_figures_and_each_invariant(demo_world):
     body = get(demo_world, "coder-list-endpoint/step-6")
-    card = section(body, '<div class="card" data-compaction="', "</table>")
-    assert "· model summary · trigger: occupancy 0.83 &gt;= 0.80 · 474 → 197 tokens" in card
-    assert "r = 0.42 · d = 0.25 · summary item summary-step-6 · kept 1 turns" in card
-    results = {tr.select("td")[0].text: tr.select("td")[1].one(".badge").text
-               for tr in parse(body).one("div.card[data-compaction]").select("tr")
-               if len(tr.select("td")) > 1 and tr.select("td")[1].select(".badge")}
+    card = parse(body).one("div.card[data-compaction]")
+    heading = card.text.split(card.one("table").text, 1)[0]  # the card's line above its table
+    assert "· model summary · trigger: occupancy 0.83 >= 0.80 · 474 → 197 tokens" in heading
+    assert "r = 0.42 · d = 0.25 · summary item summary-step-6 · kept 1 turns" in heading
+    results = {cells(tr)[0].text: cells(tr)[1].one(".badge").text for tr in card.select("tbody tr")}
     assert results["user_constraints"] == "failed" and results["pending_obligations"] == "ok"
     assert "No compaction in this call." in get(demo_world, "coder-list-endpoint/step-5")
 
 
 def test_it_shows_the_context_edits(demo_world):
     body = get(demo_world, "ops-refunds-watch/step-100")
-    edit = section(body, "<p>Context edit ", "</p>")
-    assert edit.startswith("<b>clear_tool_uses_20250919</b>: cleared 96 (2976 tokens), kept 4: poll-76, poll-77")
+    edit = next(p for p in parse(body).select("p") if p.text.startswith("Context edit "))
+    assert edit.one("b").text == "clear_tool_uses_20250919"
+    assert edit.text.startswith(
+        "Context edit clear_tool_uses_20250919: cleared 96 (2976 tokens), kept 4: poll-76, poll-77")
 
 
 def test_it_shows_the_prefix_segment_and_the_lines_that_changed(demo_world):
@@ -286,29 +288,29 @@ def test_it_shows_the_prefix_segment_and_the_lines_that_changed(demo_world):
     assert 'data-testid="prefix-line-diff"' not in get(demo_world, "research-001/step-1")
 
 
-FILTERS = "agent=a%3Cb&amp;range=7d"
+FILTERS = "agent=a%3Cb&range=7d"
 
 
 def test_it_carries_the_filters_along_every_link(demo_world):
     slug = demo_world.project.slug
     client = demo_world.client(demo_world.member)
-    body = client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/?range=7d&agent=a%3Cb").content.decode()
-    crumb = section(body, '<p class="crumb">', "</p>")
-    assert f'href="/p/{slug}/runs/coder-list-endpoint/?{FILTERS}" id="run-link"' in crumb
-    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}" id="prev-call"' in crumb
-    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-8/?{FILTERS}" id="next-call"' in crumb
-    assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7&amp;{FILTERS}" id="compare-link"' in body
-    assert f'href="/p/{slug}/evidence/?key=api_compat&amp;run=coder-list-endpoint&amp;{FILTERS}"' in body
-    assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}"' in body
-    hashes = [a.get("href") for a in parse(body).select("a.hash[href]")]
-    filters = "&" + html.unescape(FILTERS)
-    assert hashes and all(h.startswith(f"/p/{slug}/evidence/?q=") and h.endswith(filters) for h in hashes)
+    page = parse(client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/?range=7d&agent=a%3Cb").content)
+    crumb = {a.get("id"): a.get("href") for a in page.one("p.crumb").select("a[id]")}
+    assert crumb == {"run-link": f"/p/{slug}/runs/coder-list-endpoint/?{FILTERS}",
+                     "prev-call": f"/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}",
+                     "next-call": f"/p/{slug}/calls/coder-list-endpoint/step-8/?{FILTERS}"}
+    assert page.one("a#compare-link").get("href") == f"/p/{slug}/compare/?b=coder-list-endpoint/step-7&{FILTERS}"
+    links = {a.get("href") for a in page.select("a[href]")}
+    assert f"/p/{slug}/evidence/?key=api_compat&run=coder-list-endpoint&{FILTERS}" in links
+    assert f"/p/{slug}/calls/coder-list-endpoint/step-6/?{FILTERS}" in {a.get("href") for a in page.select("a.lost-at")}
+    hashes = [a.get("href") or "" for a in page.select("a.hash[href]")]
+    assert hashes and all(h.startswith(f"/p/{slug}/evidence/?q=") and h.endswith(f"&{FILTERS}") for h in hashes)
     # Without filters the links carry none.
-    plain = client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/").content.decode()
-    assert f'href="/p/{slug}/calls/coder-list-endpoint/step-6/" id="prev-call"' in plain
-    assert f'class="lost-at" href="/p/{slug}/calls/coder-list-endpoint/step-6/"' in plain
-    assert f'href="/p/{slug}/compare/?b=coder-list-endpoint/step-7" id="compare-link"' in plain
-    assert all("&" not in a.get("href") for a in parse(plain).select("a.hash[href]"))
+    plain = parse(client.get(f"/p/{slug}/calls/coder-list-endpoint/step-7/").content)
+    assert plain.one("a#prev-call").get("href") == f"/p/{slug}/calls/coder-list-endpoint/step-6/"
+    assert f"/p/{slug}/calls/coder-list-endpoint/step-6/" in {a.get("href") for a in plain.select("a.lost-at")}
+    assert plain.one("a#compare-link").get("href") == f"/p/{slug}/compare/?b=coder-list-endpoint/step-7"
+    assert all("&" not in (a.get("href") or "") for a in plain.select("a.hash[href]"))
 
 
 def _item(item_id: str, position: int | None, **fields: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ prices it and measured against its 1,000,000-token window."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from html.parser import HTMLParser
 
 import genai_prices
 import pytest
@@ -16,6 +15,7 @@ from ctxkit.models import format_usd
 from ctxkit.record.call_items import Part, call_manifest
 from manifests.models import AlertRule
 from tests.analysis.support import flush_rollups
+from tests.html_page import parse
 from tests.support import store_and_analyse
 
 pytestmark = pytest.mark.django_db
@@ -25,36 +25,9 @@ USAGE = Usage(input_tokens=120_000, cache_read_tokens=100_000, cache_write_token
               cache_write_1h_tokens=15_000, output_tokens=900)
 
 
-class _Texts(HTMLParser):
-    """The text of every element that has an id, by id (nested ones included)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: dict[str, str] = {}
-        self._open: list[str | None] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("br", "img", "input", "meta", "link", "hr", "source"):
-            return
-        ident = dict(attrs).get("id")
-        self._open.append(ident)
-        if ident:
-            self.texts.setdefault(ident, "")
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._open:
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        for ident in self._open:
-            if ident:
-                self.texts[ident] += data
-
-
 def texts(body: str) -> dict[str, str]:
-    parser = _Texts()
-    parser.feed(body)
-    return {k: " ".join(v.split()) for k, v in parser.texts.items()}
+    """The text of every element that has an id, by id (nested ones included)."""
+    return {e.get("id") or "": e.text for e in parse(body).select("[id]")}
 
 
 def recorded(call_id: str, model: str, outcome: Outcome | None = None):

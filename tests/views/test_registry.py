@@ -3,8 +3,6 @@ URL is in it, and the nav draws its tabs from it, lighting the tab of the page s
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -13,6 +11,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, path, reverse
 from manifests import services
 from manifests.models import Membership
 from manifests.views import registry
+from tests.html_page import parse
 
 PROJECT_URL = "p/<slug:slug>/"
 
@@ -43,30 +42,10 @@ def test_it_would_find_a_page_missing_from_the_registry():
     assert unregistered(patterns) == ["new-page"]
 
 
-class Tabs(HTMLParser):
-    """The nav's tabs: (data-nav, href, lit)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tabs: list[tuple[str, str, bool]] = []
-        self.in_nav = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if tag == "nav" and "tabs" in (found.get("class") or "").split():
-            self.in_nav = True
-        elif tag == "a" and self.in_nav:
-            self.tabs.append((found["data-nav"] or "", found["href"] or "", found.get("aria-current") == "page"))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "nav":
-            self.in_nav = False
-
-
 def tabs_of(body: str) -> list[tuple[str, str, bool]]:
-    parser = Tabs()
-    parser.feed(body)
-    return parser.tabs
+    """The nav's tabs: (data-nav, href, lit)."""
+    return [(a.get("data-nav") or "", a.get("href") or "", a.get("aria-current") == "page")
+            for a in parse(body).select("nav.tabs a")]
 
 
 @pytest.mark.django_db

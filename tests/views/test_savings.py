@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from manifests.analysis.prices import PriceBook
-from manifests.models import Attribution, CacheEvent, Call, Regression
+from manifests.models import Attribution, CacheEvent, Call, Compaction, Regression, ReRead
 from manifests.selectors import savings
 from manifests.selectors.filters import Filters
 from manifests.storage import partitions
@@ -130,15 +130,32 @@ def test_it_lists_the_top_fixes_by_saving_each_linking_to_its_first_bad_call(dem
         if calls:
             fixes.append((f"evidence:{cause}", 0.0, len(calls) / DAYS,
                           min(calls, key=lambda c: (c.started_at, c.pk)).call_id))
+    fixes += compaction_fixes(project, book)
     fixes.sort(key=lambda f: (-f[1], -f[2]))
     body = page(demo_world.client(demo_world.member), project.slug, "overview")
     listed = [(li.get("data-fix"), li.one("a.first-bad-call").get("href"))
               for li in parse(body).select("#top-fixes li[data-fix]")]
-    assert len(listed) == min(5, len(fixes)) >= 3
+    losses = sum(1 for f in fixes[5:] if f[0].startswith("compaction:") and f[1] < 0)  # always listed
+    assert len(listed) == min(5, len(fixes)) + losses >= 3
     assert [name for name, _ in listed] == [f[0] for f in fixes[:len(listed)]]
     for (_, href), fix in zip(listed, fixes, strict=False):
         assert href.split("?")[0] == reverse("call-detail", args=[project.slug, fix[3]])
     assert fixes[0][1] > fixes[1][1] > 0  # ordered by a saving that differs, not by chance
+
+
+def compaction_fixes(project, book: PriceBook) -> list[tuple[str, float, float, str]]:
+    """Per agent, model, strategy and trigger, the compactions of the seven days: the tokens they
+    took out less the tokens of the re-reads whose loss names them, at the weight of an uncached
+    input token, a day; compactions a day; the first of them followed by a re-read, else the first."""
+    groups: dict[str, list] = {}
+    for comp in Compaction.objects.filter(project=project, started_at__gte=week()).select_related("call"):
+        reread = sum(ReRead.objects.filter(lost_call=comp.call, cause="compaction",
+                                           cause_ref=comp.event_id).values_list("tokens", flat=True))
+        name = f"compaction:{comp.call.agent}|{comp.call.model}|{comp.strategy}|{comp.trigger}"
+        units = (comp.tokens_before - comp.tokens_after - reread) * book.for_model(comp.call.model).input_per_1k / 1000
+        groups.setdefault(name, []).append((units, not reread, comp.started_at, comp.call.call_id))
+    return [(name, sum(r[0] for r in rows) / DAYS, len(rows) / DAYS, min(r[1:] for r in rows)[2])
+            for name, rows in groups.items()]
 
 
 PAYLOAD = '<script>window.__pwned=1</script>'
@@ -189,9 +206,12 @@ def test_it_reads_only_the_seven_days_and_bounds_every_partitioned_read_by_time(
     assert CacheEvent.objects.filter(project=project, cause__in=FIXABLE_MISSES).count() == 4
     with CaptureQueriesContext(connection) as ctx:
         cache, evidence = savings.cache_causes(project, Filters()), savings.evidence_causes(project, Filters())
+        compactions = savings.compaction_savings(project, Filters())
     # Only the recent run's two calls count, however many older ones the tables hold.
     assert sum(f.calls for f in cache) * DAYS == pytest.approx(2)
-    assert {f.first_call_id for f in cache} | {f.first_call_id for f in evidence} <= {"new/0", "new/1"}
+    assert {f.first_call_id for f in cache + evidence + compactions} <= {"new/0", "new/1"}
+    assert sum(f.calls for f in compactions) * DAYS == pytest.approx(
+        Compaction.objects.filter(project=project, call__run__run_id="new").count())
     assert sum(f.runs for f in evidence) * DAYS == pytest.approx(len(evidence))
     for table in partitions.PARTITIONED_TABLES:
         for sql in (q["sql"] for q in ctx.captured_queries if f'"{table}"' in q["sql"]):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-from html.parser import HTMLParser
 from typing import Any
 
 from ctxkit.instrumentation.bodies import manifest_from_bodies
 from ctxkit.manifest import encode
+from tests.html_page import parse
 
 HOSTILE_DIR = '/srv/<img src=x onerror="alert(1)">'
 MEMORY = (f"<system-reminder>\nCodebase and user instructions are shown below.\n\nContents of {HOSTILE_DIR}/CLAUDE.md "
@@ -48,36 +48,8 @@ def claude_code_manifest(step: int, *, input_tokens: int) -> dict[str, Any]:
     return json.loads(encode(m))
 
 
-class _Rows(HTMLParser):
-    """The text of each cell of the rows that carry ``attribute`` (``data-item``, ``data-step``), by its value."""
-
-    def __init__(self, attribute: str) -> None:
-        super().__init__()
-        self.attribute, self.rows, self.row, self.cell = attribute, {}, None, None
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        found = dict(attrs).get(self.attribute)
-        if tag == "tr" and found is not None:
-            self.row = self.rows.setdefault(found, [])
-        elif tag == "td" and self.row is not None:
-            self.cell = []
-            self.row.append(self.cell)
-        elif tag == "br" and self.cell is not None:
-            self.cell.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "tr":
-            self.row = self.cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self.cell is not None:
-            self.cell.append(data)
-
-
 def rows_of(body: str, table: str, attribute: str) -> dict[str, list[str]]:
-    """Each row of the table with id ``table``, by its ``attribute``: its cells' text."""
-    start = body.index(f'id="{table}"')
-    parser = _Rows(attribute)
-    parser.feed(body[start:body.index("</table>", start)])
-    return {key: ["".join(cell).strip() for cell in cells] for key, cells in parser.rows.items()}
-
+    """Each row of the table with id ``table``, by its ``attribute``: its cells' text, a line break
+    for each ``<br>``."""
+    rows = parse(body).one(f"table#{table}").select(f"tr[{attribute}]")
+    return {row.get(attribute) or "": ["\n".join(cell.lines) for cell in row.select("td")] for row in rows}

@@ -30,7 +30,7 @@ from ctxkit.agents.transcripts import TranscriptCall, time_of
 
 __all__ = ["OPENING", "SESSION_HEADER", "SUBAGENT_TOOLS", "MCP_PREFIX", "MCP_MARK", "session", "delegation",
            "is_summary", "summary_trigger", "memory_files", "mcp_server", "workspace", "transcripts_folder",
-           "transcript_files", "transcript_calls"]
+           "transcript_files", "TranscriptReader", "transcript_calls"]
 
 OPENING = "This session is being continued from a previous conversation"
 SESSION_HEADER = "x-claude-code-session-id"
@@ -180,15 +180,20 @@ def transcript_files(folder: str, project_dir: str = "") -> list[str]:
 
 
 def _set_path(request: dict[str, Any], path: list[Any], value: Any) -> None:
-    """Put ``value`` as ``cache_control`` at ``path`` (keys and indexes) of the request."""
+    """Put ``value`` as ``cache_control`` at ``path`` (keys and indexes) of the request. The
+    request shares its parts with the reader's tables: each container on the way is copied."""
     node: Any = request
     for step in path:
         if isinstance(node, dict) and isinstance(step, str) and step in node:
-            node = node[step]
+            child = node[step]
         elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
-            node = node[step]
+            child = node[step]
         else:
             return
+        if isinstance(child, (dict, list)):
+            child = child.copy()
+            node[step] = child
+        node = child
     if isinstance(node, dict) and "content" in node and isinstance(node["content"], str):
         node["content"] = [{"type": "text", "text": node["content"], "cache_control": value}]
     elif isinstance(node, dict):
@@ -227,9 +232,11 @@ def _wire_result(block: Any) -> Any:
 
 
 def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any],
-             previous: list[Any]) -> dict[str, Any] | None:
+             previous: list[Any]) -> tuple[dict[str, Any], list[Any]] | None:
     """The request of an ``api-request`` line (its messages: the first ``keep`` of the previous
-    request's, then those its ``tail`` names), or None when its shape or a message is missing."""
+    request's, then those its ``tail`` names) and its messages as the transcript holds them (the
+    next request's ``previous``), or None when its shape or a message is missing. Its parts are
+    those of the reader's tables, shared with later requests: nothing here changes them in place."""
     shape = shapes.get(line.get("shapeHash", ""))
     tail = line.get("tail")
     if not isinstance(shape, dict) or not isinstance(tail, list) or any(h not in blobs for h in tail):
@@ -237,18 +244,18 @@ def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any]
     params = {k: v for k, v in (line.get("params") or {}).items() if k != "betas"}  # betas go in a header
     request: dict[str, Any] = {**params}
     if shape.get("system") is not None:
-        request["system"] = json.loads(json.dumps(shape["system"]))
+        request["system"] = shape["system"]
     if shape.get("tools") is not None:
-        request["tools"] = json.loads(json.dumps(shape["tools"]))
+        request["tools"] = shape["tools"]
     keep = line.get("keep")
     kept = previous[:keep] if isinstance(keep, int) and keep > 0 else []
-    request["messages"] = [*json.loads(json.dumps(kept)), *(json.loads(json.dumps(blobs[h])) for h in tail)]
-    previous[:] = json.loads(json.dumps(request["messages"]))
+    messages = [*kept, *(blobs[h] for h in tail)]
+    request["messages"] = list(messages)
     for mark in line.get("cacheControl") or []:
         if isinstance(mark, dict) and isinstance(mark.get("path"), list):
             _set_path(request, mark["path"], mark.get("value"))
     request["messages"] = [_wire(m) for m in request["messages"]]
-    return request
+    return request, messages
 
 
 def _forms(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -280,97 +287,139 @@ def _merge(response: dict[str, Any] | None, message: dict[str, Any]) -> dict[str
     return response
 
 
+_META = ("sessionId", "version", "cwd", "gitBranch", "timestamp")
+
+
+class TranscriptReader:
+    """One transcript read as it grows: each :meth:`read` takes the complete lines written since
+    the last one, so a file followed while its session runs is parsed once. A request is rebuilt
+    from the shapes and messages of earlier lines, which the reader keeps while it lives."""
+
+    def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
+        self.path = path
+        self.offset = 0  # bytes of complete lines read
+        self.malformed = malformed
+        self._report_from = start  # lines that end before it were reported by an earlier reader
+        self._lines = 0
+        self._shapes: dict[str, Any] = {}
+        self._blobs: dict[str, Any] = {}
+        self._pending: dict[str, Any] | None = None  # the last api-request line without its answer yet
+        self._response: dict[str, Any] | None = None
+        self._history: list[dict[str, Any]] = []  # the conversation, for transcripts without api-request lines
+        self._meta: dict[str, Any] = {}
+        self._sent: list[Any] = []  # the messages of the last rebuilt request, as the transcript holds them
+        self._answered = 0  # the offset after the last line of the answer being read
+        self._written = os.path.getmtime(path)  # the time of a call whose lines carry none
+
+    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The calls that the lines written since the last read complete (an answer is complete
+        once a later line follows it), each with the byte offset after its last line. A line
+        still being written is left for the next read."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                self.offset += len(raw)
+                self._lines += 1
+                yield from self._line(raw)
+
+    def last(self) -> tuple[TranscriptCall, int, bool] | None:
+        """The call whose answer ends the lines read so far, its offset, and whether the answer is
+        whole (it names its stop reason; else a later line may add blocks to it); None if none."""
+        if self._response is None:
+            return None
+        return self._call()[0], self._answered, self._response.get("stop_reason") is not None
+
+    def cut(self) -> str:
+        """What is left of a last line without its newline (a line being written, or cut)."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
+
+    def _call(self) -> tuple[TranscriptCall, list[Any] | None]:
+        """The call being read, and the messages of its rebuilt request (None if not rebuilt)."""
+        response = self._response
+        assert response is not None
+        pending, rebuilt = self._pending, None
+        if pending is not None:
+            rebuilt = _rebuilt(pending, self._shapes, self._blobs, self._sent)
+            key = str(pending.get("id") or response.get("id"))
+            started = time_of(pending.get("timestamp")) or self._written
+        else:
+            key, started = "", time_of(self._meta.get("timestamp")) or self._written
+        if rebuilt is not None:
+            request, exact = rebuilt[0], True
+        else:
+            request = {"model": response.get("model", ""), "messages": list(self._history)}
+            key, exact = key or f"{response.get('id')}:{self._answered}", False
+        meta = self._meta
+        session = str(meta.get("sessionId", ""))
+        headers = {SESSION_HEADER: session, "user-agent": f"claude-cli/{meta.get('version') or '0'}"}
+        call = TranscriptCall(request=request, response=dict(response), session=session, key=key,
+                              started=started, headers=headers, exact=exact, cwd=str(meta.get("cwd", "")),
+                              git_branch=str(meta.get("gitBranch", "")))
+        return call, rebuilt[1] if rebuilt is not None else None
+
+    def _finish(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The call being read, now that a later line ends it."""
+        if self._response is None:
+            return
+        call, messages = self._call()
+        if messages is not None:
+            self._sent = messages
+        self._history.append({"role": "assistant", "content": self._response.get("content", [])})
+        self._pending, self._response = None, None
+        yield call, self._answered
+
+    def _line(self, raw: bytes) -> Iterator[tuple[TranscriptCall, int]]:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            if self.malformed is not None and self.offset > self._report_from:
+                self.malformed.append(f"{self.path}:{self._lines}: not JSON")
+            return
+        if not isinstance(line, dict):
+            return
+        kind = line.get("type")
+        message = line.get("message")
+        if kind == "api-request-shape":
+            self._shapes[str(line.get("shapeHash", ""))] = line.get("shape")
+        elif kind == "api-request-blob":
+            self._blobs[str(line.get("hash", ""))] = line.get("message")
+        elif kind == "api-request":
+            yield from self._finish()
+            self._pending = line
+        elif kind == "assistant" and isinstance(message, dict) and message.get("model") == SYNTHETIC:
+            _remember(self._blobs, message)  # the CLI's own words, no model call
+            self._history.append({"role": "assistant", "content": message.get("content", [])})
+        elif kind == "assistant" and isinstance(message, dict):
+            if self._response is not None and self._response.get("id") != message.get("id"):
+                yield from self._finish()
+            self._meta.update((k, line[k]) for k in _META if k in line)
+            self._response = _merge(self._response, message)
+            _remember(self._blobs, message)
+            _remember(self._blobs, {"role": "assistant", "content": self._response.get("content", [])})
+            self._answered = self.offset
+        elif kind == "user" and isinstance(message, dict):
+            yield from self._finish()
+            self._meta.update((k, line[k]) for k in _META if k in line)
+            _remember(self._blobs, message)
+            if not line.get("isSidechain") or not self._history:
+                self._history.append({"role": "user", "content": message.get("content", "")})
+
+
 def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
                      ) -> Iterator[tuple[TranscriptCall, int]]:
     """The model calls of one transcript file, each with the byte offset after its last line.
     Lines before ``start`` are read for shapes and messages but yield no call."""
-    shapes: dict[str, Any] = {}
-    blobs: dict[str, Any] = {}
-    pending: dict[str, Any] | None = None  # the last api-request line without its answer yet
-    response: dict[str, Any] | None = None
-    history: list[dict[str, Any]] = []  # the conversation, for transcripts without api-request lines
-    meta: dict[str, Any] = {}
-    sent: list[Any] = []  # the messages of the last rebuilt request, as the transcript holds them
-    offset = 0
-    finished_at = 0
-    written = os.path.getmtime(path)  # the time of a call whose lines carry none
-
-    def finish() -> TranscriptCall | None:
-        nonlocal pending, response
-        if response is None:
-            return None
-        if pending is not None:
-            request = _rebuilt(pending, shapes, blobs, sent)
-            key = str(pending.get("id") or response.get("id"))
-            started = time_of(pending.get("timestamp")) or written
-            exact = request is not None
-        else:
-            request, key, started, exact = None, "", time_of(meta.get("timestamp")) or written, False
-        if request is None:
-            request = {"model": response.get("model", ""), "messages": json.loads(json.dumps(history))}
-            key = key or f"{response.get('id')}:{offset}"
-        session = str(meta.get("sessionId", ""))
-        headers = {SESSION_HEADER: session, "user-agent": f"claude-cli/{meta.get('version') or '0'}"}
-        call = TranscriptCall(request=request, response=response, session=session, key=key,
-                              started=started, headers=headers, exact=exact,
-                              cwd=str(meta.get("cwd", "")), git_branch=str(meta.get("gitBranch", "")))
-        history.append({"role": "assistant", "content": response.get("content", [])})
-        pending, response = None, None
-        return call
-
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            offset += len(raw)
-            if not raw.endswith(b"\n"):  # a line still being written (or cut): read it next time
-                if malformed is not None and raw.strip():
-                    malformed.append(f"{path}:{number}: truncated line")
-                offset -= len(raw)
-                break
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                if malformed is not None and offset > start:
-                    malformed.append(f"{path}:{number}: not JSON")
-                continue
-            if not isinstance(line, dict):
-                continue
-            kind = line.get("type")
-            if kind == "api-request-shape":
-                shapes[str(line.get("shapeHash", ""))] = line.get("shape")
-            elif kind == "api-request-blob":
-                blobs[str(line.get("hash", ""))] = line.get("message")
-            elif kind == "api-request":
-                call = finish()
-                if call is not None and finished_at > start:
-                    yield call, finished_at
-                pending = line
-            elif kind == "assistant" and isinstance(line.get("message"), dict) \
-                    and line["message"].get("model") == SYNTHETIC:  # the CLI's own words, no model call
-                _remember(blobs, line["message"])
-                history.append({"role": "assistant", "content": line["message"].get("content", [])})
-            elif kind == "assistant" and isinstance(line.get("message"), dict):
-                message = line["message"]
-                if response is not None and response.get("id") != message.get("id"):
-                    call = finish()
-                    if call is not None and finished_at > start:
-                        yield call, finished_at
-                meta = {**meta, **{k: line[k] for k in ("sessionId", "version", "cwd", "gitBranch", "timestamp")
-                                   if k in line}}
-                response = _merge(response, message)
-                _remember(blobs, message)
-                _remember(blobs, {"role": "assistant", "content": response.get("content", [])})
-                finished_at = offset
-            elif kind == "user" and isinstance(line.get("message"), dict):
-                call = finish()
-                if call is not None and finished_at > start:
-                    yield call, finished_at
-                meta = {**meta, **{k: line[k] for k in ("sessionId", "version", "cwd", "gitBranch", "timestamp")
-                                   if k in line}}
-                _remember(blobs, line["message"])
-                if not line.get("isSidechain") or not history:
-                    history.append({"role": "user", "content": line["message"].get("content", "")})
-    call = finish()
-    if call is not None and finished_at > start:
-        yield call, finished_at
-
-
+    reader = TranscriptReader(path, malformed, start)
+    for call, end in reader.read():
+        if end > start:
+            yield call, end
+    last = reader.last()
+    if last is not None and last[1] > start:
+        yield last[0], last[1]
+    cut = reader.cut()
+    if cut and malformed is not None:
+        malformed.append(cut)

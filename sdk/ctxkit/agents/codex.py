@@ -69,7 +69,8 @@ def memory_files(head: str) -> list[str] | None:
 # a line: ``session_meta`` (id, cwd, originator, cli_version, base_instructions, git),
 # ``turn_context`` (model), ``response_item`` (the history as Codex keeps it: developer and user
 # messages, the model's messages, reasoning and function calls, the functions' outputs),
-# ``token_usage_record`` (one per model response: ``response_id``, ``usage``), ``compacted`` (the
+# ``token_usage_record`` (one per model response: ``response_id``, ``usage``; earlier versions:
+# only the ``token_count`` event's ``last_token_usage``, without the id), ``compacted`` (the
 # summary and ``replacement_history``, the history after it). Each response becomes one call: its
 # request is the base instructions as a developer message, then the history at the time of its
 # first output item. A response whose output Codex marks ``compaction_output`` answered its
@@ -159,6 +160,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     history: list[dict[str, Any]] = []
     request: dict[str, Any] | None = None  # the request of the response being answered
     output: list[dict[str, Any]] = []
+    fed = False  # an input item came after this response's output: a later output is a new response
     started = 0.0
     offset = 0
     written = os.path.getmtime(path)
@@ -167,7 +169,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
         base = meta.get("base_instructions")
         text = base.get("text") if isinstance(base, dict) else base
         head = [_message("developer", text)] if isinstance(text, str) and text else []
-        body: dict[str, Any] = {"model": model, "input": json.loads(json.dumps([*head, *history])), "stream": True}
+        body: dict[str, Any] = {"model": model, "input": [*head, *history], "stream": True}
         if compaction:
             body["input"].append(_message("user", COMPACTION_PROMPT))
             body["tools"] = []
@@ -199,20 +201,32 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 item = _item(payload)
                 compaction = bool((line.get("metadata") or {}).get("compaction_output"))
                 if _is_output(item):
-                    if request is None:
-                        request, started = sent(compaction), time_of(line.get("timestamp"))
+                    if request is None or fed:  # a response without a token_usage_record ended (aborted)
+                        request, output, fed = sent(compaction), [], False
+                        started = time_of(line.get("timestamp"))
                     output.append(item)
                     if compaction:  # the summary goes into the history through the compacted line
                         continue
+                elif request is not None:
+                    fed = True
                 history.append(item)
             elif kind == "compacted":
                 history = _after_compaction(payload, history)
-            elif kind == "token_usage_record":
+                request, output, fed = None, [], False
+            elif kind == "token_usage_record" or (kind == "event_msg" and payload.get("type") == "token_count"
+                                                  and request is not None):
+                # Earlier versions write no token_usage_record: their token_count event (which
+                # 0.171.0 writes after the record, when no response is pending) ends the response.
+                info = payload.get("info")
+                usage = payload.get("usage") if kind == "token_usage_record" else \
+                    info.get("last_token_usage") if isinstance(info, dict) else None
+                if kind != "token_usage_record" and not isinstance(usage, dict):
+                    continue
                 if request is None:
                     request, started = sent(False), time_of(line.get("timestamp"))
                 response_id = str(payload.get("response_id") or "")
                 response = {"id": response_id, "object": "response", "model": model, "status": "completed",
-                            "output": output, "usage": _usage(payload.get("usage"))}
+                            "output": output, "usage": _usage(usage)}
                 session = str(meta.get("id") or meta.get("session_id") or payload.get("session_id") or "")
                 git = meta.get("git")
                 git = git if isinstance(git, dict) else {}
@@ -222,6 +236,6 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                     git_branch=str(git.get("branch") or ""),
                     headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
                              SESSION_HEADERS[0]: session})
-                request, output = None, []
+                request, output, fed = None, [], False
                 if offset > start:
                     yield call, offset

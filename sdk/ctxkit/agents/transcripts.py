@@ -7,11 +7,12 @@ would have seen, so an imported call gives the same manifest as one captured liv
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["TranscriptCall", "time_of"]
+__all__ = ["Reader", "TranscriptCall", "time_of"]
 
 
 @dataclass
@@ -38,3 +39,20 @@ def time_of(stamp: Any) -> float:
         except ValueError:
             return 0.0
     return 0.0
+
+
+class Reader(Protocol):
+    """One transcript read as it grows (``ctxkit watch``): each read parses only the lines
+    written since the last one."""
+
+    offset: int  # bytes of the file read
+
+    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The calls the lines written since the last read complete, each with the byte offset
+        after its last line."""
+        ...
+
+    def last(self) -> tuple[TranscriptCall, int, bool] | None:
+        """The call whose answer ends what was read, its offset, and whether that answer is whole
+        (else a later line may add to it); None when the lines read end otherwise."""
+        ...

@@ -68,7 +68,7 @@ def apply_policies(
             note = "no budget left after pinned segments and higher priorities"
         else:
             out, rec = _run_policy(seg, text, granted, estimate, scorer, line_cjk)
-            used = estimate(out)
+            used = rec.tokens_after  # every operator's record counts its output with this estimate
             if rec.data.get("over_budget"):  # pinned tools that do not fit: kept and charged, the plan is over
                 a.granted = granted = used
             if used > granted and seg.policy != "ref":  # overshot: a marked cut, else nothing

@@ -86,7 +86,8 @@ def _line_forms(text: str, folded: str, simple: bool) -> list[str]:
     line feeds gives the folded lines; the lines of a simple text need no whitespace work.
     """
     parts = folded.split("\n")
-    if len(parts) != text.count("\n") + 1:  # cannot happen (see above); stay correct if it ever did
+    # Cannot happen (see above; ASCII text folds character by character); stay correct if it ever did.
+    if not text.isascii() and len(parts) != text.count("\n") + 1:
         return [normalize(line) for line in text.split("\n")]
     if not simple:
         return [" ".join(line.split()) for line in parts]

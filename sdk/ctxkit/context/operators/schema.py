@@ -62,9 +62,16 @@ RISK_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
+# RISK's halves, searched apart: Chinese has no case, so its words need no IGNORECASE and are found
+# by a quick scan for their first characters; in the union, every one of them was tried at every
+# character, case-insensitively. The English words are tried at word starts only.
+_RISK_EN = re.compile(_RISK_WORDS, re.IGNORECASE)
+_RISK_ZH = re.compile("|".join(zh for _, _, zh in _RISK_KIND_WORDS))
+
+
 def is_risky(sentence: str) -> bool:
-    """Whether ``sentence`` states a risk (:data:`RISK`)."""
-    return RISK.search(sentence) is not None
+    """Whether ``sentence`` states a risk (whether :data:`RISK` matches in it)."""
+    return _RISK_ZH.search(sentence) is not None or _RISK_EN.search(sentence) is not None
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")
