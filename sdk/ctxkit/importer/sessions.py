@@ -60,7 +60,7 @@ SOURCES: dict[str, Source] = {
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
                     codex.transcript_calls),
     "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
-                     gemini_cli.transcript_calls),
+                     gemini_cli.transcript_calls, gemini_cli.ChatReader),
 }
 
 
