@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import API_KEY, IngestServer
-from ctxkit.agents.gemini_cli import transcript_calls, transcript_files
+from ctxkit.agents.gemini_cli import ChatReader, transcript_calls, transcript_files
 from ctxkit.cli import main
 from ctxkit.importer.sessions import NOT_ITEMISED
 
@@ -158,3 +158,45 @@ def test_it_imports_a_chat_once_with_its_compression_and_reports_malformed_recor
     assert _import(chats, server) == 0  # every project's chats: the other one's call only
     assert capsys.readouterr().out.strip().startswith("sessions=1 calls=1 skipped=0")
     assert len(server.stored) == 5
+
+
+def test_it_drops_the_messages_a_rewind_took_back(tmp_path: Path) -> None:
+    chat = tmp_path / "tmp" / "app" / "chats" / "session-2026-12-01T10-00-0d6c5f7e.jsonl"
+    chat.parent.mkdir(parents=True)
+    chat.write_text("\n".join(json.dumps(r) for r in [
+        {"sessionId": SESSION, "projectHash": "h"},
+        _message("user", "u1", "first try", "01"),
+        _message("gemini", "g1", "First answer.", "02", tokens=_tokens(100), model=MODEL),
+        _message("info", "i1", "Rewinding.", "03"),
+        {"$rewindTo": "u1"},
+        _message("user", "u2", "second try", "04"),
+        _message("gemini", "g2", "Second answer.", "05", tokens=_tokens(90), model=MODEL),
+    ]) + "\n", encoding="utf-8")
+    calls = [call for call, _end in transcript_calls(str(chat))]
+    assert [c.key for c in calls] == ["g1", "g2"]
+    assert calls[1].request == {"contents": [{"role": "user", "parts": [{"text": "second try"}]}]}
+    assert calls[1].cwd == ""  # no .project_root beside the chats
+
+
+def test_it_reads_a_growing_chat_once_and_waits_for_the_tool_calls(tmp_path: Path) -> None:
+    chat = tmp_path / "session-2026-12-01T10-00-0d6c5f7e.jsonl"
+    asked = _read("g1", "02")
+
+    def write(*records: dict) -> None:
+        with chat.open("a", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(r) + "\n" for r in records))
+
+    write({"sessionId": SESSION, "projectHash": "h"}, _message("user", "u1", "read notes.md", "01"),
+          {**asked, "toolCalls": None})
+    reader = ChatReader(str(chat))
+    assert list(reader.read()) == []
+    call, end, whole = reader.last()
+    assert (call.key, end, whole) == ("g1", chat.stat().st_size, False)  # its tool calls may follow
+    write({"$set": {"lastUpdated": "2026-12-01T10:00:02.000Z"}}, asked)
+    assert list(reader.read()) == []
+    call, end, whole = reader.last()
+    assert whole and end == chat.stat().st_size
+    assert call.response["candidates"][0]["content"]["parts"][-1]["functionCall"]["name"] == "read_file"
+    write(_result("g1", "03"))
+    [(done, at)] = list(reader.read())
+    assert (done.key, at) == ("g1", end) and reader.last() is None

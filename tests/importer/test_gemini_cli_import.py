@@ -54,7 +54,7 @@ def test_it_imports_a_real_gemini_cli_session_with_its_compression_and_the_rerea
     assert capsys.readouterr().out.startswith("sessions=1 calls=6 skipped=0 malformed=0 rejected=0 ")
 
     [run] = _get(live_server, key, "/api/v1/runs")["results"]
-    assert run["call_count"] == 6 and run["agent"] == "GeminiCLI"
+    assert run["call_count"] == 6 and run["agent"] == "GeminiCLI" and run["cwd"] == str(tmp_path / "work")
     calls = _get(live_server, key, f"/api/v1/runs/{run['run_id']}/calls")["results"]
     details = sorted((_get(live_server, key, f"/api/v1/calls/{c['call_id']}") for c in calls), key=lambda c: c["step"])
     assert [c["step"] for c in details] == list(range(6))

@@ -16,6 +16,7 @@ import pytest
 
 import ctxkit
 from ctxkit import Client
+from tests.proxy.provider_standin import same_ids
 
 SYSTEM = "You are the refund analyst.\nCurrent time: {time}\nAnswer in English."
 TOOLS = [{"name": "bi_query", "description": "Query the BI warehouse",
@@ -94,10 +95,11 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
             client.messages.create(**{**request, "model": "broken"})
         client.beta.messages.create(**request, context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
                                     betas=["context-management-2025-06-27"], ctxview={"agent": "compactor"})
-    # What the agent sees is what the SDK returns without ctxkit.
+    # What the agent sees is what the SDK returns without ctxkit (each answer's own id set aside).
     assert type(got) is anthropic.types.Message
-    assert got.model_dump() == plain.messages.create(**request).model_dump()
-    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in plain.messages.create(**request, stream=True)]
+    assert same_ids(got.model_dump()) == same_ids(plain.messages.create(**request).model_dump())
+    assert same_ids([e.model_dump() for e in streamed]) == same_ids(
+        [e.model_dump() for e in plain.messages.create(**request, stream=True)])
     assert ctxkit.instrument.flush(20)
 
     calls = served_calls(live_server, key, "a-run")
@@ -131,8 +133,8 @@ def test_it_records_openai_chat_and_responses_calls(live_server, key, standin, s
     client = ctxkit.instrument(openai_client(standin.url), ctxkit_client=sender, agent="analyst", run_id="o-run")
     tools = [{"type": "function", "function": {"name": "bi_query", "parameters": {"type": "object"}}}]
     got = client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES, tools=tools)
-    assert got.model_dump() == plain.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES,
-                                                             tools=tools).model_dump()
+    assert same_ids(got.model_dump()) == same_ids(plain.chat.completions.create(
+        model="gpt-4o", messages=OPENAI_MESSAGES, tools=tools).model_dump())
     chunks = list(client.chat.completions.create(model="gpt-4o", messages=OPENAI_MESSAGES, stream=True,
                                                  stream_options={"include_usage": True}))
     assert chunks[-1].usage.prompt_tokens == 2000

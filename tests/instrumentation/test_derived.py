@@ -18,6 +18,7 @@ from anthropic.lib.streaming import MessageStream
 import ctxkit
 from tests.instrumentation.test_clients import anthropic_client, openai_client, run_in_own_loop, served_calls
 from tests.instrumentation.test_helpers import CHAT, RESP, A, manifest_shape, served_by_agent
+from tests.proxy.provider_standin import same_ids
 
 RESUMED_ID = "resp_standin"  # the stand-in's response id
 
@@ -37,7 +38,7 @@ def test_clients_from_with_options_and_copy_record_their_calls_once(live_server,
     tuned = o.with_options(timeout=5, default_headers={"X-Team": "refunds"})
     got = tuned.chat.completions.create(**CHAT, ctxview={"agent": "with_options"})
     sent = standin.headers[-1]
-    assert got.model_dump() == plain.chat.completions.create(**CHAT).model_dump()
+    assert same_ids(got.model_dump()) == same_ids(plain.chat.completions.create(**CHAT).model_dump())
     # The derived client's own options hold: its timeout, and its header reached the provider.
     assert (type(tuned), tuned.timeout, sent.get("x-team")) == (openai.OpenAI, 5, "refunds")
     o.copy(max_retries=1).responses.create(**RESP, ctxview={"agent": "copy"})

@@ -29,6 +29,7 @@ from tests.instrumentation.test_clients import (
     run_in_own_loop,
     served_calls,
 )
+from tests.proxy.provider_standin import same_ids
 
 
 class Rate(pydantic.BaseModel):
@@ -46,16 +47,16 @@ RESP = dict(model="gpt-4o", instructions="Be brief.", input="Summarise.", max_ou
 
 
 def _message(m: Any) -> tuple:
-    """What the agent got, comparable between two clients (ids are fixed by the stand-in)."""
-    return type(m).__name__, m.model_dump(exclude_none=True, warnings=False)
+    """What the agent got, comparable between two clients (each answer's own id set aside)."""
+    return type(m).__name__, same_ids(m.model_dump(exclude_none=True, warnings=False))
 
 
 def _events(stream: Any) -> list:
-    return [e.model_dump(exclude_none=True) for e in stream]
+    return same_ids([e.model_dump(exclude_none=True) for e in stream])
 
 
 async def _aevents(stream: Any) -> list:
-    return [e.model_dump(exclude_none=True) async for e in stream]
+    return same_ids([e.model_dump(exclude_none=True) async for e in stream])
 
 
 def _stream(manager: Any, final: str) -> tuple:

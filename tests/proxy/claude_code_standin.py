@@ -14,7 +14,8 @@ short text. ``sized_usage=True`` reports an uncached input that
 grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
 makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
 at the start of its next run), ``cold_on`` one that read nothing from the cache. Every other path
-answers 404 in Anthropic's error shape. Each request's path, headers and JSON body are kept
+answers 404 in Anthropic's error shape. Each answer has an id of its own (``msg_…``), as
+Anthropic's do: the proxy stores a call under it. Each request's path, headers and JSON body are kept
 (``received``) so a test can see what the CLI sends.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -135,7 +137,8 @@ def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "", cold_o
 
 def events(body: dict[str, Any], usage: dict[str, int] = USAGE) -> list[tuple[str, dict[str, Any]]]:
     blocks, stop = answer(body)
-    message = {"id": "msg_cc_standin", "type": "message", "role": "assistant", "model": body.get("model"),
+    message = {"id": f"msg_cc_standin_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
+               "model": body.get("model"),
                "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}
     out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": message})]
     for index, block in enumerate(blocks):
@@ -201,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
         usage = usage_of(body, self.server.sized_usage, self.server.full_window_on, self.server.cold_on)
         if not body.get("stream"):
             blocks, stop = answer(body)
-            return self._json(200, {"id": "msg_cc_standin", "type": "message", "role": "assistant",
+            return self._json(200, {"id": f"msg_cc_standin_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
                                     "model": body.get("model"), "content": blocks, "stop_reason": stop,
                                     "stop_sequence": None, "usage": usage})
         data = b"".join(f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()

@@ -4,7 +4,9 @@ and bench/instrument.py.
 
 Answers JSON or server-sent events (``"stream": true``) with usage that carries cache fields;
 model ``rate-limited`` gets a 429 and model ``broken`` a 500, in each provider's error shape.
-``GET /v1/responses/<id>`` answers the last Responses request again (``?stream=true``: its events).
+``GET /v1/responses/<id>`` answers the last Responses request again under that id (``?stream=true``:
+its events). Every answer has an id of its own (``msg_…``, ``chatcmpl-…``, ``resp_…``, ``responseId``),
+as the providers give them: the proxy stores a call under its response's id.
 Gemini: ``POST /{v1,v1beta}/models/<model>:generateContent`` (JSON), ``:streamGenerateContent``
 (server-sent events with ``?alt=sse``, a JSON array without), ``:countTokens``; a request whose
 last user text asks to "use a tool" is answered with a ``functionCall`` of its first declared
@@ -15,8 +17,10 @@ Sets TCP_NODELAY, so Nagle's delay does not hide per-call costs.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +36,29 @@ TEXT = "The refund rate is 0.0321."
 JSON_TEXT = '{"rate": "0.0321"}'  # the answer when the request asks for a JSON schema (the SDKs' parse())
 
 
+# The ids of the stand-in's answers (a uuid4 after a prefix per API).
+ANSWER_ID = re.compile(r"(?:msg_standin_|chatcmpl-standin-|resp_standin_|gem_standin_)[0-9a-f]{32}")
+
+
+def new_id(prefix: str) -> str:
+    """A response id no other answer has."""
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+def same_ids(value: Any) -> Any:
+    """``value`` (bytes, text, or parsed JSON) with each answer id replaced by one placeholder, so
+    two answers to the same request compare equal whatever ids they were given."""
+    if isinstance(value, bytes):
+        return ANSWER_ID.sub("<id>", value.decode()).encode()
+    if isinstance(value, str):
+        return ANSWER_ID.sub("<id>", value)
+    if isinstance(value, dict):
+        return {k: same_ids(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [same_ids(v) for v in value]
+    return value
+
+
 def text_for(body: dict[str, Any]) -> str:
     asks_json = (body.get("response_format") or (body.get("text") or {}).get("format")
                  or (body.get("output_config") or {}).get("format"))
@@ -39,7 +66,7 @@ def text_for(body: dict[str, Any]) -> str:
 
 
 def anthropic_message(body: dict[str, Any]) -> dict[str, Any]:
-    message = {"id": "msg_standin", "type": "message", "role": "assistant", "model": body.get("model"),
+    message = {"id": new_id("msg_standin_"), "type": "message", "role": "assistant", "model": body.get("model"),
                "content": [{"type": "text", "text": text_for(body)}], "stop_reason": "end_turn", "stop_sequence": None,
                "usage": dict(ANTHROPIC_USAGE)}
     if body.get("context_management"):
@@ -67,13 +94,14 @@ def anthropic_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def chat_completion(body: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "chatcmpl-standin", "object": "chat.completion", "created": 1764410400, "model": body.get("model"),
+    return {"id": new_id("chatcmpl-standin-"), "object": "chat.completion", "created": 1764410400,
+            "model": body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text_for(body)},
                          "finish_reason": "stop", "logprobs": None}], "usage": CHAT_USAGE}
 
 
 def chat_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
-    base = {"id": "chatcmpl-standin", "object": "chat.completion.chunk", "created": 1764410400,
+    base = {"id": new_id("chatcmpl-standin-"), "object": "chat.completion.chunk", "created": 1764410400,
             "model": body.get("model")}
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text_for(body)},
                                     "finish_reason": None}]},
@@ -88,29 +116,31 @@ def _output_message(body: dict[str, Any], status: str = "completed", text: str |
             "content": [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-def response(body: dict[str, Any], status: str = "completed") -> dict[str, Any]:
-    return {"id": "resp_standin", "object": "response", "created_at": 1764410400, "model": body.get("model"),
+def response(body: dict[str, Any], status: str = "completed", response_id: str = "") -> dict[str, Any]:
+    return {"id": response_id or new_id("resp_standin_"), "object": "response", "created_at": 1764410400,
+            "model": body.get("model"),
             "status": status, "output": [] if status != "completed" else [_output_message(body, text=text_for(body))],
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": body.get("tools") or [],
             "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
             "usage": RESPONSES_USAGE if status == "completed" else None}
 
 
-def response_events(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def response_events(body: dict[str, Any], response_id: str = "") -> list[tuple[str, dict[str, Any]]]:
     """The Responses event sequence (output item and content part opened before the text delta,
-    as the SDK's ``responses.stream()`` accumulator requires)."""
+    as the SDK's ``responses.stream()`` accumulator requires), of one response id."""
     text = text_for(body)
+    response_id = response_id or new_id("resp_standin_")
     part = {"type": "output_text", "text": "", "annotations": []}
     at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
     events = [
-        {"type": "response.created", "response": response(body, "in_progress")},
+        {"type": "response.created", "response": response(body, "in_progress", response_id)},
         {"type": "response.output_item.added", "output_index": 0, "item": _output_message(body, "in_progress")},
         {"type": "response.content_part.added", **at, "part": part},
         {"type": "response.output_text.delta", **at, "delta": text, "logprobs": []},
         {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
         {"type": "response.content_part.done", **at, "part": {**part, "text": text}},
         {"type": "response.output_item.done", "output_index": 0, "item": _output_message(body, text=text)},
-        {"type": "response.completed", "response": response(body)},
+        {"type": "response.completed", "response": response(body, response_id=response_id)},
     ]
     return [(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)]
 
@@ -131,9 +161,10 @@ def gemini_chunks(body: dict[str, Any], model: str) -> list[dict[str, Any]]:
     """The streamed chunks of one answer; usage and finish reason on the last (usage is cumulative)."""
     call = _gemini_tool_call(body)
     pieces = [[call]] if call else [[{"text": "The refund rate "}], [{"text": "is 0.0321."}]]
+    response_id = new_id("gem_standin_")
     chunks = [{"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
                "usageMetadata": {"promptTokenCount": GEMINI_USAGE["promptTokenCount"]}, "modelVersion": model,
-               "responseId": "gem_standin"} for parts in pieces]
+               "responseId": response_id} for parts in pieces]
     chunks[-1]["candidates"][0]["finishReason"] = "STOP"
     chunks[-1]["usageMetadata"] = dict(GEMINI_USAGE)
     return chunks
@@ -143,7 +174,7 @@ def gemini_response(body: dict[str, Any], model: str) -> dict[str, Any]:
     call = _gemini_tool_call(body)
     return {"candidates": [{"content": {"role": "model", "parts": [call or {"text": TEXT}]}, "finishReason": "STOP",
                             "index": 0}],
-            "usageMetadata": dict(GEMINI_USAGE), "modelVersion": model, "responseId": "gem_standin"}
+            "usageMetadata": dict(GEMINI_USAGE), "modelVersion": model, "responseId": new_id("gem_standin_")}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -234,16 +265,17 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send(404, {"error": {"message": f"no route {path}"}})
 
     def do_GET(self) -> None:
-        # GET /v1/responses/<id>: the last Responses request's response (a stored response), as
-        # JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
+        # GET /v1/responses/<id>: the last Responses request's response (a stored response) under
+        # that id, as JSON, or its whole event sequence with ?stream=true (the SDK's resumed stream).
         path, _, query = self.path.partition("?")
         self.server.requests.append((path, {}))
         self.server.queries.append(query)
         self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
         if "/responses/" not in path:
             return self._send(404, {"error": {"message": f"no route {path}"}})
-        body = self.server.last_response
-        return self._sse(response_events(body)) if "stream=true" in query else self._send(200, response(body))
+        body, stored = self.server.last_response, path.rsplit("/", 1)[-1]
+        return self._sse(response_events(body, stored)) if "stream=true" in query else self._send(
+            200, response(body, response_id=stored))
 
 
 class StandIn(ThreadingHTTPServer):

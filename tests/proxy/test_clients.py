@@ -20,7 +20,7 @@ import openai
 import pytest
 
 import ctxkit
-from tests.proxy.provider_standin import StandIn
+from tests.proxy.provider_standin import StandIn, same_ids
 from tests.proxy.proxy_support import KeptManifests, running_proxy
 
 SYSTEM = [{"type": "text", "text": "You are the refund analyst.\nAnswer in English.",
@@ -101,17 +101,19 @@ def test_anthropic_client_gets_what_it_gets_directly_and_the_conversation_is_one
     # Not streamed: the same bytes, the same parsed message.
     raw_direct = direct.messages.with_raw_response.create(**request, messages=TURN_1)
     raw_through = through.messages.with_raw_response.create(**request, messages=TURN_1)
-    assert raw_through.http_response.content == raw_direct.http_response.content
+    # (each answer has an id of its own: the ids are set aside)
+    assert same_ids(raw_through.http_response.content) == same_ids(raw_direct.http_response.content)
     assert raw_through.status_code == raw_direct.status_code == 200
     assert raw_through.headers["content-type"] == raw_direct.headers["content-type"]
-    assert raw_through.parse().model_dump() == raw_direct.parse().model_dump()
+    assert same_ids(raw_through.parse().model_dump()) == same_ids(raw_direct.parse().model_dump())
 
     # Streamed: the same bytes, the same events.
     with direct.messages.with_streaming_response.create(**request, messages=TURN_2, stream=True) as d, \
             through.messages.with_streaming_response.create(**request, messages=TURN_2, stream=True) as t:
-        assert b"".join(t.iter_bytes()) == b"".join(d.iter_bytes())
+        assert same_ids(b"".join(t.iter_bytes())) == same_ids(b"".join(d.iter_bytes()))
     streamed = [e.model_dump() for e in through.messages.create(**request, messages=TURN_3, stream=True)]
-    assert streamed == [e.model_dump() for e in direct.messages.create(**request, messages=TURN_3, stream=True)]
+    assert same_ids(streamed) == same_ids([e.model_dump() for e in direct.messages.create(
+        **request, messages=TURN_3, stream=True)])
 
     # beta.messages (?beta=true) and an error status, continuing the conversation.
     beta = through.beta.messages.create(**request, messages=[*TURN_3, {"role": "assistant", "content": "Same."},
@@ -134,6 +136,9 @@ def test_anthropic_client_gets_what_it_gets_directly_and_the_conversation_is_one
     (calls,) = runs.values()
     assert [c["step"] for c in calls] == [0, 1, 2, 3, 4]
     first, second, third, beta_call, limited_call = calls
+    # A call is stored under the id of the message it was answered with.
+    assert (first["call_id"], third["call_id"], beta_call["call_id"]) == (
+        raw_through.parse().id, streamed[0]["message"]["id"], beta.id)
     assert {c["agent"] for c in calls} == {"Anthropic"}  # the client's product, from its User-Agent
     for c in (first, second, third):
         assert (c["input_tokens"], c["cache_read_tokens"], c["cache_write_tokens"], c["output_tokens"]) == (
@@ -160,21 +165,21 @@ def test_openai_client_gets_what_it_gets_directly_and_the_run_header_names_the_r
 
     raw = [c.chat.completions.with_raw_response.create(model="gpt-4o", messages=CHAT, tools=tools)
            for c in (direct, through)]
-    assert raw[1].http_response.content == raw[0].http_response.content
+    assert same_ids(raw[1].http_response.content) == same_ids(raw[0].http_response.content)
     for make in (
         lambda c: c.chat.completions.with_streaming_response.create(
             model="gpt-4o", messages=CHAT, stream=True, stream_options={"include_usage": True}),
         lambda c: c.responses.with_streaming_response.create(model="gpt-4o", input="Summarise.", stream=True),
     ):
         with make(direct) as d, make(through) as t:
-            assert b"".join(t.iter_bytes()) == b"".join(d.iter_bytes())
+            assert same_ids(b"".join(t.iter_bytes())) == same_ids(b"".join(d.iter_bytes()))
     response = through.responses.create(model="gpt-4o", instructions="Be brief.", input="Summarise.",
                                         max_output_tokens=300)
-    assert response.model_dump() == direct.responses.create(
-        model="gpt-4o", instructions="Be brief.", input="Summarise.", max_output_tokens=300).model_dump()
+    assert same_ids(response.model_dump()) == same_ids(direct.responses.create(
+        model="gpt-4o", instructions="Be brief.", input="Summarise.", max_output_tokens=300).model_dump())
     events = [e.model_dump() for e in through.responses.create(model="gpt-4o", input="Summarise.", stream=True)]
-    assert events == [e.model_dump() for e in direct.responses.create(model="gpt-4o", input="Summarise.",
-                                                                      stream=True)]
+    assert same_ids(events) == same_ids([e.model_dump() for e in direct.responses.create(
+        model="gpt-4o", input="Summarise.", stream=True)])
     with pytest.raises(openai.InternalServerError):
         through.chat.completions.create(model="broken", messages=CHAT)
 
@@ -183,6 +188,8 @@ def test_openai_client_gets_what_it_gets_directly_and_the_run_header_names_the_r
     calls = runs["o-run"]
     assert [c["step"] for c in calls] == [0, 1, 2, 3, 4, 5]
     chat, chat_stream, resp_stream, resp, resp_stream_2, broken = calls
+    assert (chat["call_id"], resp["call_id"], resp_stream_2["call_id"]) == (
+        raw[1].parse().id, response.id, events[0]["response"]["id"])
     assert {c["agent"] for c in calls} == {"support-bot"}
     for c in (chat, chat_stream):
         assert (c["input_tokens"], c["cache_read_tokens"], c["output_tokens"], c["finish_reason"]) == (

@@ -6,6 +6,7 @@ real anthropic client."""
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import socket
@@ -16,6 +17,7 @@ import httpx2
 import pytest
 
 from ctxkit import Client
+from tests.proxy.provider_standin import same_ids
 from tests.proxy.proxy_support import KeptManifests, raw_request, running_proxy
 from tests.proxy.proxy_upstream import HostileUpstream
 
@@ -141,9 +143,11 @@ def test_a_gzip_response_stays_compressed_for_the_agent_and_is_decoded_for_the_m
     headers = _headers("gzip", **{"accept-encoding": "gzip"})
     direct = raw_request(upstream.url, "POST", "/v1/messages", _body("gzip"), headers)
     through = raw_request(proxy.url, "POST", "/v1/messages", _body("gzip"), headers)
-    assert through[1]["content-encoding"] == "gzip" and through[2] == direct[2]
+    assert through[1]["content-encoding"] == "gzip" and through[2][:2] == direct[2][:2] == b"\x1f\x8b"
+    answer = json.loads(gzip.decompress(through[2]))
+    assert same_ids(answer) == same_ids(json.loads(gzip.decompress(direct[2])))  # each answer has its own id
     (call,) = _run(proxy, kept, "gzip")
-    assert (call.usage.input_tokens, call.outcome.finish_reason) == (1950, "end_turn")
+    assert (call.usage.input_tokens, call.outcome.finish_reason, call.call_id) == (1950, "end_turn", answer["id"])
 
 
 def test_headers_end_to_end_pass_hop_by_hop_and_ctxview_ones_do_not(proxy, upstream, kept):
@@ -318,7 +322,7 @@ def test_ctxview_down_changes_nothing_for_the_agent(upstream):
     with running_proxy(upstream.url, down) as proxy:
         direct = raw_request(upstream.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"), _headers("down"))
         through = raw_request(proxy.url, "POST", "/v1/messages", _body("claude-sonnet-4-5"), _headers("down"))
-        assert (through[0], through[2]) == (direct[0], direct[2])
+        assert (through[0], same_ids(through[2])) == (direct[0], same_ids(direct[2]))
         assert _eventually(lambda: down.stats()["captured"] == 1)
         proxy.capture.flush(5)
     assert down.stats()["sent"] == 0

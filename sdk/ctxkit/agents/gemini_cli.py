@@ -26,8 +26,8 @@ from typing import Any
 
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
-__all__ = ["INSTALLATION_HEADER", "SESSION_HEADER", "is_gemini_cli", "is_summary", "memory_files", "session",
-           "transcript_calls", "transcript_files", "transcripts_folder"]
+__all__ = ["INSTALLATION_HEADER", "SESSION_HEADER", "ChatReader", "is_gemini_cli", "is_summary", "memory_files",
+           "session", "transcript_calls", "transcript_files", "transcripts_folder"]
 
 INSTALLATION_HEADER = "x-gemini-api-privileged-user-id"
 # The CLI sends no session id; a chat file names its session, and ctxkit import passes it in this header.
@@ -162,25 +162,35 @@ def _model_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [*parts, *_tool_call_parts(message)]
 
 
-def _contents(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _wire(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A user or gemini message as the CLI sends it: its role and parts (none for the rest)."""
+    kind = message.get("type")
+    if kind == "user":
+        role, parts = "user", _parts(message.get("content"))
+    elif kind == "gemini":
+        role, parts = "model", _model_parts(message)
+    else:  # info, error, warning: shown, never sent
+        return "", []
+    return role, [w for w in (_wire_part(p) for p in parts) if w is not None]
+
+
+def _contents(messages: list[dict[str, Any]], wired: dict[str, tuple[Any, str, list[dict[str, Any]]]]
+              ) -> list[dict[str, Any]]:
     """The conversation as the CLI sends it: user and gemini messages as contents, consecutive
-    ones of a role in one content."""
+    ones of a role in one content (``wired``: each message's role and parts, by id, read once
+    while the message is the same record)."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        kind = message.get("type")
-        if kind == "user":
-            role, parts = "user", _parts(message.get("content"))
-        elif kind == "gemini":
-            role, parts = "model", _model_parts(message)
-        else:  # info, error, warning: shown, never sent
-            continue
-        wire = [w for w in (_wire_part(p) for p in parts) if w is not None]
-        if not wire:
+        known = wired.get(message["id"])
+        if known is None or known[0] is not message:
+            known = wired[message["id"]] = (message, *_wire(message))
+        _, role, parts = known
+        if not parts:
             continue
         if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(wire)
+            out[-1]["parts"] = [*out[-1]["parts"], *parts]
         else:
-            out.append({"role": role, "parts": wire})
+            out.append({"role": role, "parts": parts})
     return out
 
 
@@ -215,84 +225,135 @@ def _cwd(path: str) -> str:
     return _project_root(os.path.dirname(folder))
 
 
+_FINAL = ("success", "error", "cancelled")  # a tool call's status once the CLI is done with it
+
+
+class ChatReader:
+    """One chat read as it grows: each :meth:`read` takes the complete records written since the
+    last one, so a chat followed while its session runs is parsed once. A call's request is the
+    conversation the reader holds when its gemini message first appears."""
+
+    def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
+        self.path = path
+        self.offset = 0  # bytes of complete records read
+        self.malformed = malformed
+        self._report_from = start  # records that end before it were reported by an earlier reader
+        self._lines = 0
+        self._messages: list[dict[str, Any]] = []  # the conversation as the CLI holds it
+        self._where: dict[str, int] = {}  # message id -> its index in _messages
+        self._wired: dict[str, tuple[Any, str, list[dict[str, Any]]]] = {}  # message id -> (record, role, parts)
+        self._meta: dict[str, Any] = {}
+        self._pending: dict[str, Any] | None = None  # the last gemini message: request, started, record, offset
+        self._called: set[str] = set()  # the gemini messages taken as calls
+        self._cwd = _cwd(path)
+        self._written = os.path.getmtime(path)  # the time of a call whose records carry none
+
+    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The calls that the records written since the last read complete (a gemini message is
+        complete once a record about another message follows it), each with the byte offset
+        after its last record. A record still being written is left for the next read."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                self.offset += len(raw)
+                self._lines += 1
+                yield from self._record(raw)
+
+    def last(self) -> tuple[TranscriptCall, int, bool] | None:
+        """The call whose message ends the records read so far, its offset, and whether it is
+        whole (its tool calls done; else a later record may add to it); None if none."""
+        found = self._pending
+        if found is None or not isinstance(found["record"].get("tokens"), dict):
+            return None
+        calls = found["record"].get("toolCalls")
+        whole = bool(calls) and all(isinstance(c, dict) and c.get("status") in _FINAL for c in calls)
+        return self._call(found), int(found["offset"]), whole
+
+    def cut(self) -> str:
+        """What is left of a last record without its newline (one being written, or cut)."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
+
+    def _call(self, found: dict[str, Any]) -> TranscriptCall:
+        record = found["record"]
+        session = str(self._meta.get("sessionId", ""))
+        return TranscriptCall(request={"contents": found["request"]}, response=_answer(record), session=session,
+                              key=str(record["id"]), started=found["started"],
+                              headers={"user-agent": _PRODUCT, SESSION_HEADER: session},
+                              path=f"/v1beta/models/{record.get('model') or ''}:generateContent", exact=False,
+                              cwd=self._cwd)
+
+    def _finish(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The pending message as a call, now that a later record ends it (none for the CLI's own
+        words, a gemini message without tokens such as a compression's "Got it.")."""
+        found, self._pending = self._pending, None
+        if found is not None and isinstance(found["record"].get("tokens"), dict):
+            yield self._call(found), int(found["offset"])
+
+    def _place(self, record: dict[str, Any]) -> None:
+        index = self._where.get(record["id"])
+        if index is not None:
+            self._messages[index] = record
+        else:
+            self._where[record["id"]] = len(self._messages)
+            self._messages.append(record)
+
+    def _replace(self, kept: Any) -> None:
+        self._messages = [m for m in kept if isinstance(m, dict) and isinstance(m.get("id"), str)] \
+            if isinstance(kept, list) else []
+        self._where = {m["id"]: i for i, m in enumerate(self._messages)}
+
+    def _record(self, raw: bytes) -> Iterator[tuple[TranscriptCall, int]]:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            if self.malformed is not None and self.offset > self._report_from and raw.strip():
+                self.malformed.append(f"{self.path}:{self._lines}: not JSON")
+            return
+        if not isinstance(record, dict):
+            return
+        update = record.get("$set")
+        if self._pending is not None and record.get("id") != self._pending["record"]["id"] \
+                and not (isinstance(update, dict) and "messages" not in update):
+            yield from self._finish()
+        if isinstance(record.get("$rewindTo"), str):
+            self._replace(self._messages[:self._where.get(record["$rewindTo"], 0)])
+        elif isinstance(update, dict):
+            self._meta.update((k, v) for k, v in update.items() if k != "messages")
+            if "messages" in update:
+                self._replace(update["messages"])
+        elif isinstance(record.get("id"), str):
+            if record.get("type") == "gemini" and record["id"] not in self._called:
+                self._called.add(record["id"])
+                # Sent after the last message before it was written, answered when it was.
+                own = time_of(record.get("timestamp")) or self._written
+                sent = time_of(self._messages[-1].get("timestamp")) if self._messages else 0.0
+                self._pending = {"request": _contents(self._messages, self._wired),
+                                 "started": sent if 0 < sent <= own else own, "record": record, "offset": self.offset}
+            elif self._pending is not None and record["id"] == self._pending["record"]["id"]:
+                self._pending["record"], self._pending["offset"] = record, self.offset
+            self._place(record)
+        elif isinstance(record.get("sessionId"), str):  # a header: the session (re)starts
+            self._meta.update((k, v) for k, v in record.items() if k != "messages")
+            if isinstance(record.get("messages"), list):
+                self._replace(record["messages"])
+
+
 def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
                      ) -> Iterator[tuple[TranscriptCall, int]]:
     """The model calls of one chat (each gemini message with ``tokens``), each with the byte
     offset after the last record of its message. Records before ``start`` are read for the
     conversation but yield no call."""
-    messages: list[dict[str, Any]] = []
-    meta: dict[str, Any] = {}
-    pending: dict[str, Any] | None = None  # the last gemini message: id, request, started, record, offset after it
-    called: set[str] = set()  # the gemini messages taken as calls
-    offset = 0
-    cwd = _cwd(path)
-    written = os.path.getmtime(path)  # the time of a call whose records carry none
-
-    def finish() -> tuple[TranscriptCall | None, int]:
-        """The pending message as a call (None when it is not one), and the offset after it."""
-        nonlocal pending
-        found, pending = pending, None
-        if found is None or not isinstance(found["record"].get("tokens"), dict):
-            return None, 0  # the CLI's own words (a compression's "Got it."), no model call
-        record = found["record"]
-        session = str(meta.get("sessionId", ""))
-        model = str(record.get("model") or "")
-        call = TranscriptCall(request={"contents": found["request"]}, response=_answer(record), session=session,
-                              key=str(record["id"]), started=found["started"],
-                              headers={"user-agent": _PRODUCT, SESSION_HEADER: session},
-                              path=f"/v1beta/models/{model}:generateContent", exact=False, cwd=cwd)
-        return call, int(found["offset"])
-
-    def place(record: dict[str, Any]) -> None:
-        for index, message in enumerate(messages):
-            if message.get("id") == record["id"]:
-                messages[index] = record
-                return
-        messages.append(record)
-
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            offset += len(raw)
-            if not raw.endswith(b"\n"):  # a record still being written (or cut): read it next time
-                if malformed is not None and raw.strip():
-                    malformed.append(f"{path}:{number}: truncated line")
-                offset -= len(raw)
-                break
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                if malformed is not None and offset > start and raw.strip():
-                    malformed.append(f"{path}:{number}: not JSON")
-                continue
-            if not isinstance(record, dict):
-                continue
-            update = isinstance(record.get("$set"), dict) and "messages" not in record["$set"]
-            if pending is not None and record.get("id") != pending["id"] and not update:
-                call, done = finish()
-                if call is not None and done > start:
-                    yield call, done
-            if isinstance(record.get("$rewindTo"), str):
-                ids = [m.get("id") for m in messages]
-                del messages[ids.index(record["$rewindTo"]) if record["$rewindTo"] in ids else 0:]
-            elif isinstance(record.get("$set"), dict):
-                meta = {**meta, **{k: v for k, v in record["$set"].items() if k != "messages"}}
-                if isinstance(record["$set"].get("messages"), list):
-                    messages = [m for m in record["$set"]["messages"] if isinstance(m, dict) and "id" in m]
-            elif isinstance(record.get("id"), str):
-                if record.get("type") == "gemini" and record["id"] not in called:
-                    called.add(record["id"])
-                    # Sent after the last message before it was written, answered when it was.
-                    own = time_of(record.get("timestamp")) or written
-                    sent = time_of(messages[-1].get("timestamp")) if messages else 0.0
-                    pending = {"id": record["id"], "request": _contents(messages),
-                               "started": sent if 0 < sent <= own else own}
-                if pending is not None and record["id"] == pending["id"]:
-                    pending["record"], pending["offset"] = record, offset
-                place(record)
-            elif isinstance(record.get("sessionId"), str):  # a header: the session (re)starts
-                meta = {**meta, **{k: v for k, v in record.items() if k != "messages"}}
-                if isinstance(record.get("messages"), list):
-                    messages = [m for m in record["messages"] if isinstance(m, dict) and "id" in m]
-    call, done = finish()
-    if call is not None and done > start:
-        yield call, done
+    reader = ChatReader(path, malformed, start)
+    for call, end in reader.read():
+        if end > start:
+            yield call, end
+    last = reader.last()
+    if last is not None and last[1] > start:
+        yield last[0], last[1]
+    cut = reader.cut()
+    if cut and malformed is not None:
+        malformed.append(cut)

@@ -9,7 +9,9 @@ the same items whether it was captured live or imported. Where a transcript hold
 messages, the manifest says in a warning (:data:`NOT_ITEMISED`) that system prompt and tools are
 missing.
 
-A call's id is derived from its session and key, so importing twice stores each call once. A
+A call's id is the provider's id of its response, as the proxy gives it (a call captured live
+and imported later is stored once); a transcript that does not record it gets an id derived
+from its session and key. Either way, importing twice stores each call once. A
 small state file remembers how far each file was read; a rerun starts there. A line that is not
 JSON is reported with its file and line number and skipped.
 """
@@ -58,7 +60,7 @@ SOURCES: dict[str, Source] = {
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
                     codex.transcript_calls),
     "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
-                     gemini_cli.transcript_calls),
+                     gemini_cli.transcript_calls, gemini_cli.ChatReader),
 }
 
 
@@ -111,10 +113,11 @@ class Mapping:
         self.capture = Capture(None, include_text=include_text)
 
     def manifest(self, call: TranscriptCall) -> Manifest | None:
-        manifest = self.capture.build(exchange_of(self.source, call))
+        # The provider's id of the answer where the transcript keeps it (as the proxy stores it).
+        manifest = self.capture.build(exchange_of(self.source, call),
+                                      call_id=uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex)
         if manifest is None:
             return None
-        manifest.call_id = uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex
         manifest.builder = Builder(name="ctxkit.import", version=__version__)
         # What the transcript wrote of where the agent worked, else what its request told.
         manifest.workspace = workspace_of(call.cwd, call.git_branch) or manifest.workspace

@@ -28,6 +28,7 @@ from ctxkit.providers.call import Adapter, CallRecord, field, plain
 from ctxkit.providers.common import (
     Message,
     ToolCall,
+    answer_id,
     block_text,
     body_as_sent,
     entries_of,
@@ -370,6 +371,13 @@ def previous(request: dict[str, Any]) -> str:
 
 
 def response_id(api: str, response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
+    """The message's id (``msg_…``), from the response or the stream's ``message_start``."""
+    if response is not None:
+        return answer_id(response.get("id"))
+    for event in events or ():
+        message = event.get("message")
+        if event.get("type") == "message_start" and isinstance(message, dict):
+            return answer_id(message.get("id"))
     return ""
 
 

@@ -5,10 +5,13 @@ that may hold anything."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Message", "ToolCall", "block_text", "error_json", "nested_error_type", "well_formed"]
+__all__ = ["Message", "ToolCall", "answer_id", "block_text", "error_json", "nested_error_type", "well_formed"]
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,14 @@ class ToolCall:
     id: str
     name: Any
     arguments: Any
+
+
+def answer_id(value: Any) -> str:
+    """A response's own id as a call id: a non-empty string a manifest's ``call_id`` may hold
+    (at most 200 characters, no control characters); ``""`` for anything else."""
+    if isinstance(value, str) and value and len(value) <= 200 and not _CONTROL.search(value):
+        return value
+    return ""
 
 
 def block_text(block: Any) -> str:

@@ -36,7 +36,7 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Manifest, Outcome
 from ctxkit.providers.call import Adapter, CallRecord, plain
-from ctxkit.providers.common import Message, ToolCall, error_json
+from ctxkit.providers.common import Message, ToolCall, answer_id, error_json
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
@@ -361,7 +361,9 @@ def tool_calls(response: dict[str, Any] | None, events: list[dict[str, Any]] | N
 
 
 def response_id(api: str, response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
-    return ""
+    """The response's ``responseId``, from the response or its first streamed chunk that has one."""
+    chunks = list(events or ()) if events is not None else [response] if response is not None else []
+    return next((answer_id(chunk["responseId"]) for chunk in chunks if chunk.get("responseId")), "")
 
 
 def error_type(payload: Any) -> str:

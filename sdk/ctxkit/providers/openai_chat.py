@@ -18,7 +18,15 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Manifest, Outcome
 from ctxkit.providers.call import Adapter, CallRecord, plain
-from ctxkit.providers.common import Message, ToolCall, body_as_sent, entries_of, error_json, nested_error_type
+from ctxkit.providers.common import (
+    Message,
+    ToolCall,
+    answer_id,
+    body_as_sent,
+    entries_of,
+    error_json,
+    nested_error_type,
+)
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
@@ -221,7 +229,10 @@ def previous(request: dict[str, Any]) -> str:
 
 
 def response_id(api: str, response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
-    return ""
+    """The completion's id (``chatcmpl-…``), from the response or its first streamed chunk that has one."""
+    if response is not None:
+        return answer_id(response.get("id"))
+    return next((answer_id(event["id"]) for event in events or () if event.get("id")), "")
 
 
 def error_type(payload: Any) -> str:

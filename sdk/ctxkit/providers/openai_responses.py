@@ -15,7 +15,7 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Manifest
 from ctxkit.providers.call import Adapter, CallRecord, field, plain
-from ctxkit.providers.common import ToolCall, block_text, entries_of
+from ctxkit.providers.common import ToolCall, answer_id, block_text, entries_of
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.openai_chat import (
     HOOK,
@@ -178,13 +178,16 @@ def tool_calls(response: dict[str, Any] | None, events: list[dict[str, Any]] | N
 
 
 def response_id(api: str, response: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str:
-    """The id the response answered with (a later call's ``previous_response_id``)."""
+    """The id the response answered with (``resp_…``; a later call's ``previous_response_id``).
+    A resumed stream has none of its own: it reads again a response recorded under that id."""
+    if api == RESUMED_API:
+        return ""
     if response is not None:
-        return str(response.get("id") or "")
+        return answer_id(response.get("id"))
     for event in events or ():
         inner = event.get("response")
         if isinstance(inner, dict) and inner.get("id"):
-            return str(inner["id"])
+            return answer_id(inner["id"])
     return ""
 
 

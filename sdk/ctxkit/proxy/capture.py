@@ -227,9 +227,12 @@ class Capture:
         except Exception:
             self.stats["failed"] += 1
 
-    def build(self, exchange: Exchange) -> Manifest | None:
+    def build(self, exchange: Exchange, call_id: str = "") -> Manifest | None:
         """The manifest of one exchange, or None when its request body is not a JSON object
-        (the provider answers such a request with a 400 of its own; there is no call to show)."""
+        (the provider answers such a request with a 400 of its own; there is no call to show).
+        Its call id is the provider's id of the response (``msg_…``, ``resp_…``, ``chatcmpl-…``,
+        Gemini's ``responseId``), so a call recorded twice (captured live, then imported) is
+        stored once; ``call_id`` (a uuid4 unless given) when the answer has none."""
         try:
             text = exchange.request_body.decode("utf-8")
             request = json.loads(text) if text else {}
@@ -255,10 +258,10 @@ class Capture:
         sent = request if unmasked else provider.with_path(sent, exchange.path)
         outcome = read_response(exchange, provider.streamed(exchange.api, request, exchange.path))
         history = History(exchange.api, request)
-        call_id = uuid.uuid4().hex
+        response_id = provider.response_id(exchange.api, outcome.response, outcome.events)
+        call_id = response_id or call_id or uuid.uuid4().hex
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
-                                        response_id=provider.response_id(exchange.api, outcome.response,
-                                                                         outcome.events),
+                                        response_id=response_id,
                                         failed=outcome.error is not None, answer=answer_text(outcome),
                                         call_id=call_id, delegations=delegations_of(outcome), history=history)
         evidence, evidence_warning = declared_evidence(exchange.headers)

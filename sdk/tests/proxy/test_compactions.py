@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ EARLY = [
 def _exchange(messages: list[Any], *, headers: dict[str, str] | None = None, usage: dict[str, Any] | None = None,
               content: list[Any] | None = None, run: dict[str, str] = RUN) -> Exchange:
     body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": SYSTEM, "messages": messages}
-    response = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    response = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
                 "content": content or [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
                 "usage": usage or {"input_tokens": 40 * len(messages), "output_tokens": 5}}
     return Exchange(api="anthropic.messages", request_body=json.dumps(body).encode(),

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ctxkit.providers.sse import json_events, parse_events
-from ctxkit.proxy.capture import Exchange
+from ctxkit.proxy.capture import Capture, Exchange
 from ctxkit.proxy.options import add_arguments, config_from_args
 from ctxkit.proxy.runs import RunResolver
 from ctxkit.proxy.secrets import PATTERNS, mask_json, mask_json_text, mask_text
@@ -275,3 +275,48 @@ def test_the_recorder_process_bounds_what_waits_for_it_in_bytes():
         assert recorder.stats["dropped"] == 1
     finally:
         assert recorder.close(20)
+
+
+def _answered(api: str, path: str, answer: object, stream: bool = False) -> Exchange:
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "input": "hi",
+               "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    if stream:
+        chunks = [f"data: {json.dumps(event)}\n\n".encode() for event in answer]  # type: ignore[attr-defined]
+        return Exchange(api=api, request_body=json.dumps(request).encode(), headers={}, started=0.0, status=200,
+                        content_type="text/event-stream", chunks=chunks, path=path)
+    return Exchange(api=api, request_body=json.dumps(request).encode(), headers={}, started=0.0, status=200,
+                    content_type="application/json", chunks=[json.dumps(answer).encode()], path=path)
+
+
+@pytest.mark.parametrize(("exchange", "want"), [
+    (_answered("anthropic.messages", "/v1/messages", {"id": "msg_01A", "type": "message", "content": []}),
+     "msg_01A"),
+    (_answered("anthropic.messages", "/v1/messages", [
+        {"type": "message_start", "message": {"id": "msg_01B", "type": "message", "content": []}},
+        {"type": "message_stop"}], stream=True), "msg_01B"),
+    (_answered("openai.chat", "/v1/chat/completions", {"id": "chatcmpl-C", "object": "chat.completion"}),
+     "chatcmpl-C"),
+    (_answered("openai.chat", "/v1/chat/completions", [
+        {"id": "chatcmpl-D", "object": "chat.completion.chunk", "choices": []}], stream=True), "chatcmpl-D"),
+    (_answered("openai.responses", "/v1/responses", {"id": "resp_E", "object": "response", "output": []}),
+     "resp_E"),
+    (_answered("openai.responses", "/v1/responses", [
+        {"type": "response.created", "response": {"id": "resp_F", "status": "in_progress"}}], stream=True), "resp_F"),
+    (_answered("gemini.generate", "/v1beta/models/gemini-2.5-pro:generateContent",
+               {"candidates": [], "responseId": "G1"}), "G1"),
+    (_answered("gemini.stream", "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+               [{"candidates": [], "responseId": "H2"}], stream=True), "H2"),
+])
+def test_it_stores_a_call_under_its_response_id(exchange, want):
+    manifest = Capture(sink=None).build(exchange)
+    assert manifest is not None and manifest.call_id == want
+
+
+def test_it_gives_a_call_without_a_response_id_the_id_it_is_given_or_a_fresh_one():
+    bare = _answered("anthropic.messages", "/v1/messages", {"type": "message", "content": []})
+    assert Capture(sink=None).build(bare, call_id="imported-1").call_id == "imported-1"  # type: ignore[union-attr]
+    first, second = (Capture(sink=None).build(bare) for _ in range(2))
+    assert first and second and first.call_id != second.call_id and len(first.call_id) == 32
+    resumed = _answered("openai.responses.resumed", "/v1/responses/resp_E", [
+        {"type": "response.completed", "response": {"id": "resp_E", "status": "completed"}}], stream=True)
+    assert Capture(sink=None).build(resumed).call_id != "resp_E"  # type: ignore[union-attr]

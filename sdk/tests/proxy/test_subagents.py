@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 from capture_support import build_all
@@ -31,7 +32,7 @@ def _exchange(messages: list[Any], *, system: str = MAIN_SYSTEM, content: list[A
     body = {"model": "claude-sonnet-4-5", "max_tokens": 512, "system": system, "messages": messages,
             "stream": stream}
     blocks = content or [{"type": "text", "text": "ok"}]
-    response = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    response = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
                 "content": blocks, "stop_reason": "end_turn", "usage": {"input_tokens": 40, "output_tokens": 5}}
     chunks = [json.dumps(response).encode()]
     content_type = "application/json"
