@@ -237,8 +237,9 @@ def _analyze_locked(calls: list[Call], *, notify: Notify | None) -> None:
     CallFigures.objects.bulk_create(new_figures, batch_size=500)
     Attribution.objects.bulk_create(new_attributions, batch_size=500)
     CompactionFigures.objects.bulk_create(new_reviews, batch_size=500)
-    ReRead.objects.filter(call_id__in=pks).delete()
-    ReRead.objects.bulk_create(rereads.derive(calls), batch_size=500)
+    reread = rereads.derive(calls)
+    ReRead.objects.filter(call_id__in=reread.calls | set(pks)).delete()
+    ReRead.objects.bulk_create(reread.rows, batch_size=500)
 
     now = timezone.now()
     Call.objects.filter(pk__in=pks).update(analyzed_at=now, quarantined_at=None, analysis_error="")

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from ctxkit import figures
 from ctxkit.manifest import Item, Manifest, decode_manifest
-from manifests.models import Call
+from manifests.models import Call, Run
 from manifests.models import ReRead as ReReadRow
 
-__all__ = ["Loss", "ReRead", "derive", "find"]
+__all__ = ["Derived", "Loss", "ReRead", "derive", "find"]
 
 CAUSE_COMPACTION = "compaction"
 CAUSE_CONTEXT_EDIT = "context_edit"
@@ -114,17 +114,36 @@ def find(manifests: Sequence[Manifest]) -> list[ReRead]:
     return out
 
 
-def derive(calls: Sequence[Call]) -> list[ReReadRow]:
-    """The re-read rows of ``calls``: each touched run's calls up to the chunk's last step
-    are read in step order (their raw manifests) and walked by :func:`find`."""
-    wanted = {c.pk for c in calls}
+@dataclass(frozen=True)
+class Derived:
+    """The re-read rows :func:`derive` found, and the calls (pks) whose re-reads they are: the
+    rows of these calls replace what was stored for them."""
+
+    rows: list[ReReadRow]
+    calls: set[int]
+
+
+def derive(calls: Sequence[Call]) -> Derived:
+    """The re-read rows of ``calls`` and of the analysed calls at later steps of their runs (a
+    call that arrives late changes what the steps after it re-read): each touched run's calls up
+    to the last of those steps are read in step order (their raw manifests, within the run's time
+    span) and walked by :func:`find`."""
+    chunk = {c.pk for c in calls}
     out: list[ReReadRow] = []
-    for run_pk in sorted({c.run_id for c in calls}):
-        upto = max(c.step for c in calls if c.run_id == run_pk)
-        rows = list(Call.objects.filter(run_id=run_pk, step__lte=upto)
-                    .order_by("step", "started_at", "pk").only("pk", "step", "started_at", "raw", "project_id"))
-        if not any(r.pk in wanted for r in rows):
+    done: set[int] = set()
+    spans = {r.pk: (r.first_seen, r.last_seen) for r in Run.objects.filter(pk__in={c.run_id for c in calls})}
+    for run_pk in sorted(spans):
+        first_seen, last_seen = spans[run_pk]
+        of_run = Call.objects.filter(run_id=run_pk, started_at__gte=first_seen, started_at__lte=last_seen)
+        first = min(c.step for c in calls if c.run_id == run_pk)
+        steps = {pk: step for pk, step, analysed in of_run.values_list("pk", "step", "analyzed_at")
+                 if pk in chunk or (step > first and analysed is not None)}
+        if not steps:
             continue
+        wanted, upto = set(steps), max(steps.values())
+        rows = list(of_run.filter(step__lte=upto).order_by("step", "started_at", "pk")
+                    .only("pk", "step", "started_at", "raw", "project_id"))
+        done |= wanted
         for found in find([decode_manifest(r.raw.encode()) for r in rows]):
             call = rows[found.call]
             if call.pk not in wanted:
@@ -136,4 +155,4 @@ def derive(calls: Sequence[Call]) -> list[ReReadRow]:
                 earlier_item=found.loss.result_item[:200], lost_call_id=rows[found.loss.lost_call].pk,
                 cause=found.loss.cause, cause_ref=found.loss.cause_ref[:200],
             ))
-    return out
+    return Derived(out, done)

@@ -11,7 +11,7 @@ from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest
 from manifests.analysis.pipeline import analyze_calls
 from manifests.models import ReRead
 from tests.analysis.support import item, sha
-from tests.support import manifest, store_and_analyse
+from tests.support import manifest, store, store_and_analyse
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +115,48 @@ def test_it_keeps_a_reread_whose_earlier_calls_expired(project, member):
     client.force_login(member)
     reader = parse(client.get(f"/p/{project.slug}/calls/{calls[3].call_id}/").content.decode())
     assert reader.one('li[data-reread="res-2"]').text.count("an expired call") == 2
+
+
+def test_it_finds_the_rereads_of_later_steps_when_an_earlier_call_arrives_late(project):
+    steps = run(tool_pair(1), tool_pair(1), [item("sum", kind="summary", tokens=50)],
+                [item("sum", kind="summary", tokens=50), *tool_pair(2, tokens=410)], compaction_at=2)
+    later = store_and_analyse(project, steps[2:])
+    assert not ReRead.objects.exists()  # nothing read before the compaction, yet
+    earlier = store_and_analyse(project, steps[:2])
+    row = ReRead.objects.get()
+    assert (row.call_id, row.earlier_call_id, row.lost_call_id, row.tokens) == (
+        later[1].pk, earlier[1].pk, later[0].pk, 410)
+
+
+def long_run(steps: int, *, files: int, compact_every: int) -> list:
+    """A run reading file ``k % files`` at step ``k``, each call holding the tool calls since the last
+    compaction (every ``compact_every`` steps); expected re-reads: the first read of a file after a
+    compaction that dropped an earlier read of it."""
+    out = []
+    for step in range(steps):
+        since = (step // compact_every) * compact_every
+        items = []
+        for k in range(since, step + 1):
+            key = sha(canonical_json({"name": "Read", "input": {"file_path": f"/repo/{k % files}.py"}}))[:32]
+            items += [item(f"call-{k}", kind="history", group=f"tu-{k}", content_hash=key, tokens=20),
+                      item(f"res-{k}", kind="tool_result", group=f"tu-{k}", label="Read", tokens=100 + k % files)]
+        comps = [Compaction(id=f"cmp-{step}", strategy="summary", tokens_before=9000, tokens_after=100)] \
+            if step and step == since else []
+        out.append(manifest(f"long/{step}", bare=True, run_id="long", step=step, seconds=step, items=items,
+                            compactions=comps))
+    return out
+
+
+def test_it_derives_the_rereads_of_a_long_run_chunk_by_chunk(project, monkeypatch):
+    steps, files, every = 2000, 40, 10
+    monkeypatch.setenv("CTXVIEW_ANALYSIS_CHUNK", "250")
+    manifests = long_run(steps, files=files, compact_every=every)
+    calls = [c for n in range(0, steps, 500) for c in store(project, manifests[n:n + 500])]
+    analyze_calls([c.pk for c in calls])
+    # Step k re-reads file k % 40 when an earlier read of it was compacted away: from step 40 on,
+    # every read is one (the file's previous read, 40 steps back, is 4 compactions ago).
+    got = list(ReRead.objects.filter(run__run_id="long").order_by("step").values_list("step", "tokens", "cause"))
+    assert got == [(k, 100 + k % files, "compaction") for k in range(files, steps)]
+    lost_at = dict(ReRead.objects.values_list("step", "lost_call_id"))
+    by_step = {c.step: c.pk for c in calls}
+    assert all(lost_at[k] == by_step[(k - files) // every * every + every] for k in range(files, steps))

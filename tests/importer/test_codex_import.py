@@ -40,7 +40,7 @@ def _get(live_server, key: str, path: str) -> dict:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_server, key, tmp_path: Path,
+def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_server, key, sender, tmp_path: Path,
                                                                         monkeypatch, capsys):
     npm_ci(CLI_DIR)
     live = KeptManifests()
@@ -88,6 +88,8 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
     assert reread.tool.startswith("exec_command result")
     assert (reread.loss.result_call, reread.loss.lost_call) == (3, 4)
 
+    # The import rebuilds the calls under the ids the proxy gave them: the response ids.
+    assert [m.call_id for m in mine] == [m.call_id for m in theirs] == list(provider.usages)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     argv = ["import", "--codex", str(sessions), "--host", live_server.url, "--api-key", key]
     assert main(argv) == 0
@@ -115,6 +117,12 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # its own state: nothing read again
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("sessions=0 calls=0 ")
+    # The same session as the proxy captured it, sent after the import: each call is stored once.
+    for manifest in theirs:
+        sender.capture(manifest)
+    assert sender.flush(timeout=10)
+    assert sorted(c["call_id"] for c in _get(live_server, key, f"/api/v1/runs/{run['run_id']}/calls")["results"]) \
+        == sorted(provider.usages)
 
 
 def row_text(detail: dict, item_id: str) -> str:
