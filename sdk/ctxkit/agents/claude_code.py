@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
@@ -231,12 +231,20 @@ def _wire_result(block: Any) -> Any:
     return block
 
 
+class _Sent(NamedTuple):
+    """The messages of a rebuilt request as the transcript holds them, and each as sent (without
+    its cache marks): the next request keeps the first ``keep`` of both."""
+
+    messages: list[Any]
+    wired: list[Any]
+
+
 def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any],
-             previous: list[Any]) -> tuple[dict[str, Any], list[Any]] | None:
+             previous: _Sent) -> tuple[dict[str, Any], _Sent] | None:
     """The request of an ``api-request`` line (its messages: the first ``keep`` of the previous
-    request's, then those its ``tail`` names) and its messages as the transcript holds them (the
-    next request's ``previous``), or None when its shape or a message is missing. Its parts are
-    those of the reader's tables, shared with later requests: nothing here changes them in place."""
+    request's, then those its ``tail`` names) and its messages for the next one, or None when its
+    shape or a message is missing. Its parts are those of the reader's tables, shared with later
+    requests: nothing here changes them in place, and a message kept is not converted again."""
     shape = shapes.get(line.get("shapeHash", ""))
     tail = line.get("tail")
     if not isinstance(shape, dict) or not isinstance(tail, list) or any(h not in blobs for h in tail):
@@ -248,14 +256,17 @@ def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any]
     if shape.get("tools") is not None:
         request["tools"] = shape["tools"]
     keep = line.get("keep")
-    kept = previous[:keep] if isinstance(keep, int) and keep > 0 else []
-    messages = [*kept, *(blobs[h] for h in tail)]
-    request["messages"] = list(messages)
+    keep = keep if isinstance(keep, int) and keep > 0 else 0
+    added = [blobs[h] for h in tail]
+    sent = _Sent([*previous.messages[:keep], *added], [*previous.wired[:keep], *(_wire(m) for m in added)])
+    request["messages"] = list(sent.messages)
     for mark in line.get("cacheControl") or []:
         if isinstance(mark, dict) and isinstance(mark.get("path"), list):
             _set_path(request, mark["path"], mark.get("value"))
-    request["messages"] = [_wire(m) for m in request["messages"]]
-    return request, messages
+    request["messages"] = [wired if message is held else _wire(message)  # a marked message is a copy
+                           for message, held, wired in zip(request["messages"], sent.messages, sent.wired,
+                                                           strict=True)]
+    return request, sent
 
 
 def _forms(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -307,7 +318,7 @@ class TranscriptReader:
         self._response: dict[str, Any] | None = None
         self._history: list[dict[str, Any]] = []  # the conversation, for transcripts without api-request lines
         self._meta: dict[str, Any] = {}
-        self._sent: list[Any] = []  # the messages of the last rebuilt request, as the transcript holds them
+        self._sent = _Sent([], [])  # the messages of the last rebuilt request
         self._answered = 0  # the offset after the last line of the answer being read
         self._written = os.path.getmtime(path)  # the time of a call whose lines carry none
 
@@ -337,7 +348,7 @@ class TranscriptReader:
             handle.seek(self.offset)
             return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
 
-    def _call(self) -> tuple[TranscriptCall, list[Any] | None]:
+    def _call(self) -> tuple[TranscriptCall, _Sent | None]:
         """The call being read, and the messages of its rebuilt request (None if not rebuilt)."""
         response = self._response
         assert response is not None

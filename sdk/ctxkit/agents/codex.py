@@ -73,8 +73,9 @@ def memory_files(head: str) -> list[str] | None:
 # only the ``token_count`` event's ``last_token_usage``, without the id), ``compacted`` (the
 # summary and ``replacement_history``, the history after it). Each response becomes one call: its
 # request is the base instructions as a developer message, then the history at the time of its
-# first output item. A response whose output Codex marks ``compaction_output`` answered its
-# compaction request: the history and :data:`COMPACTION_PROMPT`, no tools. The rollout keeps
+# first output item; its time is that of the line before that item (the last thing Codex wrote
+# before it sent the request). A response whose output Codex marks ``compaction_output`` answered
+# its compaction request: the history and :data:`COMPACTION_PROMPT`, no tools. The rollout keeps
 # neither the tool definitions nor the base instructions exactly as sent (Codex trims them per
 # model): ``exact`` is False.
 
@@ -161,6 +162,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     request: dict[str, Any] | None = None  # the request of the response being answered
     output: list[dict[str, Any]] = []
     fed = False  # an input item came after this response's output: a later output is a new response
+    before = 0.0  # the time of the line before this one: about when a request that follows it went out
     started = 0.0
     offset = 0
     written = os.path.getmtime(path)
@@ -193,6 +195,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
             if not isinstance(payload, dict):
                 continue
             kind = line.get("type")
+            stamp, before = before, time_of(line.get("timestamp")) or before
             if kind == "session_meta":
                 meta = payload
             elif kind == "turn_context":
@@ -202,8 +205,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 compaction = bool((line.get("metadata") or {}).get("compaction_output"))
                 if _is_output(item):
                     if request is None or fed:  # a response without a token_usage_record ended (aborted)
-                        request, output, fed = sent(compaction), [], False
-                        started = time_of(line.get("timestamp"))
+                        request, output, fed, started = sent(compaction), [], False, stamp
                     output.append(item)
                     if compaction:  # the summary goes into the history through the compacted line
                         continue
@@ -223,7 +225,7 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                 if kind != "token_usage_record" and not isinstance(usage, dict):
                     continue
                 if request is None:
-                    request, started = sent(False), time_of(line.get("timestamp"))
+                    request, started = sent(False), stamp
                 response_id = str(payload.get("response_id") or "")
                 response = {"id": response_id, "object": "response", "model": model, "status": "completed",
                             "output": output, "usage": _usage(usage)}

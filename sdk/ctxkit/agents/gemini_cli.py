@@ -88,7 +88,6 @@ def is_summary(text: str) -> bool:
 # The chat does not keep the system instruction, the tool declarations or the generation config,
 # nor a response id: a call is rebuilt from the conversation before it (``exact`` False).
 
-_PREFIX = "session-"
 _ROOT_FILE = ".project_root"
 
 
@@ -115,7 +114,7 @@ def transcript_files(folder: str, project_dir: str = "") -> list[str]:
     for root, dirs, names in os.walk(folder):
         if root == folder and wanted:
             dirs[:] = [d for d in dirs if d == digest or _project_root(os.path.join(root, d)) == wanted]
-        if os.sep + "chats" in root[len(folder):]:
+        if "chats" in root[len(folder):].split(os.sep):
             found.extend(os.path.join(root, n) for n in names if n.endswith(".jsonl"))
     return sorted(found, key=lambda p: (os.path.getmtime(p), p))
 

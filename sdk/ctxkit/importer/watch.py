@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -211,4 +210,3 @@ def run(watcher: Watcher, interval: float = 0.5) -> None:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    print(f"stopped: {watcher.sent} calls sent", file=sys.stderr)

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ctxkit.context.layout import canonical_json
+
 __all__ = ["Message", "ToolCall", "answer_id", "block_text", "error_json", "nested_error_type", "well_formed"]
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -35,6 +37,20 @@ class ToolCall:
     id: str
     name: Any
     arguments: Any
+
+
+def canonical_arguments(arguments: Any) -> Any:
+    """A tool call's arguments as its key reads them (the tool call item's text, whose hash finds
+    re-reads: docs/analysis.md, "Re-reads"): arguments sent as JSON text (OpenAI's
+    ``arguments``) re-written as canonical JSON, keys sorted and no spaces, so that the same
+    call written in another key order is the same call; text that is not JSON, and arguments
+    sent as an object (canonical wherever the item's text is written), as they are."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return canonical_json(json.loads(arguments))
+    except ValueError:
+        return arguments
 
 
 def answer_id(value: Any) -> str:

@@ -23,6 +23,7 @@ from ctxkit.providers.common import (
     ToolCall,
     answer_id,
     body_as_sent,
+    canonical_arguments,
     entries_of,
     error_json,
     nested_error_type,
@@ -91,9 +92,9 @@ def chat_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]
             parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
         for c_index, call in enumerate(m.get("tool_calls") or []):
             fn = call.get("function") or {}
-            parts.append(Part(role="assistant", text=canonical_json({"name": fn.get("name"),
-                                                                     "arguments": fn.get("arguments")}),
-                              group=call.get("id"), source=f"{source}.tool_calls[{c_index}]"))
+            key = canonical_json({"name": fn.get("name"), "arguments": canonical_arguments(fn.get("arguments"))})
+            parts.append(Part(role="assistant", text=key, group=call.get("id"),
+                              source=f"{source}.tool_calls[{c_index}]"))
         if index < last_user:
             history.append(f"{role}: {text}")
     return parts, segments(system, tools, history)

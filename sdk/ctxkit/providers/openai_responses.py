@@ -15,7 +15,7 @@ from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Manifest
 from ctxkit.providers.call import Adapter, CallRecord, field, plain
-from ctxkit.providers.common import ToolCall, answer_id, block_text, entries_of
+from ctxkit.providers.common import ToolCall, answer_id, block_text, canonical_arguments, entries_of
 from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.openai_chat import (
     HOOK,
@@ -66,7 +66,7 @@ def responses_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str,
     for index, e in enumerate(entries):
         source, kind = f"input[{index}]", e.get("type")
         if kind == "function_call":
-            text = canonical_json({"name": e.get("name"), "arguments": e.get("arguments")})
+            text = canonical_json({"name": e.get("name"), "arguments": canonical_arguments(e.get("arguments"))})
             parts.append(Part(role="assistant", text=text, group=e.get("call_id"), source=source))
         elif kind == "function_call_output":
             text = text_of(e.get("output"))

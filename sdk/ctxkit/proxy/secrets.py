@@ -80,6 +80,33 @@ def _masker(kind: str) -> Callable[[re.Match[str]], str]:
 _REPLACERS = {kind: _masker(kind) for kind, _, _ in PATTERNS}
 
 
+# Patterns that open with a secret-looking name, case-insensitive: no literal for the regex
+# engine to scan for, so each would be tried at every character. Their matches start at most
+# this many characters before one of their hints ("private_key" 8 before "key"), so they are
+# tried only there.
+_LEADS = {"secret": 8, "bearer-token": 0}
+
+
+def _subn_near(pattern: re.Pattern[str], kind: str, text: str, lowered: str, hints: tuple[str, ...],
+               lead: int) -> tuple[str, int]:
+    """``pattern.subn`` with the pattern tried only where a match can start (``lowered``: the
+    text in lower case, as long as the text), in order, each match's end skipped past."""
+    starts: set[int] = set()
+    for hint in hints:
+        at = lowered.find(hint)
+        while at >= 0:
+            starts.update(range(max(0, at - lead), at + 1))
+            at = lowered.find(hint, at + 1)
+    pieces: list[str] = []
+    done = count = 0
+    for start in sorted(starts):
+        match = pattern.match(text, start) if start >= done else None
+        if match is not None:
+            pieces += [text[done:start], _REPLACERS[kind](match)]
+            done, count = match.end(), count + 1
+    return ("".join(pieces) + text[done:], count) if count else (text, 0)
+
+
 def _mask(text: str, compiled: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]) -> tuple[str, int]:
     if not text:
         return text, 0
@@ -87,7 +114,13 @@ def _mask(text: str, compiled: tuple[tuple[str, tuple[str, ...], re.Pattern[str]
     total = 0
     for kind, hints, pattern in compiled:
         if any(hint in lowered for hint in hints):
-            text, count = pattern.subn(_REPLACERS[kind], text)
+            lead = _LEADS.get(kind)
+            if lead is not None and len(lowered) == len(text):  # lower() kept every position
+                text, count = _subn_near(pattern, kind, text, lowered, hints, lead)
+            else:
+                text, count = pattern.subn(_REPLACERS[kind], text)
+            if count:
+                lowered = text.lower()
             total += count
     return text, total
 
