@@ -3,11 +3,20 @@ real anthropic client talks to the local stand-in provider; the run is read back
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
 
 import ctxkit
-from tests.instrumentation.test_clients import _get, anthropic_client
+from tests.instrumentation.test_clients import anthropic_client
 from tests.instrumentation.test_helpers import A
+
+
+def runs(live_server, key: str) -> dict[str, tuple[str, str]]:
+    request = urllib.request.Request(f"{live_server.url}/api/v1/runs", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return {r["run_id"]: (r["cwd"], r["git_branch"]) for r in json.loads(response.read())["results"]}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -18,6 +27,5 @@ def test_it_keeps_the_folder_and_branch_it_was_given_on_the_run(live_server, key
     bare = ctxkit.instrument(anthropic_client(standin.url), ctxkit_client=sender, run_id="bare-run")
     bare.messages.create(**A)
     assert ctxkit.instrument.flush(20)
-    runs = {r["run_id"]: (r["cwd"], r["git_branch"]) for r in _get(live_server, key, "/api/v1/runs")["results"]}
     # A branch with a control character is one the schema refuses: left out, the call still recorded.
-    assert runs == {"place-run": ("/home/dev/src/refunds", ""), "bare-run": ("", "")}
+    assert runs(live_server, key) == {"place-run": ("/home/dev/src/refunds", ""), "bare-run": ("", "")}
