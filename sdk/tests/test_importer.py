@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from conftest import API_KEY, IngestServer
 from ctxkit.agents.claude_code import transcript_calls
 from ctxkit.cli import main
-from ctxkit.importer.sessions import NOT_ITEMISED
+from ctxkit.importer.sessions import NOT_ITEMISED, SOURCES, import_transcripts
 
 SESSION = "5b0f6a43-7a55-4d0e-9a3c-1f0c2b9d8e01"
 SYSTEM = [{"type": "text", "text": "You are a careful coding agent."}]
@@ -116,3 +117,47 @@ def test_it_sends_nothing_new_for_the_same_calls_without_its_state(projects: Pat
     capsys.readouterr()
     assert len(server.stored) == 3
     assert server.duplicates == 3
+
+
+def test_it_gives_the_call_after_a_compact_boundary_its_trigger_tokens_and_the_summary_request_s_step(
+        tmp_path: Path) -> None:
+    class Kept:
+        def __init__(self) -> None:
+            self.manifests: list = []
+
+        def capture(self, manifest: object) -> None:
+            self.manifests.append(manifest)
+
+    folder = tmp_path / "projects" / "-src-app"
+    (folder / SESSION / "subagents").mkdir(parents=True)
+    summary = ("This session is being continued from a previous conversation that ran out of context. "
+               "The summary below covers the earlier portion of the conversation.\n\nSummary: a note was read.")
+    lines = [
+        _line("user", message={"role": "user", "content": "read the note"}),
+        _line("assistant", message=_answer("msg_c1", "The note says 0.0321.", 900)),
+        _line("user", message={"role": "user", "content": "thanks"}),
+        _line("assistant", message=_answer("msg_c2", "You are welcome.", 950)),
+        _line("system", subtype="compact_boundary", content="Conversation compacted",
+              compactMetadata={"trigger": "manual", "preTokens": 10507, "postTokens": 934}),
+        _line("user", message={"role": "user", "content": summary}, isCompactSummary=True),
+        _line("user", message={"role": "user", "content": "what was the rate?"}),
+        _line("assistant", message=_answer("msg_c3", "I do not know.", 300)),
+    ]
+    session = folder / f"{SESSION}.jsonl"
+    session.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    agent = folder / SESSION / "subagents" / "agent-a1.jsonl"
+    agent.write_text(_line("user", message={"role": "user", "content": "sub"}, isSidechain=True) + "\n"
+                     + _line("assistant", message=_answer("msg_s1", "Done.", 50), isSidechain=True) + "\n")
+    os.utime(session, (2_000_000_000, 2_000_000_000))  # written after its sub-agent's file, as live
+    assert SOURCES["claude-code"].files(str(tmp_path / "projects"), "") == [str(session), str(agent)]
+    calls = [call for call, _end in transcript_calls(str(session))]
+    assert [c.compacted for c in calls] == [None, None, ("manual", 10507)]
+    assert calls[2].request["messages"] == [{"role": "user", "content": summary},
+                                            {"role": "user", "content": "what was the rate?"}]
+    kept = Kept()
+    import_transcripts(SOURCES["claude-code"], str(tmp_path / "projects"), kept)
+    main_run = [m for m in kept.manifests if m.call_id.startswith("msg_c")]
+    assert [(m.call_id, m.step) for m in main_run] == [("msg_c1", 0), ("msg_c2", 1), ("msg_c3", 3)]
+    [compaction] = main_run[2].compactions
+    assert (compaction.trigger, compaction.tokens_before, compaction.tokens_after) == ("manual", 10507, 300)
+    assert compaction.summary_item == next(i.id for i in main_run[2].items if i.kind == "summary")

@@ -88,3 +88,24 @@ def test_it_reads_a_tool_name_only_from_json_that_holds_one():
     assert tool_name('{"function":{"name":"f"},"type":"function"}') == "f"
     assert tool_name('{"type":"web_search"}') == "web_search"
     assert tool_name("not json") == tool_name("[1]") == tool_name("{broken") == tool_name('{"name":""}') == ""
+
+
+def test_it_maps_codex_reasoning_and_free_form_tool_items_as_the_model_and_tools_made_them():
+    request = {"model": "gpt-5-codex", "stream": True, "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Patch the file."}],
+         "encrypted_content": "gAAAAB"},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_2", "name": "apply_patch",
+         "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "call_2", "output": "Done!"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"query": "x"}},
+    ]}
+    m = manifest_from_bodies("openai.responses", request, response={"model": "gpt-5-codex", "status": "completed",
+                                                                     "output": [], "usage": {"input_tokens": 1}},
+                             call_id="c", run_id="r", step=0, started=0)
+    items = {i.id: (i.kind, i.label, i.text) for i in m.items}
+    assert items["input[1]"] == ("history", "assistant · turn 1", "Patch the file.")  # not a user turn
+    assert items["input[2]"][:2] == ("history", "apply_patch call · turn 1")
+    assert items["input[3]"] == ("tool_result", "apply_patch result · turn 1", "Done!")
+    assert items["input[4]"][0] == "history" and "gAAAAB" not in str(items)
+    assert [i.kind for i in m.items] == ["task", "history", "history", "tool_result", "history"]

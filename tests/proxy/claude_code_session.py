@@ -56,9 +56,9 @@ def environment(base_url: str, home: Path, *, declare_evidence: bool = True) -> 
     return env
 
 
-def claude(args: list[str], *, work: Path, env: dict[str, str]) -> str:
-    """One ``claude`` run with the Read tool only; what it printed."""
-    out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", "Read", *args],
+def claude(args: list[str], *, work: Path, env: dict[str, str], tools: str = "Read") -> str:
+    """One ``claude`` run with the Read tool only (or ``tools``); what it printed."""
+    out = subprocess.run([str(CLI_DIR / "node_modules" / ".bin" / "claude"), "--tools", tools, *args],
                          cwd=work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     if out.returncode != 0:
         raise RuntimeError(f"claude {args[-1]!r} exited {out.returncode}: {out.stderr[-2000:]}")
@@ -79,4 +79,28 @@ def run_session(base_url: str, folder: Path, *, declare_evidence: bool = True) -
         if args[-1] == "/compact":
             note.unlink()  # else Claude Code attaches the note again after its summary
         answers.append(claude(args, work=work, env=env))
+    return note, answers
+
+
+DELEGATED = "count the refund rules"
+
+
+def run_reread_session(base_url: str, folder: Path) -> tuple[Path, list[str]]:
+    """A session that loses a file to ``/compact`` and reads it again, then delegates, with the
+    Read and Agent tools: ``read <note>`` (the Read call and the answer), ``/compact`` (its summary
+    request), the same ``read <note>`` again (the re-read: two calls), and ``delegate: ...`` (the
+    Agent call, the sub-agent's call, the answer). Eight model calls; the note is away during
+    ``/compact`` (Claude Code attaches the files it read again after its summary otherwise)."""
+    work, home = folder / "work", folder / "home"
+    work.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    note = work / "note.txt"
+    note.write_text(NOTE)
+    env = environment(base_url, home, declare_evidence=False)
+    answers = [claude(["-p", f"read {note} and tell me what it says"], work=work, env=env, tools="Read,Agent")]
+    note.unlink()
+    answers.append(claude(["-p", "--continue", "/compact"], work=work, env=env, tools="Read,Agent"))
+    note.write_text(NOTE)
+    for prompt in (f"read {note} and tell me what it says", f"delegate: {DELEGATED}"):
+        answers.append(claude(["-p", "--continue", prompt], work=work, env=env, tools="Read,Agent"))
     return note, answers

@@ -90,6 +90,8 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     messages = body.get("messages") or []
     if _first_prompt(messages).startswith(SUBTASK):  # the sub-agent's own request
         return [{"type": "text", "text": f"Done: {_first_prompt(messages)[len(SUBTASK):].strip()}"}], "end_turn"
+    if SUMMARY_REQUEST in _prompt(messages):  # the ask may share its message with a tool result
+        return [{"type": "text", "text": SUMMARY}], "end_turn"
     result = _tool_result(messages)
     if result is not None and _delegated(messages):
         done = next((line for line in result.splitlines() if "Done:" in line), "")  # past Claude Code's frame
@@ -99,8 +101,6 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         first = re.sub(r"^\s*\d+[→\t]", "", first)  # Read numbers its lines
         return [{"type": "text", "text": f"The note says: {first.strip()}"}], "end_turn"
     prompt = _prompt(messages)
-    if SUMMARY_REQUEST in prompt:
-        return [{"type": "text", "text": SUMMARY}], "end_turn"
     wanted = re.search(r"read (/\S+)", prompt)
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     task = re.match(r"delegate: (.+)", prompt.strip())

@@ -160,6 +160,11 @@ def workspace(request: dict[str, Any]) -> tuple[str, str]:
 # request is the conversation so far, without system prompt and tools (``exact`` False).
 
 SYNTHETIC = "<synthetic>"  # the model Claude Code names on assistant lines it wrote itself
+# A ``system`` line of this subtype marks a compaction (``compactMetadata``: ``trigger`` manual /
+# auto, ``preTokens``); the ``user`` line after it (``isCompactSummary``) holds the summary. The
+# summary request itself is not written. Sub-agents write ``<session>/subagents/agent-<id>.jsonl``
+# (``isSidechain`` lines) beside the session's ``<session>.jsonl``.
+COMPACT_BOUNDARY = "compact_boundary"
 
 
 def transcripts_folder() -> str:
@@ -168,15 +173,36 @@ def transcripts_folder() -> str:
     return os.path.join(home, "projects")
 
 
+def _session_of_file(path: str) -> str:
+    """The session transcript a sub-agent's file belongs to (``<dir>/<session>/subagents/x.jsonl``
+    -> ``<dir>/<session>.jsonl``), else the file itself."""
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "subagents":
+        return os.path.dirname(folder) + ".jsonl"
+    return path
+
+
+def _file_order(path: str) -> tuple[float, str, int, float, str]:
+    """Sessions oldest first, each followed by its sub-agents' files (the call that started a
+    sub-agent is read before the sub-agent's own calls, so they become its child run)."""
+    session = _session_of_file(path)
+    try:
+        written = os.path.getmtime(session)
+    except OSError:
+        written = os.path.getmtime(path)
+    return written, session, int(session != path), os.path.getmtime(path), path
+
+
 def transcript_files(folder: str, project_dir: str = "") -> list[str]:
-    """The transcripts under ``folder`` (one project's with ``project_dir``), oldest first."""
+    """The transcripts under ``folder`` (one project's with ``project_dir``), oldest first, each
+    session's sub-agent transcripts right after it."""
     if project_dir:  # Claude Code names a project's folder by its path, "/" and "." as "-"
         wanted = os.path.abspath(project_dir).replace("/", "-").replace(".", "-")
         folder = os.path.join(folder, wanted)
     found: list[str] = []
     for root, _dirs, names in os.walk(folder):
         found.extend(os.path.join(root, n) for n in names if n.endswith(".jsonl"))
-    return sorted(found, key=lambda p: (os.path.getmtime(p), p))
+    return sorted(found, key=_file_order)
 
 
 def _set_path(request: dict[str, Any], path: list[Any], value: Any) -> None:
@@ -301,6 +327,14 @@ def _merge(response: dict[str, Any] | None, message: dict[str, Any]) -> dict[str
 _META = ("sessionId", "version", "cwd", "gitBranch", "timestamp")
 
 
+def _boundary(metadata: Any) -> tuple[str, int]:
+    """(trigger, tokens before) of a ``compact_boundary`` line's ``compactMetadata``."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    trigger = metadata.get("trigger") if metadata.get("trigger") in ("manual", "auto") else ""
+    before = metadata.get("preTokens")
+    return str(trigger), before if isinstance(before, int) and before > 0 else 0
+
+
 class TranscriptReader:
     """One transcript read as it grows: each :meth:`read` takes the complete lines written since
     the last one, so a file followed while its session runs is parsed once. A request is rebuilt
@@ -321,6 +355,7 @@ class TranscriptReader:
         self._sent = _Sent([], [])  # the messages of the last rebuilt request
         self._answered = 0  # the offset after the last line of the answer being read
         self._written = os.path.getmtime(path)  # the time of a call whose lines carry none
+        self._compacted: tuple[str, int] | None = None  # a compact_boundary before the call being read
 
     def read(self) -> Iterator[tuple[TranscriptCall, int]]:
         """The calls that the lines written since the last read complete (an answer is complete
@@ -369,7 +404,7 @@ class TranscriptReader:
         headers = {SESSION_HEADER: session, "user-agent": f"claude-cli/{meta.get('version') or '0'}"}
         call = TranscriptCall(request=request, response=dict(response), session=session, key=key,
                               started=started, headers=headers, exact=exact, cwd=str(meta.get("cwd", "")),
-                              git_branch=str(meta.get("gitBranch", "")))
+                              git_branch=str(meta.get("gitBranch", "")), compacted=self._compacted)
         return call, rebuilt[1] if rebuilt is not None else None
 
     def _finish(self) -> Iterator[tuple[TranscriptCall, int]]:
@@ -380,7 +415,7 @@ class TranscriptReader:
         if messages is not None:
             self._sent = messages
         self._history.append({"role": "assistant", "content": self._response.get("content", [])})
-        self._pending, self._response = None, None
+        self._pending, self._response, self._compacted = None, None, None
         yield call, self._answered
 
     def _line(self, raw: bytes) -> Iterator[tuple[TranscriptCall, int]]:
@@ -401,6 +436,10 @@ class TranscriptReader:
         elif kind == "api-request":
             yield from self._finish()
             self._pending = line
+        elif kind == "system" and line.get("subtype") == COMPACT_BOUNDARY:
+            yield from self._finish()
+            self._compacted = _boundary(line.get("compactMetadata"))
+            self._history = []  # the conversation goes on from the summary (the next user line)
         elif kind == "assistant" and isinstance(message, dict) and message.get("model") == SYNTHETIC:
             _remember(self._blobs, message)  # the CLI's own words, no model call
             self._history.append({"role": "assistant", "content": message.get("content", [])})

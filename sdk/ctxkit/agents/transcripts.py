@@ -29,6 +29,10 @@ class TranscriptCall:
     exact: bool = True  # the transcript held the request itself (else system prompt and tools are missing)
     cwd: str = ""
     git_branch: str = ""
+    # A compaction the transcript records just before this call: (trigger ``manual`` / ``auto`` /
+    # ``""``, the tokens before it as the agent counted them; 0 unknown). The compaction's own
+    # summary request is a call the transcript does not keep.
+    compacted: tuple[str, int] | None = None
 
 
 def time_of(stamp: Any) -> float:

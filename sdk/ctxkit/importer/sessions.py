@@ -18,6 +18,7 @@ JSON is reported with its file and line number and skipped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -27,9 +28,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ctxkit.agents import claude_code, codex, gemini_cli
 from ctxkit.agents.transcripts import Reader, TranscriptCall
-from ctxkit.manifest import Builder, Manifest, workspace_of
+from ctxkit.manifest import Builder, Compaction, Manifest, workspace_of
 from ctxkit.providers import anthropic, gemini, openai_responses
 from ctxkit.proxy.capture import Capture, Exchange
 from ctxkit.version import __version__
@@ -113,17 +116,36 @@ class Mapping:
         self.capture = Capture(None, include_text=include_text)
 
     def manifest(self, call: TranscriptCall) -> Manifest | None:
-        # The provider's id of the answer where the transcript keeps it (as the proxy stores it).
+        # The provider's id of the answer where the transcript keeps it (as the proxy stores it);
+        # a compaction's own summary request, which the transcript does not keep, counts as a step.
         manifest = self.capture.build(exchange_of(self.source, call),
-                                      call_id=uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex)
+                                      call_id=uuid.uuid5(_NAMESPACE, f"{call.session}\0{call.key}").hex,
+                                      unseen=int(call.compacted is not None))
         if manifest is None:
             return None
+        if call.compacted is not None:
+            manifest.compactions = _as_recorded(manifest, *call.compacted)
         manifest.builder = Builder(name="ctxkit.import", version=__version__)
         # What the transcript wrote of where the agent worked, else what its request told.
         manifest.workspace = workspace_of(call.cwd, call.git_branch) or manifest.workspace
         if not call.exact:
             manifest.warnings = [*manifest.warnings, NOT_ITEMISED][:100]
         return manifest
+
+
+def _as_recorded(manifest: Manifest, trigger: str, tokens_before: int) -> list[Compaction]:
+    """The manifest's compactions with the one a transcript records before it: its trigger and
+    tokens before as the agent wrote them (the proxy, which sees only the calls, infers them);
+    added when the proxy's rule found none (a summary it does not recognise)."""
+    found = manifest.compactions[-1] if manifest.compactions else None
+    if found is not None:
+        found = msgspec.structs.replace(found, trigger=trigger or found.trigger,
+                                        tokens_before=tokens_before or found.tokens_before)
+        return [*manifest.compactions[:-1], found]
+    summary = next((item.id for item in manifest.items if item.kind == "summary"), None)
+    digest = hashlib.sha256(f"{manifest.run_id}\x1f{manifest.step}".encode()).hexdigest()[:16]
+    return [Compaction(id=f"compaction-{digest}", strategy="client_summary", tokens_before=tokens_before,
+                       tokens_after=manifest.usage.input_tokens, trigger=trigger, summary_item=summary)]
 
 
 def _lines_before(path: str, offset: int) -> int:

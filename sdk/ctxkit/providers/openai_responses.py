@@ -68,12 +68,23 @@ def responses_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str,
         if kind == "function_call":
             text = canonical_json({"name": e.get("name"), "arguments": canonical_arguments(e.get("arguments"))})
             parts.append(Part(role="assistant", text=text, group=e.get("call_id"), source=source))
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":  # a free-form tool's call (Codex's apply_patch): its input as sent
+            text = canonical_json({"name": e.get("name"), "input": e.get("input")})
+            parts.append(Part(role="assistant", text=text, group=e.get("call_id"), source=source))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             text = text_of(e.get("output"))
             parts.append(Part(role="tool", text=text, group=e.get("call_id"), source=source))
         elif kind == "compaction":
             text = text_of(e.get("encrypted_content") or e.get("summary") or "")
             parts.append(Part(role="assistant", kind="summary", text=text, source=source))
+        elif kind == "reasoning":  # the model's reasoning sent back: its summary (the rest is encrypted)
+            text = text_of(e.get("summary") or e.get("content") or "")
+            parts.append(Part(role="assistant", kind="history", text=text, source=source))
+        elif kind not in (None, "message") and not e.get("role"):  # another item the model or a tool made
+            text = canonical_json({k: v for k, v in e.items() if k not in ("id", "status", "encrypted_content")})
+            output = str(kind).endswith("_output")
+            parts.append(Part(role="tool" if output else "assistant", text=text,
+                              group=e.get("call_id") if isinstance(e.get("call_id"), str) else None, source=source))
         else:
             role = str(e.get("role") or "user")
             text = content_text(e.get("content"))

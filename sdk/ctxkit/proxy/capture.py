@@ -227,12 +227,13 @@ class Capture:
         except Exception:
             self.stats["failed"] += 1
 
-    def build(self, exchange: Exchange, call_id: str = "") -> Manifest | None:
+    def build(self, exchange: Exchange, call_id: str = "", unseen: int = 0) -> Manifest | None:
         """The manifest of one exchange, or None when its request body is not a JSON object
         (the provider answers such a request with a 400 of its own; there is no call to show).
         Its call id is the provider's id of the response (``msg_…``, ``resp_…``, ``chatcmpl-…``,
         Gemini's ``responseId``), so a call recorded twice (captured live, then imported) is
-        stored once; ``call_id`` (a uuid4 unless given) when the answer has none."""
+        stored once; ``call_id`` (a uuid4 unless given) when the answer has none. ``unseen``: calls
+        of its run just before it that the caller never saw (ctxkit.proxy.runs counts them in its step)."""
         try:
             text = exchange.request_body.decode("utf-8")
             request = json.loads(text) if text else {}
@@ -263,7 +264,8 @@ class Capture:
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
                                         response_id=response_id,
                                         failed=outcome.error is not None, answer=answer_text(outcome),
-                                        call_id=call_id, delegations=delegations_of(outcome), history=history)
+                                        call_id=call_id, delegations=delegations_of(outcome), history=history,
+                                        unseen=unseen)
         evidence, evidence_warning = declared_evidence(exchange.headers)
         if evidence_warning:
             outcome.warnings.append(evidence_warning)

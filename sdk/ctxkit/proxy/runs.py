@@ -130,13 +130,15 @@ class RunResolver:
 
     def place(self, api: str, request: dict[str, Any], headers: dict[str, str], *, default_agent: str = "",
               response_id: str = "", failed: bool = False, answer: str = "", call_id: str = "",
-              delegations: tuple[Delegation, ...] = (), history: History | None = None) -> Placement:
+              delegations: tuple[Delegation, ...] = (), history: History | None = None,
+              unseen: int = 0) -> Placement:
         """The run, step and agent of one call (``response_id``: the id a Responses call answered
         with; ``failed``: the call ended in an error, so the same messages again are its retry;
         ``answer``: the text the model answered, which a compacted history may open with;
         ``call_id``: the call's id, the parent of the sub-agents its answer starts;
         ``delegations``: the sub-agents the answer asked for; ``history``: the call's history
-        when the caller parsed it already)."""
+        when the caller parsed it already; ``unseen``: calls of its run just before it that were
+        never placed, counted in its step: an imported transcript that does not keep them)."""
         agent = agent_of(headers, default_agent)
         history = history if history is not None else History(api, request)
         chain = history.chain
@@ -172,7 +174,7 @@ class RunResolver:
                 self._responses.put(response_id, run_id)
             for key in _line_keys(answer)[:MAX_ANSWER_LINES]:
                 self._answers.put(key, run_id)
-            step = self._steps.pop(run_id) or 0
+            step = (self._steps.pop(run_id) or 0) + max(unseen, 0)
             self._steps.put(run_id, step + 1)
         return Placement(run_id=run_id, step=step, agent=agent, how=how,
                          parent_run_id=child.parent_run_id if child else "",
