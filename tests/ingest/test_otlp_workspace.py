@@ -17,9 +17,10 @@ def _attributes(values: dict[str, str]) -> list[dict]:
 def _export(trace: str, resource: dict[str, str], span: dict[str, str]) -> bytes:
     chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "claude-sonnet-4-5",
             "gen_ai.conversation.id": f"conv-{trace}", **span}
-    return json.dumps({"resourceSpans": [{"resource": {"attributes": _attributes(resource)}, "scopeSpans": [{
-        "spans": [{"traceId": trace * 32, "spanId": "01" * 8, "name": "chat", "startTimeUnixNano": "1764410400000000000",
-                   "endTimeUnixNano": "1764410401000000000", "attributes": _attributes(chat)}]}]}]}).encode()
+    one = {"traceId": trace * 32, "spanId": "01" * 8, "name": "chat", "startTimeUnixNano": "1764410400000000000",
+           "endTimeUnixNano": "1764410401000000000", "attributes": _attributes(chat)}
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": _attributes(resource)},
+                                          "scopeSpans": [{"spans": [one]}]}]}).encode()
 
 
 @pytest.mark.django_db
