@@ -1,5 +1,6 @@
 """``ctxkit watch``'s watcher in process: a file whose reader it let go (idle) is read again when it
-grows, and only its new calls are mapped and sent, in their run's next steps."""
+grows, and only its new calls are mapped and sent, in their run's next steps; while ctxview does
+not answer, calls wait in the client's spool and reach it when it answers again, none lost."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conftest import API_KEY, IngestServer
 from ctxkit.importer.sessions import SOURCES
 from ctxkit.importer.watch import Watcher
+from ctxkit.record.client import Client
 
 
 def _hash(message: dict[str, Any]) -> str:
@@ -61,3 +64,26 @@ def test_it_maps_only_new_calls_of_a_file_read_again_after_its_reader_went_idle(
                                                             ("session-w1", 2)]
     assert all(not m.warnings for m in kept.manifests)  # each request rebuilt whole
     assert json.loads((tmp_path / "state.json").read_text()) == {str(transcript): transcript.stat().st_size}
+
+
+def test_it_spools_while_ctxview_is_down_and_loses_nothing(tmp_path: Path, server: IngestServer) -> None:
+    folder = tmp_path / "projects" / "-src"
+    folder.mkdir(parents=True)
+    transcript = folder / "w1.jsonl"
+    transcript.write_text(_turn(0) + _turn(1), encoding="utf-8")
+    server.stop()
+    client = Client(API_KEY, server.url, spool_dir=str(tmp_path / "spool"), probe_interval=0.2, timeout=2.0)
+    try:
+        watcher = Watcher([(SOURCES["claude-code"], str(tmp_path / "projects"))], client,
+                          state_path=str(tmp_path / "state.json"))
+        assert watcher.poll() == 2
+        with open(transcript, "a", encoding="utf-8") as handle:
+            handle.write(_turn(2))
+        assert watcher.poll() == 1
+        assert client.stats()["spooled"] == 3 and server.ids() == set()
+        assert json.loads((tmp_path / "state.json").read_text()) == {str(transcript): transcript.stat().st_size}
+        server.start()  # the same port
+        assert server.wait_for(3, timeout=5.0)
+        assert len(server.ids()) == 3 and server.duplicates == 0
+    finally:
+        client.shutdown(timeout=2.0)
