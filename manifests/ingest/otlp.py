@@ -8,6 +8,8 @@ converted). Mapping (see docs/integrations.md):
   OpenInference ``openinference.span.kind`` LLM) is one call: call id ``<trace>-<span>``, run
   ``gen_ai.conversation.id`` else the trace id, agent from the enclosing ``invoke_agent`` span
   of the same export, else ``gen_ai.agent.name``, else the resource's ``service.name``.
+- Where the agent worked: ``process.working_directory`` and ``vcs.ref.head.name`` (a branch),
+  on the span or its resource, become the manifest's workspace.
 - A span carrying the attribute ``ctxview.manifest`` (a manifest as JSON, e.g. from ctxkit)
   is stored as that manifest, whatever else it is.
 - Every other span (agent, tool, HTTP, ...) is counted and ignored: tokens are summed on
@@ -36,7 +38,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.manifest import Builder, Manifest, Outcome
+from ctxkit.manifest import Builder, Manifest, Outcome, Workspace, workspace_of
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.usage import normalize_usage
 from manifests.ingest import door
@@ -332,7 +334,7 @@ def manifest_of(span: SpanView, agent: str) -> Manifest:
     outcome = Outcome(status="error" if error else "ok", finish_reason=finish_reason)
     max_tokens = a.get("gen_ai.request.max_tokens")
     warnings = [f"error: {a.get('error.type') or ''} {span.status_message}".strip()] if error else []
-    return call_manifest(
+    mapped = call_manifest(
         call_id=span.call_id,
         run_id=str(a.get("gen_ai.conversation.id") or a.get("session.id") or span.trace_id),
         step=0,
@@ -349,6 +351,21 @@ def manifest_of(span: SpanView, agent: str) -> Manifest:
         warnings=warnings,
         builder=BUILDER,
     )
+    mapped.workspace = _workspace(span)
+    return mapped
+
+
+def _workspace(span: SpanView) -> Workspace | None:
+    """Where the agent worked, by OpenTelemetry's semantic conventions, on the span or its resource:
+    ``process.working_directory``, and ``vcs.ref.head.name`` when ``vcs.ref.type`` does not say it
+    is a tag."""
+
+    def text(name: str) -> str:
+        value = span.attrs.get(name, span.resource.get(name))
+        return value if isinstance(value, str) else ""
+
+    branch = text("vcs.ref.head.name") if text("vcs.ref.type") in ("", "branch") else ""
+    return workspace_of(text("process.working_directory"), branch)
 
 
 def map_export(project: Project, request: ExportTraceServiceRequest) -> MappedExport:

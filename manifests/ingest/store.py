@@ -276,6 +276,17 @@ def _store_with_retries(
     raise Busy()
 
 
+# Recorders that name a call by its provider's response id: the same model call captured live by
+# the proxy and read later from the agent's transcript by ``ctxkit import`` (or the other way
+# round) arrives twice under one call_id, with different content (builder, timings, warnings).
+# The first copy stays; the second is a duplicate, not a conflict.
+RESPONSE_ID_RECORDERS = frozenset({"ctxkit.proxy", "ctxkit.import"})
+
+
+def _recorded_again(manifest: Manifest) -> bool:
+    return manifest.builder is not None and manifest.builder.name in RESPONSE_ID_RECORDERS
+
+
 def _conflict(call_id: str) -> FieldError:
     return FieldError(
         path="$.call_id",
@@ -325,7 +336,7 @@ def _store(
         if previous is None and manifest.call_id in seen:
             previous = digest(seen[manifest.call_id])
         if previous is not None:
-            if previous == digest(canonical):
+            if previous == digest(canonical) or _recorded_again(manifest):
                 results[index].status = DUPLICATE
             else:
                 results[index].status = REJECTED

@@ -121,6 +121,7 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
     for manifest in theirs:
         sender.capture(manifest)
     assert sender.flush(timeout=10)
+    assert sender.stats()["rejected"] == 0  # each answered duplicate: the imported copy stays
     assert sorted(c["call_id"] for c in _get(live_server, key, f"/api/v1/runs/{run['run_id']}/calls")["results"]) \
         == sorted(provider.usages)
 

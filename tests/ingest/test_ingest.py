@@ -75,6 +75,17 @@ def test_it_rejects_the_same_call_id_with_other_content_as_a_conflict(api):
     assert Call.objects.get().step == 0
 
 
+def test_it_keeps_the_live_copy_of_a_call_imported_later(api):
+    # The proxy and ctxkit import both name a call by its provider's response id.
+    live = manifest("msg_01", builder={"name": "ctxkit.proxy", "version": "1"})
+    assert api.post(live).json()["accepted"] == 1
+    imported = manifest("msg_01", step=3, builder={"name": "ctxkit.import", "version": "1"}, warnings=["later"])
+    r = api.post(imported)
+    assert r.status_code == 200
+    assert r.json()["results"][0]["status"] == "duplicate"
+    assert Call.objects.get().step == 0 and Call.objects.get().builder_name == "ctxkit.proxy"
+
+
 def test_it_treats_a_repeat_inside_one_batch_as_duplicate(api):
     r = api.post({"manifests": [manifest("x"), manifest("x")]})
     assert [res["status"] for res in r.json()["results"]] == ["accepted", "duplicate"]

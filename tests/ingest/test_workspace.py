@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from manifests.models import Run
+from tests.conftest import Api
 from tests.support import manifest
 
 pytestmark = pytest.mark.django_db
@@ -62,3 +63,25 @@ def test_it_stores_hostile_workspace_text_as_data(api):
     r = api.post(manifest("h0", run_id="run-h", workspace={"cwd": hostile, "git_branch": "é/<b>"}))
     assert r.json()["accepted"] == 1
     assert (Run.objects.get(run_id="run-h").cwd, Run.objects.get(run_id="run-h").git_branch) == (hostile, "é/<b>")
+
+
+def test_the_api_filters_runs_by_folder_and_branch_within_the_keys_project(api, other_key):
+    api.post({"manifests": [
+        manifest("a0", run_id="run-a", workspace={"cwd": "/repo", "git_branch": "main"}),
+        manifest("b0", run_id="run-b", workspace={"cwd": "/repo", "git_branch": "topic"}),
+        manifest("c0", run_id="run-c", workspace={"cwd": "/other", "git_branch": "main"}),
+    ]})
+    Api(other_key).post(manifest("s0", run_id="run-secret", workspace={"cwd": "/repo", "git_branch": "main"}))
+
+    def runs(client, **params: str) -> list[str]:
+        r = client.get("/api/v1/runs", **params)
+        assert r.status_code == 200, r.content
+        return sorted(x["run_id"] for x in r.json()["results"])
+
+    assert runs(api, cwd="/repo") == ["run-a", "run-b"]
+    assert runs(api, branch="main") == ["run-a", "run-c"]
+    assert runs(api, cwd="/repo", branch="main") == ["run-a"]
+    assert runs(Api(other_key), cwd="/repo") == ["run-secret"]
+    r = api.get("/api/v1/runs", branch="a\nb")
+    assert r.status_code == 400 and "?branch" in r.content.decode()
+    assert api.get("/api/v1/runs", cwd="x" * 501).status_code == 400

@@ -10,8 +10,9 @@ request (its first user message opens with :data:`SUBTASK`) with ``Done: <task>`
 sub-agent's report coming back with ``The sub-agent reports: Done: <task>``; Claude Code's
 compaction request (``/compact``) with a summary that leaves out what the note said
 (:data:`SUMMARY`); any other prompt with ``Noted: <prompt>``, and a request without one with a
-short text. ``sized_usage=True`` reports an uncached input that
-grows with the messages, so the calls after a compaction report fewer tokens; ``full_window_on``
+short text. ``sized_usage=True`` counts the usage from the request (:func:`usage_of`: cache reads
+as far as it repeats the session's last request), so the calls after a compaction report fewer
+tokens and a call's items account for nearly all of its input; ``full_window_on``
 makes the answer to a prompt holding it report a full window (Claude Code then compacts by itself
 at the start of its next run), ``cold_on`` one that read nothing from the cache. Every other path
 answers 404 in Anthropic's error shape. Each answer has an id of its own (``msg_…``), as
@@ -22,6 +23,7 @@ Anthropic's do: the proxy stores a call under it. Each request's path, headers a
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import uuid
@@ -119,20 +121,31 @@ def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     return [{"type": "text", "text": "Reading a note"}], "end_turn"
 
 
-def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "", cold_on: str = "") -> dict[str, int]:
-    """The answer's usage: fixed, or (``sized``) with the uncached input growing with the messages
-    (a character count over four), so a compacted history reports fewer input tokens. A prompt
-    holding ``full_window_on`` reports a window all but full (FULL_WINDOW), so the CLI compacts
-    on its own before its next call; one holding ``cold_on`` reads nothing from the cache and
-    writes what it would have read (a prompt the provider had no cached prefix for)."""
-    usage = {**USAGE, "input_tokens": len(json.dumps(body.get("messages") or [])) // 4} if sized else USAGE
+def usage_of(body: dict[str, Any], sized: bool, full_window_on: str = "", cold_on: str = "",
+             previous: str = "") -> tuple[dict[str, int], str]:
+    """The answer's usage and the request as counted. Fixed, or (``sized``) counted from the
+    request as the provider would: a token per four characters of its tools, system and messages
+    in prefix order; the part up to the last ``cache_control`` mark is cacheable, read from the
+    cache as far as it repeats ``previous`` (the same session's last request) and written beyond,
+    the rest uncached; so the calls after a compaction report fewer tokens. A prompt holding
+    ``full_window_on`` reports a window all but full (FULL_WINDOW), so the CLI compacts on its
+    own before its next call; one holding ``cold_on`` reads nothing from the cache and writes what
+    it would have read (a prompt the provider had no cached prefix for)."""
+    sent = json.dumps([body.get("tools"), body.get("system"), body.get("messages")])
+    usage = dict(USAGE)
+    if sized:
+        cacheable = max(sent.rfind('"cache_control"'), 0)
+        read = min(len(os.path.commonprefix([sent, previous])), cacheable) // 4
+        written = cacheable // 4 - read
+        usage = {**usage, "input_tokens": len(sent) // 4 - read - written, "cache_read_input_tokens": read,
+                 "cache_creation_input_tokens": written}
     prompt = _prompt(body.get("messages") or [])
     if full_window_on and full_window_on in prompt:
         usage = {**usage, "input_tokens": FULL_WINDOW}
     if cold_on and cold_on in prompt:
         usage = {**usage, "cache_read_input_tokens": 0,
                  "cache_creation_input_tokens": usage["cache_creation_input_tokens"] + usage["cache_read_input_tokens"]}
-    return usage
+    return usage, sent
 
 
 def events(body: dict[str, Any], usage: dict[str, int] = USAGE) -> list[tuple[str, dict[str, Any]]]:
@@ -201,7 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"input_tokens": 9740})
         if path != "/v1/messages" or not isinstance(body, dict):
             return self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not here"}})
-        usage = usage_of(body, self.server.sized_usage, self.server.full_window_on, self.server.cold_on)
+        session = self.headers.get("X-Claude-Code-Session-Id", "")
+        with self.server.lock:
+            usage, self.server.last_sent[session] = usage_of(
+                body, self.server.sized_usage, self.server.full_window_on, self.server.cold_on,
+                self.server.last_sent.get(session, ""))
         if not body.get("stream"):
             blocks, stop = answer(body)
             return self._json(200, {"id": f"msg_cc_standin_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
@@ -225,6 +242,7 @@ class ClaudeCodeStandIn(ThreadingHTTPServer):
         self.full_window_on = full_window_on
         self.cold_on = cold_on
         self.received: list[tuple[str, str, dict[str, str], Any]] = []
+        self.last_sent: dict[str, str] = {}  # each session's last request, as counted
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 

@@ -8,8 +8,12 @@ once while the watcher runs; any other source's reader reads the file again, and
 already seen are left out. A call whose answer ends the file is sent once the answer is whole
 (it names its stop reason) or the file has been quiet for ``settle`` seconds.
 
+A reader keeps the tables of its file's earlier lines; one whose file has not changed for
+``idle`` seconds (a session that ended) lets them go, and should the file grow again a new reader
+parses it from its start, mapping only the calls after those already mapped.
+
 What was sent is remembered per file as ``ctxkit import`` does (byte offsets, the same state
-file), saved once the client has sent or spooled the calls: a watcher killed at any point sends
+file), saved after each file's new calls once the client has sent or spooled them: a watcher killed at any point sends
 again at most the calls of its last round, which the server stores once (a call's id is stable).
 At start-up a file that grew since is read from its start; the calls before its offset are
 mapped again (so runs and steps are placed as before) but not sent. A file truncated or
@@ -83,6 +87,7 @@ class _File:
     head: bytes = b""  # the file's first bytes when its reader started: another head, another file
     reader: Reader | None = None
     waiting: bool = False  # the file ends with an answer that may still grow, not sent yet
+    broken: int = -1  # the size at which its reader failed: tried again once the file changes
     malformed: list[str] = field(default_factory=list)
 
 
@@ -92,7 +97,7 @@ class Watcher:
     ``flush``)."""
 
     def __init__(self, sources: list[tuple[Source, str]], sink: Any, *, state_path: str = "", since: float = 0.0,
-                 project_dir: str = "", include_text: bool = True, settle: float = 2.0,
+                 project_dir: str = "", include_text: bool = True, settle: float = 2.0, idle: float = 600.0,
                  out: TextIO | None = None) -> None:
         self.sources = sources
         self.sink = sink
@@ -100,6 +105,7 @@ class Watcher:
         self.since = since
         self.project_dir = project_dir
         self.settle = settle
+        self.idle = idle
         self.out = out
         self.mappings = {source.name: Mapping(source, include_text=include_text) for source, _ in sources}
         self.state = load_state(state_path) if state_path else {}
@@ -107,21 +113,34 @@ class Watcher:
         self.sent = 0  # calls sent since the watcher started
 
     def poll(self) -> int:
-        """One look at every followed file; the number of calls sent. The state is saved once the
-        sink has them (sent, or spooled while ctxview does not answer)."""
+        """One look at every followed file; the number of calls sent. After each file that had
+        new calls, the state is saved once the sink has them (sent, or spooled while ctxview does
+        not answer)."""
         sent = 0
         listed: set[str] = set()
         for source, folder in self.sources:
             for path in source.files(folder, self.project_dir) if os.path.isdir(folder) else []:
                 listed.add(path)
-                sent += self._follow(source, path)
-        for path in [p for p in self.files if p not in listed]:  # deleted: forget its reader
-            del self.files[path]
-        if sent:
-            flush = getattr(self.sink, "flush", None)
-            if not callable(flush) or flush(timeout=30.0):
-                self._save()
-            self.sent += sent
+                try:
+                    new = self._follow(source, path)
+                except Exception as exc:  # a shape no reader expected: the other files go on
+                    self._say(f"{path}: not read further ({type(exc).__name__}: {exc})")
+                    known = self.files.get(path)
+                    if known is not None:
+                        known.reader, known.broken = None, known.size
+                    continue
+                if new:
+                    flush = getattr(self.sink, "flush", None)
+                    if not callable(flush) or flush(timeout=30.0):
+                        self._save()
+                    sent += new
+        now = time.monotonic()
+        for path, known in list(self.files.items()):
+            if path not in listed:  # deleted
+                del self.files[path]
+            elif known.reader is not None and not known.waiting and now - known.changed > self.idle:
+                known.reader = None  # a session that ended: its tables go; if it grows, read again
+        self.sent += sent
         return sent
 
     def _follow(self, source: Source, path: str) -> int:
@@ -148,7 +167,7 @@ class Watcher:
         elif known.reader is not None and not (known.waiting and now - known.changed >= self.settle):
             return 0  # nothing new, nothing waiting
         if known.reader is None:
-            if stat.st_size <= known.sent or stat.st_mtime < self.since:
+            if stat.st_size <= known.sent or stat.st_mtime < self.since or stat.st_size == known.broken:
                 return 0
             known.reader = source.reader(path, known.malformed, known.sent) if source.reader is not None \
                 else _Rescan(source, path)

@@ -35,6 +35,7 @@ import os
 from typing import Any, TypeVar
 
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
+from ctxkit.manifest import Workspace, workspace_of
 from ctxkit.providers import sdk_resources
 
 logger = logging.getLogger("ctxkit")
@@ -47,18 +48,21 @@ _exit_hook = False
 
 
 def _recorder(api_key: str, host: str, ctxkit_client: Any, agent: str, run_id: str | None,
-              include_text: bool, window: int | None, spool_dir: str | os.PathLike[str] | bool | None) -> Recorder:
+              include_text: bool, window: int | None, spool_dir: str | os.PathLike[str] | bool | None,
+              workspace: Workspace | None = None) -> Recorder:
     if ctxkit_client is not None:
-        recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window)
+        recorder = Recorder(ctxkit_client, agent=agent, run_id=run_id, include_text=include_text, window=window,
+                            workspace=workspace)
     else:
         cached = _recorders.get((api_key, host))
-        if cached is not None and (cached.agent, cached.include_text, cached.window) == (agent, include_text, window) \
-                and (run_id is None or cached.default_run == run_id):
+        if cached is not None and (cached.agent, cached.include_text, cached.window, cached.workspace) == \
+                (agent, include_text, window, workspace) and (run_id is None or cached.default_run == run_id):
             return cached
         from ctxkit.record.client import Client
 
         shared = cached.client if cached is not None else Client(api_key, host, spool_dir=spool_dir)
-        recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window)
+        recorder = Recorder(shared, agent=agent, run_id=run_id, include_text=include_text, window=window,
+                            workspace=workspace)
         _recorders.setdefault((api_key, host), recorder)
     _last.append(recorder)
     global _exit_hook
@@ -144,6 +148,8 @@ class Instrument:
         window: int | None = None,
         ctxkit_client: Any = None,
         spool_dir: str | os.PathLike[str] | bool | None = True,
+        cwd: str = "",
+        git_branch: str = "",
     ) -> ClientT:
         """Record every call of ``client``; returns the same client object.
 
@@ -153,7 +159,9 @@ class Instrument:
         ``ctxkit_client``: a configured :class:`ctxkit.Client` (spool, batch size, ...) instead of
         the one made from ``api_key`` / ``host``. ``spool_dir``: where manifests wait while ctxview
         is away (``True``, the default: a per-user folder for this host and key; ``None``: nowhere,
-        they are dropped); the first ``instrument()`` call for a host and key decides.
+        they are dropped); the first ``instrument()`` call for a host and key decides. ``cwd`` /
+        ``git_branch``: where the agent works, kept on its runs (shown and filterable on the runs
+        list; a value the schema would refuse is left out).
         """
         try:
             if getattr(client, "__ctxkit_instrumented__", False):
@@ -164,7 +172,7 @@ class Instrument:
                 return client
             sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
             recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
-                                 agent, run_id, include_text, window, spool_dir)
+                                 agent, run_id, include_text, window, spool_dir, workspace_of(cwd, git_branch))
             _hook(client, recorder)
         except Exception:
             logger.warning("ctxkit.instrument: could not instrument the client; it runs unrecorded", exc_info=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxkit.manifest import Workspace
 from ctxkit.providers.call import CallRecord
 from ctxkit.record.background import Background
 
@@ -72,12 +73,13 @@ class Recorder:
     it to the non-blocking ctxkit Client."""
 
     def __init__(self, client: Any, *, agent: str, run_id: str | None, include_text: bool,
-                 window: int | None, max_queue: int = 10_000) -> None:
+                 window: int | None, max_queue: int = 10_000, workspace: Workspace | None = None) -> None:
         self.client = client  # a ctxkit.Client (or anything with capture/flush/shutdown)
         self.agent = agent
         self.default_run = run_id or f"{agent}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
         self.include_text = include_text
         self.window = window
+        self.workspace = workspace  # where the agent works, on every manifest
         self.stats = {"recorded": 0, "dropped": 0, "failed": 0}
         self.background: Background[CallRecord] = Background(self._build, name="ctxkit-instrument",
                                                              max_queue=max_queue, stats=self.stats)
@@ -109,6 +111,8 @@ class Recorder:
         try:
             manifest = record.adapter(record)
             if manifest is not None:
+                if self.workspace is not None:
+                    manifest.workspace = self.workspace
                 self.client.capture(manifest)
                 self.stats["recorded"] += 1
         except Exception:
