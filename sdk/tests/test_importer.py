@@ -161,3 +161,16 @@ def test_it_gives_the_call_after_a_compact_boundary_its_trigger_tokens_and_the_s
     [compaction] = main_run[2].compactions
     assert (compaction.trigger, compaction.tokens_before, compaction.tokens_after) == ("manual", 10507, 300)
     assert compaction.summary_item == next(i.id for i in main_run[2].items if i.kind == "summary")
+
+
+def test_it_goes_on_with_the_other_files_when_one_cannot_be_read(projects: Path, server: IngestServer,
+                                                                   tmp_path: Path, monkeypatch, capsys) -> None:
+    broken = {"id": "msg_broken", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+              "content": 5, "stop_reason": "end_turn"}  # a content no reader expects
+    (projects / "-src-app" / "broken.jsonl").write_text(_line("assistant", message=broken) + "\n", encoding="utf-8")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert _import(projects, server) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("sessions=2 calls=3 ")
+    assert "broken.jsonl: not read further (TypeError: " in err
+    assert len(server.stored) == 3

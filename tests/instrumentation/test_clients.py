@@ -105,6 +105,9 @@ def test_it_records_anthropic_calls_that_the_live_server_then_serves(live_server
     calls = served_calls(live_server, key, "a-run")
     assert [c["step"] for c in calls] == [0, 1, 2, 3, 4]
     first, stream, limited, broken, beta = calls
+    # A call is stored under the id of the message that answered it; a failed one under its own.
+    assert (first["call_id"], stream["call_id"]) == (got.id, streamed[0].message.id)
+    assert not limited["call_id"].startswith("msg_")
     assert (first["agent"], first["model"], first["provider"], beta["agent"]) == (
         "refund-analyst", "claude-sonnet-5-5", "anthropic", "compactor")
     # Anthropic's input_tokens (50) is the uncached part: normal form adds the cache beside it.
@@ -150,6 +153,8 @@ def test_it_records_openai_chat_and_responses_calls(live_server, key, standin, s
     assert ctxkit.instrument.flush(20)
 
     chat, chat_stream, resp, resp_stream, limited, broken = served_calls(live_server, key, "o-run")
+    assert (chat["call_id"], chat_stream["call_id"], resp["call_id"], resp_stream["call_id"]) == (
+        got.id, chunks[0].id, response.id, events[-1].response.id)
     for c in (chat, chat_stream):
         assert (c["input_tokens"], c["cache_read_tokens"], c["output_tokens"]) == (2000, 1024, 12)
         assert c["finish_reason"] == "stop"

@@ -59,6 +59,7 @@ def test_it_records_google_genai_calls_streams_included(live_server, key, standi
     assert [(c["provider"], c["model"], c["status"]) for c in calls] == [
         ("google", "gemini-2.5-pro", "ok"), ("google", "gemini-2.5-pro", "ok"), ("google", "rate-limited", "error")]
     assert [_usage(c) for c in calls[:2]] == [USAGE, USAGE]
+    assert [c["call_id"] for c in calls[:2]] == [answer.response_id, streamed[0].response_id]  # the answers' ids
     for call in calls[:2]:
         assert call["agent"] == "gemini-agent" and call["output_reserve"] == 256
         kinds = [(i["kind"], i["id"]) for i in call["items"]]

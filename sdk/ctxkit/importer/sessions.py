@@ -198,16 +198,19 @@ def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: st
     done = 0
     for number, (path, size, start) in enumerate(todo, start=summary.skipped + 1):
         problems: list[str] = []
-        for call, end in source.calls(path, 0, problems):
-            manifest = mapping.manifest(call)
-            if manifest is None or end <= start or (call.started and call.started < since):
-                continue
-            sink.capture(manifest)
-            summary.calls += 1
-            summary.sessions.add(call.session)
-            state[path] = end
-            if bar is not None:
-                bar.show(done + end, number, summary.calls)
+        try:
+            for call, end in source.calls(path, 0, problems):
+                manifest = mapping.manifest(call)
+                if manifest is None or end <= start or (call.started and call.started < since):
+                    continue
+                sink.capture(manifest)
+                summary.calls += 1
+                summary.sessions.add(call.session)
+                state[path] = end
+                if bar is not None:
+                    bar.show(done + end, number, summary.calls)
+        except Exception as exc:  # a file gone, or a shape no reader expected: the others go on
+            summary.malformed.append(f"{path}: not read further ({type(exc).__name__}: {exc})")
         before = _lines_before(path, start) if start else 0
         summary.malformed.extend(p for p in problems if _line_of(p, path) > before)
         done += size

@@ -87,6 +87,7 @@ class _File:
     head: bytes = b""  # the file's first bytes when its reader started: another head, another file
     reader: Reader | None = None
     waiting: bool = False  # the file ends with an answer that may still grow, not sent yet
+    broken: int = -1  # the size at which its reader failed: tried again once the file changes
     malformed: list[str] = field(default_factory=list)
 
 
@@ -120,7 +121,14 @@ class Watcher:
         for source, folder in self.sources:
             for path in source.files(folder, self.project_dir) if os.path.isdir(folder) else []:
                 listed.add(path)
-                new = self._follow(source, path)
+                try:
+                    new = self._follow(source, path)
+                except Exception as exc:  # a shape no reader expected: the other files go on
+                    self._say(f"{path}: not read further ({type(exc).__name__}: {exc})")
+                    known = self.files.get(path)
+                    if known is not None:
+                        known.reader, known.broken = None, known.size
+                    continue
                 if new:
                     flush = getattr(self.sink, "flush", None)
                     if not callable(flush) or flush(timeout=30.0):
@@ -159,7 +167,7 @@ class Watcher:
         elif known.reader is not None and not (known.waiting and now - known.changed >= self.settle):
             return 0  # nothing new, nothing waiting
         if known.reader is None:
-            if stat.st_size <= known.sent or stat.st_mtime < self.since:
+            if stat.st_size <= known.sent or stat.st_mtime < self.since or stat.st_size == known.broken:
                 return 0
             known.reader = source.reader(path, known.malformed, known.sent) if source.reader is not None \
                 else _Rescan(source, path)

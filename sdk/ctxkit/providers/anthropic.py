@@ -164,7 +164,7 @@ def _from_stream(events: list[Any]) -> dict[str, Any]:
         if kind == "message_start":
             message = plain(field(event, "message")) or {}
             usage.update({k: v for k, v in (message.get("usage") or {}).items() if v is not None})
-            out["model"] = message.get("model")
+            out["model"], out["id"] = message.get("model"), message.get("id")
         elif kind == "message_delta":
             usage.update({k: v for k, v in (plain(field(event, "usage")) or {}).items() if v is not None})
             delta = plain(field(event, "delta")) or {}
@@ -207,7 +207,7 @@ def manifest(record: CallRecord) -> Manifest:
             and not compactions:
         warnings.append("the response holds a compaction block")
     m = call_manifest(
-        call_id=record.call_id, run_id=record.run_id, step=record.step,
+        call_id=record.id_for(answer_id(got.get("id"))), run_id=record.run_id, step=record.step,
         model=str(got.get("model") or kw.get("model") or "unknown"), provider="anthropic", agent=record.agent,
         started_at=record.started_at, ended_at=record.ended_at, parts=parts, segments=segments,
         usage=normalize_usage(usage_raw, "anthropic") if usage_raw else None,

@@ -43,6 +43,13 @@ class CallRecord:
             self._call_id = uuid.uuid4().hex
         return self._call_id
 
+    def id_for(self, answered: str) -> str:
+        """The call's id: the one it was given, else ``answered`` (the provider's id of its answer,
+        ``""`` without one), else a uuid4; the same on every later use."""
+        if not self._call_id:
+            self._call_id = answered or uuid.uuid4().hex
+        return self._call_id
+
     @property
     def started_at(self) -> datetime:
         return datetime.fromtimestamp(self.started, tz=UTC)

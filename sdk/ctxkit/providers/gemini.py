@@ -204,6 +204,7 @@ def _summary(record: CallRecord) -> dict[str, Any]:
         finish = _candidate(chunk).get("finishReason") or _candidate(chunk).get("finish_reason")
         if finish:
             out["finish"] = finish
+        out["id"] = out.get("id") or chunk.get("responseId") or chunk.get("response_id")
     return out
 
 
@@ -219,7 +220,8 @@ def manifest(record: CallRecord) -> Manifest:
     sdk = sys.modules.get("google.genai")
     model = str(kw.get("model") or got.get("model") or "unknown").removeprefix("models/")
     return call_manifest(
-        call_id=record.call_id, run_id=record.run_id, step=record.step, model=model, provider="google",
+        call_id=record.id_for(answer_id(got.get("id"))), run_id=record.run_id, step=record.step, model=model,
+        provider="google",
         agent=record.agent, started_at=record.started_at, ended_at=record.ended_at, parts=parts, segments=segments,
         usage=normalize_usage(got["usage"], "gemini") if got.get("usage") else None,
         window=record.window, output_reserve=int(config.get("maxOutputTokens") or 0) if config else 0,

@@ -108,10 +108,11 @@ def error_warning(error: BaseException | None) -> list[str]:
 
 
 def build(record: CallRecord, parts: list[Part], segments: list[tuple[str, str]], *, model: Any,
-           usage: Any, flavour: str, finish: Any, reserve: Any) -> Manifest:
+           usage: Any, flavour: str, finish: Any, reserve: Any, answered: Any = None) -> Manifest:
+    """The manifest of an OpenAI call (``answered``: the id of its answer, its call id)."""
     sdk = sys.modules.get("openai")
     return call_manifest(
-        call_id=record.call_id, run_id=record.run_id, step=record.step,
+        call_id=record.id_for(answer_id(answered)), run_id=record.run_id, step=record.step,
         model=str(model or record.kwargs.get("model") or "unknown"), provider="openai", agent=record.agent,
         started_at=record.started_at, ended_at=record.ended_at, parts=parts, segments=segments,
         usage=normalize_usage(usage, flavour) if usage else None,
@@ -127,20 +128,20 @@ def build(record: CallRecord, parts: list[Part], segments: list[tuple[str, str]]
 def chat_manifest(record: CallRecord) -> Manifest:
     kw = record.kwargs
     parts, segments = chat_parts(kw)
-    model, usage, finish = None, None, None
+    model, usage, finish, answered = None, None, None, None
     if record.stream_events is not None:
         for chunk in record.stream_events:
             c = plain(chunk) or {}
-            model = c.get("model") or model
+            model, answered = c.get("model") or model, answered or c.get("id")
             usage = c.get("usage") or usage
             for choice in c.get("choices") or []:
                 finish = choice.get("finish_reason") or finish
     elif record.response is not None:
         r = plain(record.response) or {}
-        model, usage = r.get("model"), r.get("usage")
+        model, usage, answered = r.get("model"), r.get("usage"), r.get("id")
         finish = next((c.get("finish_reason") for c in r.get("choices") or []), None)
     return build(record, parts, segments, model=model, usage=usage, flavour="openai_chat", finish=finish,
-                  reserve=kw.get("max_completion_tokens") or kw.get("max_tokens"))
+                  reserve=kw.get("max_completion_tokens") or kw.get("max_tokens"), answered=answered)
 
 
 APIS: dict[str, Adapter] = {CHAT: chat_manifest}

@@ -114,7 +114,8 @@ def responses_manifest(record: CallRecord) -> Manifest:
     if isinstance(details, dict) and details.get("reason"):
         finish = details["reason"]
     return build(record, parts, segments, model=response.get("model"), usage=response.get("usage"),
-                  flavour="openai_responses", finish=finish, reserve=kw.get("max_output_tokens"))
+                  flavour="openai_responses", finish=finish, reserve=kw.get("max_output_tokens"),
+                  answered=response.get("id"))
 
 
 RESUMED = ("a resumed stream of response {id}: its input is not known here, only the response's own "
@@ -132,6 +133,7 @@ def resumed_manifest(record: CallRecord) -> Manifest:
             response = plain(got) or {}
     record.kwargs = {k: response[k] for k in ("model", "instructions", "tools", "max_output_tokens")
                      if response.get(k)}
+    record.id_for("")  # not the response's id: the call that made the response has it
     m = responses_manifest(record)
     m.warnings = [*m.warnings, RESUMED.format(id=response.get("id") or "?")]
     return m
