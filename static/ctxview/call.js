@@ -231,7 +231,7 @@
   var budgetSlider = document.getElementById("whatif-budget");
   var reserveSlider = document.getElementById("whatif-reserve");
   var status = document.getElementById("whatif-status");
-  var timer = null, seq = 0;
+  var timer = null, seq = 0, touched = false;
 
   function cell(tr, text, cls) {
     var td = document.createElement("td");
@@ -339,18 +339,22 @@
         if (!res.ok) { status.textContent = "error: " + (res.body.error || "unknown"); return; }
         render(res.body);
         document.getElementById("whatif").dataset.budget = String(res.body.params.budget);
-        history.replaceState(null, "", "#whatif=" + budget.value + "," + reserve.value);
+        // The URL keeps the replay's settings, unless it was opened at a section (#rereads) and
+        // the settings were not touched since: that anchor stays.
+        if (touched || !/^#./.test(window.location.hash) || /^#whatif=/.test(window.location.hash)) {
+          history.replaceState(null, "", "#whatif=" + budget.value + "," + reserve.value);
+        }
       })
       .catch(function (err) { if (mine === seq) { status.textContent = "error: " + err; } });
   }
-  function schedule() { clearTimeout(timer); timer = setTimeout(run, 150); }
+  function schedule() { touched = true; clearTimeout(timer); timer = setTimeout(run, 150); }
   budgetSlider.addEventListener("input", function () { budget.value = budgetSlider.value; schedule(); });
   reserveSlider.addEventListener("input", function () { reserve.value = reserveSlider.value; schedule(); });
   // A typed number is sent when the box is left or Enter pressed, not at every keystroke.
   budget.addEventListener("change", schedule);
   reserve.addEventListener("change", schedule);
   document.getElementById("whatif-reset").addEventListener("click", function () {
-    budget.value = String(cfg.budget); reserve.value = String(cfg.reserve); run();
+    budget.value = String(cfg.budget); reserve.value = String(cfg.reserve); touched = true; run();
   });
   var m = /#whatif=(\d+),(\d+)/.exec(window.location.hash);
   if (m) { budget.value = m[1]; reserve.value = m[2]; }

@@ -77,8 +77,9 @@ def test_the_run_view_and_overview_show_rereads_readably(posted, browser, owner_
     settle(page)
     page.locator('#steps tr[data-step="3"] a.reread-mark').click()
     page.wait_for_load_state("load")
-    assert page.url.endswith("#rereads")
-    expect(page.locator("h2#rereads")).to_be_visible()
+    expect(page.locator("#whatif")).to_have_attribute("data-budget", "8000")  # the replay has answered
+    assert page.url.endswith("#rereads")  # and left the section's anchor in the URL
+    expect(page.locator("h2#rereads")).to_be_in_viewport()
     context.close()
     assert {k: v for k, v in found.items() if v} == {}
     assert all(width <= viewport["width"] for width in wide.values()), wide
