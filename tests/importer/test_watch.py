@@ -2,7 +2,9 @@
 appended to a Claude Code transcript (written as Claude Code 2.1.332 writes them: the request's
 shape, messages and ``api-request`` lines, then the answer) show as calls through the API within
 2 seconds; a watcher killed (SIGKILL) and started again loses and duplicates nothing; a file
-rotated (cut and written again, or replaced) is read again from its start."""
+rotated (cut and written again, or replaced) is read again from its start. And for every agent,
+the demo's transcripts (recorded with the real CLIs) written line by line under a watcher give
+the manifests an import of the whole files gives."""
 
 from __future__ import annotations
 
@@ -18,9 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from ctxkit.importer.sessions import SOURCES, import_transcripts
+from ctxkit.importer.watch import Watcher
+
 DEADLINE = 2.0  # seconds from a line written to its call through the API
+DEMO = Path(__file__).resolve().parents[2] / "manifests" / "demo" / "transcripts"
 SYSTEM = [{"type": "text", "text": "You are a careful coding agent."}]
 TOOLS = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -152,3 +159,35 @@ def test_it_sends_appended_calls_within_two_seconds_and_survives_kill_and_rotati
     out, _ = process.communicate(timeout=20)
     assert process.returncode == 0
     assert out.splitlines()[-1] == "calls=5 rejected=0 spooled=0", out
+
+
+class Kept:
+    def __init__(self) -> None:
+        self.manifests: list[Any] = []
+
+    def capture(self, manifest: Any) -> None:
+        self.manifests.append(msgspec.to_builtins(manifest))
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini"])
+def test_it_maps_a_transcript_written_line_by_line_as_an_import_of_it(agent: str, tmp_path: Path) -> None:
+    source, folder = SOURCES[agent], DEMO / agent
+    imported = Kept()
+    import_transcripts(source, str(folder), imported)
+    assert imported.manifests
+    for marker in folder.rglob(".project_root"):  # Gemini CLI names a project's folder in it
+        (tmp_path / marker.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / marker.relative_to(folder)).write_bytes(marker.read_bytes())
+    watched = Kept()
+    watcher = Watcher([(source, str(tmp_path))], watched, settle=0.3)
+    for path in source.files(str(folder), ""):
+        copy = tmp_path / Path(path).relative_to(folder)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, encoding="utf-8") as lines, open(copy, "a", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line)
+                handle.flush()
+                watcher.poll()
+    time.sleep(0.4)  # quiet: the answer that ends a file goes too
+    watcher.poll()
+    assert watched.manifests == imported.manifests

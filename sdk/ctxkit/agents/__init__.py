@@ -94,5 +94,6 @@ def mcp_server(name: str) -> str | None:
 
 def workspace(request: dict[str, Any]) -> tuple[str, str]:
     """(working directory, git branch) where a request tells them (Claude Code's environment
-    section and git status), ``""`` for what it does not."""
-    return claude_code.workspace(request)
+    section and git status, Codex's environment context: its cwd only), ``""`` for what it does not."""
+    cwd, branch = claude_code.workspace(request)
+    return cwd or codex.working_directory(request), branch

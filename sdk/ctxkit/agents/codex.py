@@ -9,7 +9,7 @@
   its instructions, the user messages it keeps, and a user message holding the answer after
   :data:`SUMMARY_PREFIX`, which stands after the kept messages, not first.
 - Context it writes itself as user messages: ``<environment_context>`` (cwd, shell, date) and the
-  AGENTS.md messages; they are not turns of the user.
+  AGENTS.md messages; they are not turns of the user. Its ``<cwd>`` is where the agent works.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from ctxkit.agents.transcripts import TranscriptCall, time_of
 
 __all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "is_context",
-           "memory_files",
+           "memory_files", "working_directory",
            "transcripts_folder", "transcript_files", "transcript_calls"]
 
 SESSION_HEADERS = ("session-id", "session_id")
@@ -49,6 +49,23 @@ def session(headers: dict[str, str]) -> str:
 def is_summary(head: str) -> bool:
     """Does this text (stripped at the left) open like Codex's compaction summary message?"""
     return head.startswith(SUMMARY_PREFIX)
+
+
+_CWD = re.compile(r"<cwd>([^<\n]+)</cwd>")
+_LOOK = 16  # the environment context comes with the first input items, after the instructions
+
+
+def working_directory(request: dict[str, Any]) -> str:
+    """The ``<cwd>`` of a request's environment context (a Responses ``input`` item), ``""`` without one."""
+    items = request.get("input")
+    for item in items[:_LOOK] if isinstance(items, list) else ():
+        content = item.get("content") if isinstance(item, dict) and item.get("role") == "user" else None
+        for block in content if isinstance(content, list) else ():
+            text = block.get("text") if isinstance(block, dict) else None
+            if isinstance(text, str) and text.lstrip().startswith(_CONTEXT):
+                found = _CWD.search(text)
+                return found.group(1).strip() if found else ""
+    return ""
 
 
 def is_context(head: str) -> bool:

@@ -6,7 +6,8 @@ and inode (polling: portable, no file-system events). A file that grew is read f
 reader stopped: an agent module with an incremental reader (``Source.reader``) parses each line
 once while the watcher runs; any other source's reader reads the file again, and the calls
 already seen are left out. A call whose answer ends the file is sent once the answer is whole
-(it names its stop reason) or the file has been quiet for ``settle`` seconds.
+(it names its stop reason) or the file has been quiet for ``settle`` seconds; each call is
+mapped once, by its key, even where its agent writes its answer again, completed.
 
 A reader keeps the tables of its file's earlier lines; one whose file has not changed for
 ``idle`` seconds (a session that ended) lets them go, and should the file grow again a new reader
@@ -38,17 +39,22 @@ __all__ = ["Watcher", "run"]
 
 
 class _Rescan:
-    """A reader for a source without an incremental one: each read goes through the whole file."""
+    """A reader for a source without an incremental one: each read goes through the whole file.
+    The call that ends the file counts as one whose answer may still grow (an agent may write a
+    message again, completed, under its id)."""
 
     def __init__(self, source: Source, path: str) -> None:
         self.source, self.path, self.offset = source, path, 0
+        self._last: tuple[TranscriptCall, int, bool] | None = None
 
     def read(self) -> Iterator[tuple[TranscriptCall, int]]:
         self.offset = os.path.getsize(self.path)
-        yield from self.source.calls(self.path, 0, None)
+        calls = list(self.source.calls(self.path, 0, None))
+        self._last = (*calls[-1], False) if calls else None
+        yield from calls[:-1]
 
     def last(self) -> tuple[TranscriptCall, int, bool] | None:
-        return None  # the source's reader yields the call that ends its file itself
+        return self._last
 
 
 HEAD = 1024  # bytes of a file's start compared to tell a rewritten file from a grown one
@@ -88,6 +94,7 @@ class _File:
     reader: Reader | None = None
     waiting: bool = False  # the file ends with an answer that may still grow, not sent yet
     broken: int = -1  # the size at which its reader failed: tried again once the file changes
+    keys: set[str] = field(default_factory=set)  # of the calls mapped: an answer written again maps no more
     malformed: list[str] = field(default_factory=list)
 
 
@@ -97,7 +104,7 @@ class Watcher:
     ``flush``)."""
 
     def __init__(self, sources: list[tuple[Source, str]], sink: Any, *, state_path: str = "", since: float = 0.0,
-                 project_dir: str = "", include_text: bool = True, settle: float = 2.0, idle: float = 600.0,
+                 project_dir: str = "", include_text: bool = True, settle: float = 1.0, idle: float = 600.0,
                  out: TextIO | None = None) -> None:
         self.sources = sources
         self.sink = sink
@@ -189,9 +196,10 @@ class Watcher:
     def _map(self, known: _File, call: TranscriptCall, end: int) -> int:
         """Map a call (in file order, each once, so runs and steps are placed as when it was
         first sent); send it unless it was sent before or is older than ``since``."""
-        if end <= known.seen:
+        if end <= known.seen or call.key in known.keys:
             return 0
         known.seen = end
+        known.keys.add(call.key)
         manifest = self.mappings[known.source.name].manifest(call)
         if manifest is None or end <= known.sent or (call.started and call.started < self.since):
             return 0

@@ -88,3 +88,24 @@ def test_a_folder_the_schema_refuses_is_left_out_and_the_call_still_recorded() -
                 {"role": "system", "content": environment("/tmp/" + "x" * 600, True)}]
     (manifest,) = build_all(exchange(messages))
     assert manifest.workspace == Workspace(git_branch="feat/runmeta")
+
+
+def test_it_takes_the_folder_from_a_codex_request() -> None:
+    # Codex 0.171.0's environment context, as its rollout in the demo holds it.
+    context = ("<environment_context>\n  <cwd>/tmp/ctxview-demo-codex/work</cwd>\n  <shell>bash</shell>\n"
+               "  <current_date>2026-12-06</current_date>\n  <timezone>Etc/UTC</timezone>\n</environment_context>")
+    body = {"model": "gpt-5.5-codex", "instructions": "You are Codex.", "stream": False, "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox rules"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": context}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<cwd>/evil</cwd> hi"}]},
+    ]}
+    response = {"id": "resp_codex_1", "object": "response", "status": "completed", "model": "gpt-5.5-codex",
+                "output": [{"type": "message", "role": "assistant", "id": "msg_1",
+                            "content": [{"type": "output_text", "text": "ok"}]}],
+                "usage": {"input_tokens": 40, "output_tokens": 2, "total_tokens": 42}}
+    exchange = Exchange(api="openai.responses", request_body=json.dumps(body).encode(),
+                        headers={"user-agent": "codex_exec/0.171.0 (Debian; x86_64)", "session-id": "c0dex"},
+                        started=time.time(), status=200, content_type="application/json",
+                        chunks=[json.dumps(response).encode()])
+    (manifest,) = build_all(exchange)
+    assert manifest.workspace == Workspace(cwd="/tmp/ctxview-demo-codex/work")
