@@ -18,14 +18,19 @@ result is a re-read; its tokens are the re-read result's tokens in context
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Q, QuerySet
 
 from ctxkit import figures
 from ctxkit.manifest import Item, Manifest, decode_manifest
 from manifests.models import Call, Run
 from manifests.models import ReRead as ReReadRow
 
-__all__ = ["Derived", "Loss", "ReRead", "derive", "find"]
+__all__ = ["Derived", "Loss", "ReRead", "Walk", "derive", "find"]
 
 CAUSE_COMPACTION = "compaction"
 CAUSE_CONTEXT_EDIT = "context_edit"
@@ -39,15 +44,15 @@ class Loss:
 
     group: str  # the earlier tool call's id
     result_item: str  # the earlier result item's id
-    result_call: int  # index (in the given sequence) of the last call that held the result
-    lost_call: int  # index of the first call that no longer held it
+    result_call: int  # the ref (index in the given sequence, or pk) of the last call that held the result
+    lost_call: int  # the ref of the first call that no longer held it
     cause: str  # compaction, context_edit, truncate or drop
     cause_ref: str  # the compaction event id or context edit type; "" for the item's own action
 
 
 @dataclass(frozen=True)
 class ReRead:
-    call: int  # index of the call whose context first holds the re-read result
+    call: int  # the ref of the call whose context first holds the re-read result
     group: str
     result_item: str
     tool: str  # the tool's name when the result item carries a label
@@ -79,39 +84,90 @@ def _cause(manifest: Manifest, item: Item | None) -> tuple[str, str]:
     return CAUSE_DROP, ""
 
 
-def find(manifests: Sequence[Manifest]) -> list[ReRead]:
-    """The re-reads of a run whose calls' manifests are given in step order."""
-    keys: dict[str, str] = {}  # group -> key, over the run so far
-    seen: set[str] = set()  # groups whose result appeared in an earlier call
-    held: dict[str, tuple[str, str, int]] = {}  # group -> (key, result item id, last call holding it)
-    lost: dict[str, Loss] = {}  # key -> the latest loss of a result with that key
-    out: list[ReRead] = []
-    for index, manifest in enumerate(manifests):
-        keys.update(_keys(manifest))
+@dataclass
+class Walk:
+    """The walk through a run's calls in step order, resumable: what it knows after the calls
+    it has taken (each call named by a number, ``ref``: an index, or the call's pk)."""
+
+    keys: dict[str, str] = field(default_factory=dict)  # group -> key, over the run so far
+    seen: set[str] = field(default_factory=set)  # groups whose result appeared in an earlier call
+    held: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # group -> (key, item, last ref)
+    lost: dict[str, Loss] = field(default_factory=dict)  # key -> the latest loss of a result with that key
+
+    def take(self, ref: int, manifest: Manifest) -> list[ReRead]:
+        """The re-reads of the next call of the run."""
+        self.keys.update(_keys(manifest))
         results: dict[str, Item] = {i.group: i for i in manifest.items if i.kind == "tool_result" and i.group}
-        for group, (key, item_id, last) in list(held.items()):
+        for group, (key, item_id, last) in list(self.held.items()):
             item = results.get(group)
             if item is not None and _held(item):
-                held[group] = (key, item_id, index)
+                self.held[group] = (key, item_id, ref)
                 continue
-            cause, ref = _cause(manifest, item)
-            lost[key] = Loss(group=group, result_item=item_id, result_call=last, lost_call=index,
-                             cause=cause, cause_ref=ref)
-            del held[group]
+            cause, cause_ref = _cause(manifest, item)
+            self.lost[key] = Loss(group=group, result_item=item_id, result_call=last, lost_call=ref,
+                                  cause=cause, cause_ref=cause_ref)
+            del self.held[group]
+        out: list[ReRead] = []
         for group, item in results.items():
-            if group in seen:
+            if group in self.seen:
                 continue
-            seen.add(group)
-            call_key = keys.get(group)
+            self.seen.add(group)
+            call_key = self.keys.get(group)
             if call_key is None:
                 continue
-            if call_key in lost and figures.in_context(item):
-                out.append(ReRead(call=index, group=group, result_item=item.id, tool=item.label or "",
-                                  tokens=figures.reread_tokens(item), loss=lost.pop(call_key)))
+            if call_key in self.lost and figures.in_context(item):
+                out.append(ReRead(call=ref, group=group, result_item=item.id, tool=item.label or "",
+                                  tokens=figures.reread_tokens(item), loss=self.lost.pop(call_key)))
             if _held(item):
-                held[group] = (call_key, item.id, index)
-                lost.pop(call_key, None)
-    return out
+                self.held[group] = (call_key, item.id, ref)
+                self.lost.pop(call_key, None)
+        return out
+
+
+def find(manifests: Sequence[Manifest]) -> list[ReRead]:
+    """The re-reads of a run whose calls' manifests are given in step order (refs: their indices)."""
+    walk = Walk()
+    return [found for index, manifest in enumerate(manifests) for found in walk.take(index, manifest)]
+
+
+# A run's walk is kept in the cache after each chunk, so that the next chunk of the run goes on
+# from there rather than from the run's first call: with it, a run analysed a call at a time is
+# walked once, not once per call. Kept a day; a miss walks the run from its start.
+WALK_TTL_SECONDS = 24 * 3600
+
+
+@dataclass
+class _Saved:
+    """A run's walk after its first ``count`` calls in step order, the last of them ``last``
+    (step, started_at, pk); ``top`` and ``received`` are those calls' greatest pk and time of
+    arrival. Valid while the calls up to ``last`` still have the same count, top and arrival:
+    a call stored since among them (a late call, or a run stored again under the same pk)
+    changes one of them."""
+
+    count: int
+    last: tuple[int, datetime, int]
+    top: int
+    received: datetime
+    walk: Walk
+
+
+def _after(last: tuple[int, datetime, int]) -> Q:
+    """The calls after ``last`` in step order (step, started_at, pk)."""
+    step, at, pk = last
+    return Q(step__gt=step) | Q(step=step, started_at__gt=at) | Q(step=step, started_at=at, pk__gt=pk)
+
+
+def _resumable(of_run: QuerySet[Call], saved: Any, calls: Sequence[Call]) -> bool:
+    """Does ``saved`` still hold for the run's calls ``of_run``, with ``calls`` (the chunk's, of
+    this run) all after it?"""
+    if not isinstance(saved, _Saved) or any((c.step, c.started_at, c.pk) <= saved.last for c in calls):
+        return False
+    now = of_run.exclude(_after(saved.last)).aggregate(n=Count("pk"), top=Max("pk"), received=Max("received_at"))
+    return (now["n"], now["top"], now["received"]) == (saved.count, saved.top, saved.received)
+
+
+def _walk_key(run_pk: int) -> str:
+    return f"ctxview:rereads:walk:{run_pk}"
 
 
 @dataclass(frozen=True)
@@ -125,34 +181,54 @@ class Derived:
 
 def derive(calls: Sequence[Call]) -> Derived:
     """The re-read rows of ``calls`` and of the analysed calls at later steps of their runs (a
-    call that arrives late changes what the steps after it re-read): each touched run's calls up
-    to the last of those steps are read in step order (their raw manifests, within the run's time
-    span) and walked by :func:`find`."""
+    call that arrives late changes what the steps after it re-read). Each touched run is walked
+    in step order up to the last of those steps (within the run's time span), from where the
+    previous chunk of the run left its walk when that still holds (the same calls before it,
+    none of them analysed again now), else from the run's first call; only the raw manifests of
+    the calls walked are read and decoded."""
     chunk = {c.pk for c in calls}
     out: list[ReReadRow] = []
     done: set[int] = set()
-    spans = {r.pk: (r.first_seen, r.last_seen) for r in Run.objects.filter(pk__in={c.run_id for c in calls})}
-    for run_pk in sorted(spans):
-        first_seen, last_seen = spans[run_pk]
-        of_run = Call.objects.filter(run_id=run_pk, started_at__gte=first_seen, started_at__lte=last_seen)
-        first = min(c.step for c in calls if c.run_id == run_pk)
-        steps = {pk: step for pk, step, analysed in of_run.values_list("pk", "step", "analyzed_at")
-                 if pk in chunk or (step > first and analysed is not None)}
-        if not steps:
+    runs = {r.pk: r for r in Run.objects.filter(pk__in={c.run_id for c in calls})}
+    for run_pk in sorted(runs):
+        run = runs[run_pk]
+        of_run = Call.objects.filter(run_id=run_pk, started_at__gte=run.first_seen, started_at__lte=run.last_seen)
+        mine = [c for c in calls if c.run_id == run_pk]
+        saved = cache.get(_walk_key(run_pk))
+        resume = _resumable(of_run, saved, mine)
+        walk = saved.walk if resume else Walk()
+        tail = of_run.filter(_after(saved.last)) if resume else of_run
+        # No times here (the run's every call may be listed: converting their times would cost the most).
+        order = list(tail.order_by("step", "started_at", "pk").annotate(
+            analysed=ExpressionWrapper(Q(analyzed_at__isnull=False), output_field=BooleanField()))
+            .values_list("pk", "step", "analysed"))
+        first = min(c.step for c in mine)
+        wanted = {pk for pk, step, analysed in order if pk in chunk or (step > first and analysed)}
+        if not wanted:
             continue
-        wanted, upto = set(steps), max(steps.values())
-        rows = list(of_run.filter(step__lte=upto).order_by("step", "started_at", "pk")
-                    .only("pk", "step", "started_at", "raw", "project_id"))
+        end = max(n for n, row in enumerate(order) if row[0] in wanted) + 1
+        read = {pk: (raw, at, received) for pk, raw, at, received in of_run.filter(
+            pk__in=[row[0] for row in order[:end]]).values_list("pk", "raw", "started_at", "received_at")}
         done |= wanted
-        for found in find([decode_manifest(r.raw.encode()) for r in rows]):
-            call = rows[found.call]
-            if call.pk not in wanted:
-                continue
-            out.append(ReReadRow(
-                project_id=call.project_id, call_id=call.pk, started_at=call.started_at, run_id=run_pk,
-                step=call.step, group=found.group[:200], result_item=found.result_item[:200],
-                tool=found.tool[:200], tokens=found.tokens, earlier_call_id=rows[found.loss.result_call].pk,
-                earlier_item=found.loss.result_item[:200], lost_call_id=rows[found.loss.lost_call].pk,
-                cause=found.loss.cause, cause_ref=found.loss.cause_ref[:200],
-            ))
+        for pk, step, _ in order[:end]:
+            raw, at, _ = read[pk]
+            for found in walk.take(pk, decode_manifest(raw.encode())):
+                if pk not in wanted:
+                    continue
+                out.append(ReReadRow(
+                    project_id=run.project_id, call_id=pk, started_at=at, run_id=run_pk, step=step,
+                    group=found.group[:200], result_item=found.result_item[:200], tool=found.tool[:200],
+                    tokens=found.tokens, earlier_call_id=found.loss.result_call,
+                    earlier_item=found.loss.result_item[:200], lost_call_id=found.loss.lost_call,
+                    cause=found.loss.cause, cause_ref=found.loss.cause_ref[:200],
+                ))
+        last_pk, last_step, _ = order[end - 1]
+        pks = [row[0] for row in order[:end]]
+        received = [read[pk][2] for pk in pks]
+        if resume:
+            pks.append(saved.top)
+            received.append(saved.received)
+        cache.set(_walk_key(run_pk), _Saved(count=(saved.count if resume else 0) + end,
+                                            last=(last_step, read[last_pk][1], last_pk), top=max(pks),
+                                            received=max(received), walk=walk), WALK_TTL_SECONDS)
     return Derived(out, done)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from ctxkit.context.layout import canonical_json
-from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest
+from ctxkit.manifest import Compaction, ContextEdit, Item, Manifest, decode_manifest
 from manifests.analysis.pipeline import analyze_calls
 from manifests.models import ReRead
 from tests.analysis.support import item, sha
@@ -160,3 +160,21 @@ def test_it_derives_the_rereads_of_a_long_run_chunk_by_chunk(project, monkeypatc
     lost_at = dict(ReRead.objects.values_list("step", "lost_call_id"))
     by_step = {c.step: c.pk for c in calls}
     assert all(lost_at[k] == by_step[(k - files) // every * every + every] for k in range(files, steps))
+
+
+def test_it_goes_on_from_the_walk_of_the_runs_last_chunk(project, monkeypatch):
+    from manifests.analysis import rereads
+
+    manifests = long_run(300, files=40, compact_every=10)
+    analyze_calls([c.pk for c in store(project, manifests[:299])])
+    decoded = []
+    monkeypatch.setattr(rereads, "decode_manifest", lambda raw: decoded.append(raw) or decode_manifest(raw))
+    last = store_and_analyse(project, manifests[299:])[0]
+    assert len(decoded) == 1  # the new call alone, not the run's 300
+    assert ReRead.objects.get(call=last).step == 299
+    assert ReRead.objects.filter(run__run_id="long").count() == 300 - 40
+    # A call stored late, before the walk's end, walks the run again from its start.
+    decoded.clear()
+    store_and_analyse(project, [manifest("long/late", bare=True, run_id="long", step=150, seconds=150.5)])
+    assert len(decoded) == 301
+    assert ReRead.objects.filter(run__run_id="long").count() == 300 - 40
