@@ -36,11 +36,15 @@ def test_it_reads_each_session_as_its_cli_sent_it():
     sessions = imported.imported()
     assert set(sessions) == SOURCES
     claude_code = sessions["claude-code"]
-    # /compact's own summary request is not in the transcript: the call after it is step 5, as live.
-    assert [m["step"] for m in claude_code] == [0, 1, 2, 3, 5]
-    [compaction] = claude_code[4]["compactions"]
+    # A Read, /compact (its summary request is not in the transcript: the call after it is step 3,
+    # as live), the Read again, and a sub-agent: its own transcript, the child run of step 5.
+    main_run = [m for m in claude_code if not m.get("parent_run_id")]
+    assert [m["step"] for m in main_run] == [0, 1, 3, 4, 5, 6]
+    [compaction] = main_run[2]["compactions"]
     assert (compaction["trigger"], compaction["tokens_before"] > 0) == ("manual", True)
-    assert len({m["run_id"] for m in claude_code}) == 1
+    assert len({m["run_id"] for m in main_run}) == 1
+    [child] = [m for m in claude_code if m.get("parent_run_id")]
+    assert (child["parent_run_id"], child["parent_call_id"]) == (main_run[0]["run_id"], main_run[4]["call_id"])
     assert all(m["builder"]["name"] == "ctxkit.import" for m in claude_code)
     # Claude Code's transcripts hold the request itself: system prompt and tools are itemised.
     assert all(not m.get("warnings") for m in claude_code)
@@ -64,7 +68,7 @@ def test_it_stores_the_sessions_once_ending_now():
     calls = Call.objects.filter(project=project)
     assert first == {"accepted": calls.count(), "duplicates": 0} and first["accepted"] > 0
     assert max(c.ended_at or c.started_at for c in calls) == CLOCK
-    assert Run.objects.filter(project=project).count() == len(SOURCES)
+    assert Run.objects.filter(project=project).count() == len(SOURCES) + 1  # and Claude Code's sub-agent
     again = imported.load_imported_sessions(project=project, now=CLOCK)
     assert again == {"accepted": 0, "duplicates": first["accepted"]}
     assert Call.objects.filter(project=project).count() == first["accepted"]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.proxy.claude_code_session import CLI_DIR as CLAUDE_CODE_DIR
-from tests.proxy.claude_code_session import run_session as run_claude_code
+from tests.proxy.claude_code_session import run_reread_session as run_claude_code
 from tests.proxy.claude_code_standin import ClaudeCodeStandIn
 from tests.proxy.codex_session import CLI_DIR as CODEX_DIR
 from tests.proxy.codex_session import run_compacting_session as run_codex
@@ -31,10 +31,11 @@ TRANSCRIPTS = Path(__file__).resolve().parents[2] / "manifests" / "demo" / "tran
 
 
 def claude_code(folder: Path) -> Path:
-    """Claude Code's session; the folder its transcripts are in."""
+    """Claude Code's session (a Read, /compact, the same Read again, a sub-agent); the folder its
+    transcripts are in."""
     npm_ci(CLAUDE_CODE_DIR)
     with ClaudeCodeStandIn(sized_usage=True) as provider:
-        run_claude_code(provider.url, folder, declare_evidence=False)
+        run_claude_code(provider.url, folder)
     return folder / "home" / ".claude" / "projects"
 
 

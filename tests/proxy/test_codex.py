@@ -79,7 +79,9 @@ def test_it_records_a_codex_session_as_one_run(live_server, key, sender, tmp_pat
     assert next(i for i in read["items"] if i["kind"] == "user")["text"] == f"read {note} and tell me what it says"
     # The CLI ran the function call; its output went back with the call's id.
     tool_call = next(i for i in answered["items"] if i["kind"] == "history" and i["group"] == "call_standin_1")
-    assert json.loads(tool_call["text"]) == {"name": "exec_command", "arguments": json.dumps({"cmd": f"cat {note}"})}
+    # Its arguments as canonical JSON, so the same call in another key order or spacing is the same call.
+    assert json.loads(tool_call["text"]) == {"name": "exec_command",
+                                             "arguments": json.dumps({"cmd": f"cat {note}"}, separators=(",", ":"))}
     result = next(i for i in answered["items"] if i["kind"] == "tool_result")
     assert result["group"] == "call_standin_1" and "The refund rate is 0.0321." in result["text"]
     assert (tool_call["label"], result["label"]) == ("exec_command call · turn 1", "exec_command result · turn 1")

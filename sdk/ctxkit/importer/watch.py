@@ -9,9 +9,10 @@ already seen are left out. A call whose answer ends the file is sent once the an
 (it names its stop reason) or the file has been quiet for ``settle`` seconds; each call is
 mapped once, by its key, even where its agent writes its answer again, completed.
 
-A reader keeps the tables of its file's earlier lines; one whose file has not changed for
-``idle`` seconds (a session that ended) lets them go, and should the file grow again a new reader
-parses it from its start, mapping only the calls after those already mapped.
+A reader keeps the tables of its file's earlier lines; once the file was last written more than
+``idle`` seconds ago (a session that ended; at start-up, every file written before) they go, and
+should the file grow again a new reader parses it from its start, mapping only the calls after
+those already mapped.
 
 What was sent is remembered per file as ``ctxkit import`` does (byte offsets, the same state
 file), saved after each file's new calls once the client has sent or spooled them: a watcher killed at any point sends
@@ -90,6 +91,7 @@ class _File:
     seen: int = 0  # byte offset after the last call mapped by this process
     size: int = -1  # at the last look
     changed: float = 0.0  # time.monotonic() of the last change seen
+    written: float = 0.0  # its mtime
     head: bytes = b""  # the file's first bytes when its reader started: another head, another file
     reader: Reader | None = None
     waiting: bool = False  # the file ends with an answer that may still grow, not sent yet
@@ -141,11 +143,11 @@ class Watcher:
                     if not callable(flush) or flush(timeout=30.0):
                         self._save()
                     sent += new
-        now = time.monotonic()
+        clock = time.time()
         for path, known in list(self.files.items()):
             if path not in listed:  # deleted
                 del self.files[path]
-            elif known.reader is not None and not known.waiting and now - known.changed > self.idle:
+            elif known.reader is not None and not known.waiting and clock - known.written > self.idle:
                 known.reader = None  # a session that ended: its tables go; if it grows, read again
         self.sent += sent
         return sent
@@ -169,6 +171,7 @@ class Watcher:
             known = self.files[path] = _File(source, path, stat.st_ino, 0, changed=now)
             if self.state.pop(path, None) is not None:
                 self._save()  # a restart reads the new file from its start too
+        known.written = stat.st_mtime
         if stat.st_size != known.size:
             known.size, known.changed = stat.st_size, now
         elif known.reader is not None and not (known.waiting and now - known.changed >= self.settle):
