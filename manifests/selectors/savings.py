@@ -275,10 +275,12 @@ def compaction_savings(project: Project, filters: Filters) -> list[Saving]:
 
 
 def top_fixes(project: Project, filters: Filters, limit: int = 5) -> list[Saving]:
-    """The overview's top fixes: cache-miss causes, causes of missing evidence and compactions,
-    by cost units regained per day (a compaction's net saving), then by calls affected per day.
-    Compactions that cost more in re-reads than they saved rank last and are always listed."""
-    fixes = cache_causes(project, filters) + evidence_causes(project, filters) + compaction_savings(project, filters)
+    """The overview's top fixes: cache-miss causes, causes of missing evidence and the
+    compactions that caused re-reads (one that caused none has nothing to fix: the savings page
+    lists it), by cost units regained per day (a compaction's net saving), then by calls affected
+    per day. Compactions that cost more in re-reads than they saved rank last and are always listed."""
+    compactions = [c for c in compaction_savings(project, filters) if c.reread_tokens]
+    fixes = cache_causes(project, filters) + evidence_causes(project, filters) + compactions
     fixes.sort(key=lambda s: s.order)
     return fixes[:limit] + [f for f in fixes[limit:] if f.net_loss]
 

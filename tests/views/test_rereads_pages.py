@@ -90,25 +90,28 @@ def compaction_fixes(client: Client, slug: str) -> list:
 
 def test_it_ranks_compactions_in_the_top_fixes_by_net_saving(project, owner):
     compactions_a_day_ago(project, reread_tokens=410, agent="rereader")
-    compactions_a_day_ago(project, reread_tokens=None, agent="keeper")
+    compactions_a_day_ago(project, reread_tokens=100, agent="light")
+    compactions_a_day_ago(project, reread_tokens=None, agent="keeper")  # nothing re-read: nothing to fix
     client = Client()
     client.force_login(owner)
     fixes = compaction_fixes(client, project.slug)
-    assert [li.get("data-fix") for li in fixes] == [f"compaction:keeper|{MODEL}|summary|",
+    assert [li.get("data-fix") for li in fixes] == [f"compaction:light|{MODEL}|summary|",
                                                     f"compaction:rereader|{MODEL}|summary|"]
-    # Per day over seven days: 4,200 tokens taken out, less 410 re-read, at an input token's weight.
+    # Per day over seven days: 4,200 tokens taken out, less what was re-read, at an input token's weight.
     weight = PriceBook.load().for_model(MODEL).input_per_1k / 1000
-    assert [li.get("data-net-tokens") for li in fixes] == [floatformat(4200 / 7, 1), floatformat(3790 / 7, 1)]
-    assert [li.one(".saving-cost").text for li in fixes] == [floatformat(4200 * weight / 7, 2),
+    assert [li.get("data-net-tokens") for li in fixes] == [floatformat(4100 / 7, 1), floatformat(3790 / 7, 1)]
+    assert [li.one(".saving-cost").text for li in fixes] == [floatformat(4100 * weight / 7, 2),
                                                              floatformat(3790 * weight / 7, 2)]
     assert "re-reads of Read brought back 59" in " ".join(fixes[1].text.split())
     assert "Keeping the Read results through it saves the re-reads." in fixes[1].text
+    listed = {s.cause for s in savings.compaction_savings(project, Filters())}
+    assert f"keeper|{MODEL}|summary|" in listed  # the savings page still lists it
 
 
 def test_it_says_when_a_compaction_cost_more_in_rereads_than_it_saved(project, owner):
     compactions_a_day_ago(project, reread_tokens=410, agent="loser", before=1000, after=700)
     for n in range(6):  # enough other fixes to fill the list: the losing compaction is still shown
-        compactions_a_day_ago(project, reread_tokens=None, agent=f"keeper{n}")
+        compactions_a_day_ago(project, reread_tokens=50, agent=f"rereader{n}")
     client = Client()
     client.force_login(owner)
     fixes = compaction_fixes(client, project.slug)

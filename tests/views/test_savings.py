@@ -144,9 +144,10 @@ def test_it_lists_the_top_fixes_by_saving_each_linking_to_its_first_bad_call(dem
 
 
 def compaction_fixes(project, book: PriceBook) -> list[tuple[str, float, float, str]]:
-    """Per agent, model, strategy and trigger, the compactions of the seven days: the tokens they
-    took out less the tokens of the re-reads whose loss names them, at the weight of an uncached
-    input token, a day; compactions a day; the first of them followed by a re-read, else the first."""
+    """Per agent, model, strategy and trigger whose compactions caused re-reads (one that caused
+    none is no fix), the compactions of the seven days: the tokens they took out less the tokens of
+    the re-reads whose loss names them, at the weight of an uncached input token, a day;
+    compactions a day; the first of them followed by a re-read, else the first."""
     groups: dict[str, list] = {}
     for comp in Compaction.objects.filter(project=project, started_at__gte=week()).select_related("call"):
         reread = sum(ReRead.objects.filter(lost_call=comp.call, cause="compaction",
@@ -155,7 +156,7 @@ def compaction_fixes(project, book: PriceBook) -> list[tuple[str, float, float, 
         units = (comp.tokens_before - comp.tokens_after - reread) * book.for_model(comp.call.model).input_per_1k / 1000
         groups.setdefault(name, []).append((units, not reread, comp.started_at, comp.call.call_id))
     return [(name, sum(r[0] for r in rows) / DAYS, len(rows) / DAYS, min(r[1:] for r in rows)[2])
-            for name, rows in groups.items()]
+            for name, rows in groups.items() if not all(r[1] for r in rows)]
 
 
 PAYLOAD = '<script>window.__pwned=1</script>'
