@@ -81,6 +81,8 @@ RUN_COLUMNS: dict[str, str] = {
     "model": "sr.model",
     "first_seen": "sr.t0",
     "last_seen": "sr.t0 + make_interval(secs => (sr.steps - 1) * sr.gap)",
+    "cwd": "''",
+    "git_branch": "''",
 }
 
 CALL_COLUMNS: dict[str, str] = {

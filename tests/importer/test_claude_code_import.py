@@ -9,7 +9,6 @@ same session adds only the call the transcript does not keep (the summary reques
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from manifests.models import Call, ReRead
 from tests.proxy.claude_code_session import CLI_DIR, DELEGATED, run_reread_session
 from tests.proxy.claude_code_standin import SUMMARY_REQUEST, ClaudeCodeStandIn
 from tests.proxy.proxy_support import KeptManifests, npm_ci, running_proxy
+from tests.support import analyse_waiting
 
 # The first system block Claude Code sends is a per-request billing header its transcript does not keep.
 BILLING = "x-anthropic-billing-header:"
@@ -132,9 +132,7 @@ def test_it_imports_a_real_claude_code_session_as_the_proxy_records_it(live_serv
         == [(m.step, m.call_id) for m in main_run]
     after = _get(live_server, key, f"/api/v1/calls/{main_run[2].call_id}")
     assert [(c["trigger"], c["tokens_before"]) for c in after["compactions"]] == [("manual", facts["preTokens"])]
-    deadline = time.monotonic() + 20
-    while not ReRead.objects.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    analyse_waiting()
     [row] = ReRead.objects.all()
     assert (row.step, row.tool, row.cause, row.cause_ref) == (4, reread.tool, "compaction", compaction.id)
     assert Call.objects.get(pk=row.lost_call_id).step == 3

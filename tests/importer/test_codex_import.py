@@ -9,7 +9,6 @@ into the live server a second time it stores nothing."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from manifests.models import Call, ReRead
 from tests.proxy.codex_session import BRANCH, CLI_DIR, MODEL, run_compacting_session
 from tests.proxy.codex_standin import COMPACTION_ASK, SUMMARY, CodexStandIn
 from tests.proxy.proxy_support import KeptManifests, npm_ci, running_proxy
+from tests.support import analyse_waiting
 
 
 def _items(manifest, skip: tuple[str, ...] = ()) -> list[dict]:
@@ -102,9 +102,7 @@ def test_it_imports_a_real_codex_session_with_its_compaction_and_reread(live_ser
     assert [(c["step"], c["model"], c["agent"], c["input_tokens"]) for c in details] == [
         (n, MODEL, "codex_exec", u["input_tokens"]) for n, u in enumerate(usages)]
     assert [bool(c["compactions"]) for c in details] == [n == 4 for n in range(7)]
-    deadline = time.monotonic() + 20
-    while not ReRead.objects.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    analyse_waiting()
     [row] = ReRead.objects.all()
     assert (row.step, row.tool, row.cause, row.cause_ref) == (6, reread.tool, "compaction", compaction.id)
     assert Call.objects.get(pk=row.lost_call_id).step == 4

@@ -18,6 +18,7 @@ from manifests.models import ReRead
 from tests.proxy.gemini_cli_session import CLI_DIR, run_compressed_session
 from tests.proxy.gemini_cli_standin import READ_TOOL, SNAPSHOT, SUMMARY, GeminiStandIn
 from tests.proxy.proxy_support import npm_ci
+from tests.support import analyse_waiting
 
 
 def _get(live_server, key: str, path: str) -> dict:
@@ -81,6 +82,7 @@ def test_it_imports_a_real_gemini_cli_session_with_its_compression_and_the_rerea
         "client_summary", question["input_tokens"], compressed_call["input_tokens"])
     assert not any("0.0321" in (i["text"] or "") for i in compressed_call["items"])
     # The same read after it: a re-read of the result the compression lost.
+    analyse_waiting()
     row = ReRead.objects.get()
     assert (row.step, row.tool, row.cause, row.cause_ref) == (5, f"{READ_TOOL} result · turn 4", "compaction",
                                                               compaction["id"])
