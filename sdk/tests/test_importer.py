@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import API_KEY, IngestServer
+from ctxkit.agents import claude_code
 from ctxkit.agents.claude_code import transcript_calls
 from ctxkit.cli import main
 from ctxkit.importer.sessions import NOT_ITEMISED, SOURCES, import_transcripts
@@ -130,7 +131,7 @@ def test_it_gives_the_call_after_a_compact_boundary_its_trigger_tokens_and_the_s
 
     folder = tmp_path / "projects" / "-src-app"
     (folder / SESSION / "subagents").mkdir(parents=True)
-    summary = ("This session is being continued from a previous conversation that ran out of context. "
+    summary = (f"{claude_code.OPENING} that ran out of context. "
                "The summary below covers the earlier portion of the conversation.\n\nSummary: a note was read.")
     lines = [
         _line("user", message={"role": "user", "content": "read the note"}),

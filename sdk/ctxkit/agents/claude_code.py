@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from ctxkit.agents.transcripts import TranscriptCall, time_of
+from ctxkit.agents.transcripts import JsonLines, TranscriptCall, time_of
 
 __all__ = ["OPENING", "SESSION_HEADER", "SUBAGENT_TOOLS", "MCP_PREFIX", "MCP_MARK", "session", "delegation",
            "is_summary", "summary_trigger", "memory_files", "mcp_server", "workspace", "transcripts_folder",
@@ -335,17 +335,13 @@ def _boundary(metadata: Any) -> tuple[str, int]:
     return str(trigger), before if isinstance(before, int) and before > 0 else 0
 
 
-class TranscriptReader:
+class TranscriptReader(JsonLines):
     """One transcript read as it grows: each :meth:`read` takes the complete lines written since
     the last one, so a file followed while its session runs is parsed once. A request is rebuilt
     from the shapes and messages of earlier lines, which the reader keeps while it lives."""
 
     def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
-        self.path = path
-        self.offset = 0  # bytes of complete lines read
-        self.malformed = malformed
-        self._report_from = start  # lines that end before it were reported by an earlier reader
-        self._lines = 0
+        super().__init__(path, malformed, start)
         self._shapes: dict[str, Any] = {}
         self._blobs: dict[str, Any] = {}
         self._pending: dict[str, Any] | None = None  # the last api-request line without its answer yet
@@ -357,31 +353,12 @@ class TranscriptReader:
         self._written = os.path.getmtime(path)  # the time of a call whose lines carry none
         self._compacted: tuple[str, int] | None = None  # a compact_boundary before the call being read
 
-    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
-        """The calls that the lines written since the last read complete (an answer is complete
-        once a later line follows it), each with the byte offset after its last line. A line
-        still being written is left for the next read."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    break
-                self.offset += len(raw)
-                self._lines += 1
-                yield from self._line(raw)
-
     def last(self) -> tuple[TranscriptCall, int, bool] | None:
         """The call whose answer ends the lines read so far, its offset, and whether the answer is
         whole (it names its stop reason; else a later line may add blocks to it); None if none."""
         if self._response is None:
             return None
         return self._call()[0], self._answered, self._response.get("stop_reason") is not None
-
-    def cut(self) -> str:
-        """What is left of a last line without its newline (a line being written, or cut)."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
 
     def _call(self) -> tuple[TranscriptCall, _Sent | None]:
         """The call being read, and the messages of its rebuilt request (None if not rebuilt)."""
@@ -418,15 +395,7 @@ class TranscriptReader:
         self._pending, self._response, self._compacted = None, None, None
         yield call, self._answered
 
-    def _line(self, raw: bytes) -> Iterator[tuple[TranscriptCall, int]]:
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            if self.malformed is not None and self.offset > self._report_from:
-                self.malformed.append(f"{self.path}:{self._lines}: not JSON")
-            return
-        if not isinstance(line, dict):
-            return
+    def take(self, line: dict[str, Any]) -> Iterator[tuple[TranscriptCall, int]]:
         kind = line.get("type")
         message = line.get("message")
         if kind == "api-request-shape":

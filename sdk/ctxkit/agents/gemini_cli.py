@@ -18,13 +18,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
-from ctxkit.agents.transcripts import TranscriptCall, time_of
+from ctxkit.agents.transcripts import JsonLines, TranscriptCall, time_of
 
 __all__ = ["INSTALLATION_HEADER", "SESSION_HEADER", "ChatReader", "is_gemini_cli", "is_summary", "memory_files",
            "session", "transcript_calls", "transcript_files", "transcripts_folder"]
@@ -227,17 +226,15 @@ def _cwd(path: str) -> str:
 _FINAL = ("success", "error", "cancelled")  # a tool call's status once the CLI is done with it
 
 
-class ChatReader:
+class ChatReader(JsonLines):
     """One chat read as it grows: each :meth:`read` takes the complete records written since the
     last one, so a chat followed while its session runs is parsed once. A call's request is the
     conversation the reader holds when its gemini message first appears."""
 
+    blank_lines_ok = True
+
     def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
-        self.path = path
-        self.offset = 0  # bytes of complete records read
-        self.malformed = malformed
-        self._report_from = start  # records that end before it were reported by an earlier reader
-        self._lines = 0
+        super().__init__(path, malformed, start)
         self._messages: list[dict[str, Any]] = []  # the conversation as the CLI holds it
         self._where: dict[str, int] = {}  # message id -> its index in _messages
         self._wired: dict[str, tuple[Any, str, list[dict[str, Any]]]] = {}  # message id -> (record, role, parts)
@@ -246,19 +243,6 @@ class ChatReader:
         self._called: set[str] = set()  # the gemini messages taken as calls
         self._cwd = _cwd(path)
         self._written = os.path.getmtime(path)  # the time of a call whose records carry none
-
-    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
-        """The calls that the records written since the last read complete (a gemini message is
-        complete once a record about another message follows it), each with the byte offset
-        after its last record. A record still being written is left for the next read."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    break
-                self.offset += len(raw)
-                self._lines += 1
-                yield from self._record(raw)
 
     def last(self) -> tuple[TranscriptCall, int, bool] | None:
         """The call whose message ends the records read so far, its offset, and whether it is
@@ -269,12 +253,6 @@ class ChatReader:
         calls = found["record"].get("toolCalls")
         whole = bool(calls) and all(isinstance(c, dict) and c.get("status") in _FINAL for c in calls)
         return self._call(found), int(found["offset"]), whole
-
-    def cut(self) -> str:
-        """What is left of a last record without its newline (one being written, or cut)."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
 
     def _call(self, found: dict[str, Any]) -> TranscriptCall:
         record = found["record"]
@@ -305,15 +283,7 @@ class ChatReader:
             if isinstance(kept, list) else []
         self._where = {m["id"]: i for i, m in enumerate(self._messages)}
 
-    def _record(self, raw: bytes) -> Iterator[tuple[TranscriptCall, int]]:
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            if self.malformed is not None and self.offset > self._report_from and raw.strip():
-                self.malformed.append(f"{self.path}:{self._lines}: not JSON")
-            return
-        if not isinstance(record, dict):
-            return
+    def take(self, record: dict[str, Any]) -> Iterator[tuple[TranscriptCall, int]]:
         update = record.get("$set")
         if self._pending is not None and record.get("id") != self._pending["record"]["id"] \
                 and not (isinstance(update, dict) and "messages" not in update):

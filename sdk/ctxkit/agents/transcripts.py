@@ -7,6 +7,7 @@ would have seen, so an imported call gives the same manifest as one captured liv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,3 +61,47 @@ class Reader(Protocol):
         """The call whose answer ends what was read, its offset, and whether that answer is whole
         (else a later line may add to it); None when the lines read end otherwise."""
         ...
+
+
+class JsonLines:
+    """A JSON-lines file read as it grows: :meth:`read` takes the complete lines written since the
+    last read (a line still being written is left for the next), parses each once and hands the
+    objects to :meth:`take`; a line that is not JSON is reported in ``malformed`` as file:line,
+    unless it ends before ``start`` (an earlier reader reported it)."""
+
+    blank_lines_ok = False  # a blank line is skipped silently rather than reported
+
+    def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
+        self.path = path
+        self.offset = 0  # bytes of complete lines read
+        self.malformed = malformed
+        self._report_from = start
+        self._lines = 0
+
+    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                self.offset += len(raw)
+                self._lines += 1
+                try:
+                    found = json.loads(raw)
+                except ValueError:
+                    if self.malformed is not None and self.offset > self._report_from \
+                            and (raw.strip() or not self.blank_lines_ok):
+                        self.malformed.append(f"{self.path}:{self._lines}: not JSON")
+                    continue
+                if isinstance(found, dict):
+                    yield from self.take(found)
+
+    def take(self, line: dict[str, Any]) -> Iterator[tuple[TranscriptCall, int]]:
+        """The calls one parsed line completes, each with the byte offset after its last line."""
+        raise NotImplementedError
+
+    def cut(self) -> str:
+        """What is left of a last line without its newline (one being written, or cut)."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            return f"{self.path}:{self._lines + 1}: truncated line" if handle.read(1).strip() else ""
