@@ -74,9 +74,10 @@ def test_it_keys_texts_folded_together_as_one_by_one(texts: list[str], wants: li
 
 
 def test_it_keys_a_text_holding_the_separator_on_its_own() -> None:
-    texts = ["a\x00b", "退款 a"]
-    assert ops_dedupe.keys_and_repeats(texts, [True, False]) == [
-        (ops_dedupe.content_key("a\x00b"), ops_dedupe.line_repeats("a\x00b")), (ops_dedupe.content_key("退款 a"), None)]
+    for texts in (["a\x00b", "退款 a"], ["退\x00款", "退款 a", "Ａ\x00"]):
+        assert ops_dedupe.keys_and_repeats(texts, [True, False, True][: len(texts)]) == [
+            (ops_dedupe.content_key(text), ops_dedupe.line_repeats(text) if want else None)
+            for text, want in zip(texts, [True, False, True], strict=False)]
 
 
 def test_it_works_out_a_text_given_twice_once_with_its_line_dedupe() -> None:

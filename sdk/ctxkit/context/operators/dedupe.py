@@ -22,7 +22,13 @@ _WIDE += (("\u3000", " "),)
 
 
 def _nfkc(text: str) -> str:
-    """``unicodedata.normalize("NFKC", text)``, faster on typical Chinese text.
+    """``unicodedata.normalize("NFKC", text)``, faster on typical Chinese text (:func:`_quick_nfkc`)."""
+    quick = _quick_nfkc(text)
+    return quick if quick is not None else unicodedata.normalize("NFKC", text)
+
+
+def _quick_nfkc(text: str) -> str | None:
+    """The NFKC form of ``text`` when it is found without a full NFKC pass, else None.
 
     A full NFKC pass is slow and one fullwidth comma is enough to
     force it. Replacing a character by its full compatibility decomposition does not change
@@ -34,7 +40,7 @@ def _nfkc(text: str) -> str:
     for wide, narrow in _WIDE:
         if wide in text:
             text = text.replace(wide, narrow)
-    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
+    return text if unicodedata.is_normalized("NFKC", text) else None
 
 
 def _fold(text: str) -> str:
@@ -133,10 +139,11 @@ def _repeats(text: str, norms: list[str], min_chars: int) -> tuple[str, list[lis
     return ("\n".join(kept) if removed else text), removed
 
 
-def _key_and_repeats(text: str, min_chars: int) -> tuple[str, tuple[str, list[list[int]]]]:
+def _key_and_repeats(text: str, min_chars: int, folded: str | None = None) -> tuple[str, tuple[str, list[list[int]]]]:
     """``(content_key(text), line_repeats(text))`` from one NFKC/casefold pass and one whitespace
-    check of the text."""
-    folded = _fold(text)
+    check of the text (``folded``: ``_fold(text)``, when the caller has it)."""
+    if folded is None:
+        folded = _fold(text)
     normal, simple = _normal_form(folded)
     if "\n" not in text:  # one line cannot repeat
         return _digest(normal), (text, [])
@@ -149,15 +156,34 @@ def key_and_repeats(text: str, *, min_chars: int = 16) -> tuple[str, str, list[l
     return key, out, removed
 
 
+# Joins texts for one fold over many: NFKC never composes across it (a starter that combines with
+# nothing), never produces it, and casefold maps it to itself; a text holding one is folded apart.
+_SEP = "\x00"
+
+
+def _fold_many(texts: Sequence[str]) -> list[str]:
+    """``[_fold(text) for text in texts]``: each ASCII text on its own (casefold is fast on ASCII
+    text, and joined with CJK text it would lose that), the others in one pass over them joined
+    (an agent's first call brings a couple of hundred new texts, and per text that work is mostly
+    call overhead). When the join needs a full NFKC pass, each text pays for its own instead."""
+    wide = [text for text in texts if not text.isascii()]
+    if len(wide) > 1:
+        normalized = _quick_nfkc(_SEP.join(wide))
+        folded = normalized.casefold().split(_SEP) if normalized is not None else []
+        if len(folded) == len(wide):  # else a text holds the separator, or one needs a full NFKC pass
+            folded_wide = iter(folded)
+            return [text.casefold() if text.isascii() else next(folded_wide) for text in texts]
+    return [_fold(text) for text in texts]
+
+
 def keys_and_repeats(
     texts: Sequence[str], repeats: Sequence[bool], *, min_chars: int = 16
 ) -> list[tuple[str, tuple[str, list[list[int]]] | None]]:
-    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts, each text
-    folded on its own (casefold is fast on ASCII text, and an ASCII text folded together with CJK
-    text would lose that)."""
+    """``(content_key(text), line_repeats(text) if wanted else None)`` for many texts, folded
+    together (:func:`_fold_many`)."""
     return [
-        _key_and_repeats(text, min_chars) if wanted else (content_key(text), None)
-        for text, wanted in zip(texts, repeats, strict=True)
+        _key_and_repeats(text, min_chars, folded) if wanted else (_digest(_normal_form(folded)[0]), None)
+        for text, folded, wanted in zip(texts, _fold_many(texts), repeats, strict=True)
     ]
 
 
