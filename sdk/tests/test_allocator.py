@@ -275,14 +275,16 @@ def test_what_is_kept_between_calls_never_changes_a_plan(monkeypatch) -> None:
                     pinned_lines=("turn 3: 查询 app 渠道退款率 ok",))]
     words = lambda s: len(s.split()) + 1  # noqa: E731
 
-    def plans() -> list[dict]:
+    def plans(budgets: tuple[int, ...] = (300, 900, 1500, 5000)) -> list[dict]:
         return [allocate(segments, budget=b, reserve=b // 5, estimate=e).to_dict()
-                for b in (300, 900, 1500, 5000) for e in (estimate_tokens, words)]
+                for b in budgets for e in (estimate_tokens, words)]
 
     alloc_cache.clear()
     cold = plans()
     assert alloc_cache.stats()["facts"] > 0 and alloc_cache.stats()["plans"] > 0
     assert plans() == cold  # warm: the same plans
+    alloc_cache.clear()  # each grant tighter than the one the kept plans were made for
+    assert plans((5000, 1500, 900, 300)) == [*cold[6:], *cold[4:6], *cold[2:4], *cold[:2]]
     same_text = [*segments[:-2], seg("h1", 40, "summarize", text=history, keep_recent=5), segments[-1]]
     alloc_cache.clear()
     fresh = allocate(same_text, budget=1500, reserve=300).to_dict()

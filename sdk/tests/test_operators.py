@@ -465,6 +465,19 @@ def test_a_schema_plan_cut_at_any_budget_equals_the_operator() -> None:
             assert cut_schema(plan, text, budget) == compress_schema(text, budget)
 
 
+def test_a_schema_plan_made_for_a_least_budget_cuts_as_the_operator_from_it_on() -> None:
+    for text in (TOOLS, json.dumps(TOOLS_SCHEMA[:2]), "not json\nat all"):
+        for least in range(1, estimate_tokens(text) + 5, 11):
+            plan = plan_schema(text, least_budget=least)
+            assert plan.least_budget <= least
+            assert plan.steps is None or len(plan.steps) <= len(plan_schema(text).steps or ())
+            for budget in range(plan.least_budget, estimate_tokens(text) + 5, 7):
+                assert cut_schema(plan, text, budget) == compress_schema(text, budget)
+            if plan.least_budget:
+                with pytest.raises(ValueError):
+                    cut_schema(plan, text, plan.least_budget - 1)
+
+
 def test_op_records_stay_immutable_values_that_share_no_mutable_data() -> None:
     one, two = OpRecord("dedupe", 10, 8), OpRecord("dedupe", 10, 8)
     assert one == two and one.data == {}

@@ -137,8 +137,9 @@ def _run_policy(
         if not is_default_estimator(estimate):
             return compress_schema(text, grant, estimate=estimate, pinned=pinned)
         schema = alloc_cache.plan(("schema", text))
-        if not isinstance(schema, SchemaPlan):
-            schema = plan_schema(text, estimate=estimate)
+        if not isinstance(schema, SchemaPlan) or grant < schema.least_budget:
+            # Rendered as far as this grant needs; a smaller grant in a later call plans again.
+            schema = plan_schema(text, estimate=estimate, least_budget=max(grant, 0))
             alloc_cache.keep_plan(("schema", text), text, schema)
         return cut_schema(schema, text, grant, estimate=estimate, pinned=pinned)
     before = estimate(text)

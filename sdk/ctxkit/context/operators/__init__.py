@@ -37,7 +37,7 @@ Budget-independent halves, for callers that cut the same text at many budgets (t
 keeps them across calls): ``plan_extract(text, *, pinned, estimate, scorer, line_cjk=None)`` and
 ``plan_summary(text, *, keep_recent, pinned, estimate, scorer, line_cjk=None) -> LinePlan`` (``line_cjk``:
 a dict shared by many plans, line -> CJK count, filled as they go; the plans are the same) then
-``cut_lines(plan, budget, *, ref, estimate)``; ``plan_schema(text, *, estimate) -> SchemaPlan``
+``cut_lines(plan, budget, *, ref, estimate)``; ``plan_schema(text, *, estimate, least_budget=0) -> SchemaPlan``
 then ``cut_schema(plan, text, budget, *, estimate)``; ``line_repeats(text) -> (text, removed)``
 with ``dedupe_record(text, out, removed, estimate)``. Each cut equals the one-shot operator.
 extract/summarize/window take ``scorer=`` (default ``score_line``; ``memo(score_line)`` scores

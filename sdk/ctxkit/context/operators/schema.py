@@ -159,12 +159,15 @@ class SchemaPlan:
     ``steps`` is None when the text is not a JSON list of tool objects (then extract_lines
     applies). ``tools`` is the list after the last step, for dropping trailing tools. Make it
     with :func:`plan_schema`, cut it with :func:`cut_schema` (the allocator keeps plans across
-    calls); both must use the same estimator.
+    calls); both must use the same estimator. A plan made for budgets of ``least_budget`` tokens
+    or more stops at the first step that fits that many (a cut at such a budget never looks
+    further); 0 when every step is rendered.
     """
 
     before: int
     steps: tuple[tuple[str, str, int], ...] | None  # (label, rendering after the step, its estimate)
     tools: tuple[dict[str, Any], ...] = ()
+    least_budget: int = 0
 
 
 def _parse_tools(text: str) -> list[dict[str, Any]] | None:
@@ -287,19 +290,30 @@ def pinned_tools_tokens(text: str, pinned: Collection[str], *, estimate: Estimat
     return estimate(_signatures(kept)) if kept else 0
 
 
-def plan_schema(text: str, *, estimate: Estimator = estimate_tokens) -> SchemaPlan:
-    """Every step of :func:`compress_schema` on ``text``, rendered and counted once."""
+def plan_schema(text: str, *, estimate: Estimator = estimate_tokens, least_budget: int = 0) -> SchemaPlan:
+    """Every step of :func:`compress_schema` on ``text``, rendered and counted once; only as far as
+    the first step that fits ``least_budget`` tokens, when the plan is for budgets of that many or more."""
     tools = _parse_tools(text)
+    before = estimate(text)
     if tools is None:
-        return SchemaPlan(estimate(text), None)
-    steps = tuple(_steps(tools, estimate))
-    return SchemaPlan(estimate(text), steps, tuple(tools))
+        return SchemaPlan(before, None)
+    if 0 < least_budget and before <= least_budget:  # such a cut keeps the text as it is
+        return SchemaPlan(before, (), least_budget=before)
+    steps: list[tuple[str, str, int]] = []
+    for step in _steps(tools, estimate):  # lazily: a step is rendered only when the ones before do not fit
+        steps.append(step)
+        if 0 < least_budget and step[2] <= least_budget:
+            return SchemaPlan(before, tuple(steps), least_budget=step[2])
+    return SchemaPlan(before, tuple(steps), tuple(tools))
 
 
 def cut_schema(
     plan: SchemaPlan, text: str, budget: int, *, estimate: Estimator = estimate_tokens, pinned: Collection[str] = ()
 ) -> tuple[str, OpRecord]:
-    """``compress_schema(text, budget)`` from the plan of ``text``: the first step that fits."""
+    """``compress_schema(text, budget)`` from the plan of ``text``: the first step that fits. The
+    budget must be at least the plan's ``least_budget``."""
+    if budget < plan.least_budget:
+        raise ValueError(f"this schema plan cuts at {plan.least_budget} tokens or more, not at {budget}")
     if plan.before <= budget:
         return text, OpRecord("schema", plan.before, plan.before, "fits")
     if plan.steps is None:
