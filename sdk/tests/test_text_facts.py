@@ -42,7 +42,8 @@ def test_it_sees_tabs_and_other_ascii_spaces_in_a_key() -> None:
     # "a\tb" must not be taken for text whose only whitespace is spaces: both collapse alike.
     assert ops_dedupe.content_key("a\tb\x1fc") == ops_dedupe.content_key("a b c")
     assert not ops_dedupe._spaces_only("a\tb")
-    assert ops_dedupe._spaces_only("a b\nc")
+    assert ops_dedupe._spaces_only("a b c") and ops_dedupe._spaces_only("退款 a")
+    assert not ops_dedupe._spaces_only("退款\u3000a")
 
 
 @settings(max_examples=300, deadline=None)

@@ -54,14 +54,14 @@ def _fold(text: str) -> str:
 _OTHER_ASCII_SPACE = "\t\x0b\x0c\r\x1c\x1d\x1e\x1f"
 
 
-def _spaces_only(text: str) -> bool:
-    """Whether every whitespace character of ``text`` is a space or a line feed (when False, it
-    may still be so: the callers then take their slow, exact path). On ASCII text, a search for
-    each other ASCII whitespace character; else ``isprintable()``, false for every whitespace
-    character but the space (line feeds made spaces first), which looks each character up."""
-    if text.isascii():
-        return not any(space in text for space in _OTHER_ASCII_SPACE)
-    return text.replace("\n", " ").isprintable()
+def _spaces_only(flat: str) -> bool:
+    """Whether every whitespace character of ``flat``, a text whose line feeds were made spaces,
+    is a space (when False, it may still be so: the callers then take their slow, exact path).
+    On ASCII text, a search for each other ASCII whitespace character; else ``isprintable()``,
+    false for every whitespace character but the space, which looks each character up."""
+    if flat.isascii():
+        return not any(space in flat for space in _OTHER_ASCII_SPACE)
+    return flat.isprintable()
 
 
 def _normal_form(folded: str) -> tuple[str, bool]:
@@ -72,7 +72,7 @@ def _normal_form(folded: str) -> tuple[str, bool]:
     either end, without a split; and no space touches a line feed, so each of its lines is its
     own normal form but for a space at the text's either end (:func:`_line_forms`).
     """
-    flat = folded.replace("\n", " ") if "\n" in folded else folded
+    flat = folded.replace("\n", " ")  # (the same string when it holds no line feed)
     if "  " not in flat and _spaces_only(flat):
         return flat.strip(" "), True
     return " ".join(folded.split()), False
