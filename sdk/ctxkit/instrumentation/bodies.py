@@ -57,7 +57,7 @@ def manifest_from_bodies(
     request, notes = well_formed(api, request)
     record = CallRecord(adapter(api), request, run_id, step, agent, evidence, window, include_text, started,
                         duration=duration, response=response, error=error, stream_events=events,
-                        _call_id=call_id)
+                        _call_id=call_id, json_kwargs=True)
     manifest: Manifest = record.adapter(record)
     if notes:
         manifest.warnings = [*manifest.warnings, *notes][:100]

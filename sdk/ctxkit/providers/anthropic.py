@@ -68,7 +68,7 @@ def _ttl_of(cache_control: Any) -> int | None:
 
 
 def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
-    """The prompt-cache TTL the request asked for, in seconds: the longest among its
+    """The prompt-cache TTL the request (its parameters as plain JSON) asked for, in seconds: the longest among its
     ``cache_control`` breakpoints (on tools, system blocks, message content blocks, and the
     top-level one of automatic caching); None without a breakpoint (or with only TTLs this
     mapping does not know, which the provider refuses anyway).
@@ -77,11 +77,11 @@ def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
     before shorter ones, so after a pause between the two the prefix up to the last 1-hour
     breakpoint is still read, and only a pause longer than the longest TTL leaves nothing to
     read: the server's *TTL expired* cause (docs/analysis.md)."""
-    blocks: list[Any] = [{"cache_control": plain(kwargs.get("cache_control"))}]
+    blocks: list[Any] = [{"cache_control": kwargs.get("cache_control")}]
     for name in ("tools", "system"):
-        value = plain(kwargs.get(name))
+        value = kwargs.get(name)
         blocks += value if isinstance(value, list) else []
-    messages = plain(kwargs.get("messages"))
+    messages = kwargs.get("messages")
     for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         blocks += content if isinstance(content, list) else []
@@ -91,14 +91,15 @@ def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
 
 
 def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
+    """The parts and prefix segments of a request's parameters as plain JSON (:meth:`CallRecord.params`)."""
     parts: list[Part] = []
-    tools = plain(kwargs.get("tools")) or []
+    tools = kwargs.get("tools") or []
     tool_lines = []
     for index, tool in enumerate(tools):
         line = canonical_json(_without_cache_control(tool))
         tool_lines.append(line)
         parts.append(Part(role="tools", text=line, segment="tools", source=f"tools[{index}]"))
-    system = plain(kwargs.get("system"))
+    system = kwargs.get("system")
     system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else (system or [])
     system_lines = []
     for index, block in enumerate(system_blocks):
@@ -106,7 +107,7 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
         system_lines.append(text)
         parts.append(Part(role="system", text=text, segment="system", source=f"system[{index}]"))
 
-    messages = plain(kwargs.get("messages")) or []
+    messages = kwargs.get("messages") or []
     message_lines: list[tuple[int, str]] = []
     cached_upto = len(messages) if kwargs.get("cache_control") else 0  # top-level: automatic caching
     first_user = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), -1)
@@ -188,7 +189,7 @@ def _compactions(usage: dict[str, Any]) -> list[Compaction]:
 
 
 def manifest(record: CallRecord) -> Manifest:
-    kw = record.kwargs
+    kw = record.params()
     parts, segments = request_parts(kw)
     if record.stream_events is not None:
         got = _from_stream(record.stream_events)

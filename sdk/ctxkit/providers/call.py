@@ -35,6 +35,11 @@ class CallRecord:
     error: BaseException | None = None
     stream_events: list[Any] | None = None
     _call_id: str = ""
+    json_kwargs: bool = False  # ``kwargs`` is parsed JSON already (the proxy's and the importer's bodies)
+
+    def params(self) -> dict[str, Any]:
+        """The call's parameters as plain JSON: the SDK's objects (pydantic models) as dicts and lists."""
+        return self.kwargs if self.json_kwargs else {k: plain(v) for k, v in self.kwargs.items()}
 
     @property
     def call_id(self) -> str:
