@@ -19,12 +19,13 @@ compaction summary in the first user message (ctxkit.agents). The manifest's
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Compaction, Manifest, Outcome
-from ctxkit.providers.call import Adapter, CallRecord, field, plain
+from ctxkit.providers.call import Adapter, CallRecord, ObjectMemo, field, plain
 from ctxkit.providers.common import (
     Message,
     ToolCall,
@@ -90,13 +91,38 @@ def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
     return max(known) if known else None
 
 
-def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
-    """The parts and prefix segments of a request's parameters as plain JSON (:meth:`CallRecord.params`)."""
+def _tool_line(tool: Any) -> str:
+    return canonical_json(_without_cache_control(tool))
+
+
+def _block_read(block: dict[str, Any]) -> tuple[str, str]:
+    """A content block's kind as the parts tell them apart, and its text."""
+    kind = block.get("type")
+    if kind == "tool_use":
+        return "tool_use", canonical_json({"name": block.get("name"), "input": block.get("input")})
+    if kind in ("tool_result", "compaction"):
+        return kind, text_of(block.get("content"))
+    if kind in ("text", None):
+        return "text", str(block.get("text", ""))
+    if kind in ("thinking", "redacted_thinking"):
+        return "thinking", str(block.get("thinking", ""))
+    # images, documents, server tool blocks: their JSON without base64 payloads
+    return "other", canonical_json({k: v for k, v in block.items() if k not in ("source", "cache_control")})
+
+
+def _read(obj: Any, read: Callable[[Any], Any], shared: ObjectMemo[Any] | None) -> Any:
+    return read(obj) if shared is None else shared.get(obj, read)
+
+
+def request_parts(kwargs: dict[str, Any], shared: ObjectMemo[Any] | None = None
+                  ) -> tuple[list[Part], list[tuple[str, str]]]:
+    """The parts and prefix segments of a request's parameters as plain JSON (:meth:`CallRecord.params`);
+    ``shared``: what is read of its tools and blocks, remembered (:attr:`CallRecord.shared`)."""
     parts: list[Part] = []
     tools = kwargs.get("tools") or []
     tool_lines = []
     for index, tool in enumerate(tools):
-        line = canonical_json(_without_cache_control(tool))
+        line = _read(tool, _tool_line, shared)
         tool_lines.append(line)
         parts.append(Part(role="tools", text=line, segment="tools", source=f"tools[{index}]"))
     system = kwargs.get("system")
@@ -116,32 +142,27 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
             continue
         role = str(message.get("role") or "user")
         content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
+        made = isinstance(content, str)  # a block made here: nothing to remember it by
+        blocks = [{"type": "text", "text": content}] if made else (content or [])
         for b_index, block in enumerate(blocks):
             if not isinstance(block, dict):
                 continue
             if block.get("cache_control"):
                 cached_upto = max(cached_upto, m_index + 1)
             source = f"messages[{m_index}].content[{b_index}]"
-            kind = block.get("type")
+            kind, text = _read(block, _block_read, None if made else shared)
             if kind == "tool_use":
-                text = canonical_json({"name": block.get("name"), "input": block.get("input")})
                 parts.append(Part(role="assistant", text=text, group=block.get("id"), source=source))
             elif kind == "tool_result":
-                text = text_of(block.get("content"))
                 parts.append(Part(role="tool", text=text, group=block.get("tool_use_id"), source=source))
             elif kind == "compaction":
-                text = text_of(block.get("content"))
                 parts.append(Part(role=role, kind="summary", text=text, source=source))
-            elif kind in ("text", None):
-                text = str(block.get("text", ""))
+            elif kind == "text":
                 summary = m_index == first_user and summary_strategy(text)
                 parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
-            elif kind in ("thinking", "redacted_thinking"):
-                text = str(block.get("thinking", ""))
+            elif kind == "thinking":
                 parts.append(Part(role=role, kind="history", text=text, source=source))
-            else:  # images, documents, server tool blocks: their JSON without base64 payloads
-                text = canonical_json({k: v for k, v in block.items() if k not in ("source", "cache_control")})
+            else:
                 parts.append(Part(role=role, text=text, source=source))
             message_lines.append((m_index, f"{role}: {text}"))
     segments = []
@@ -190,7 +211,7 @@ def _compactions(usage: dict[str, Any]) -> list[Compaction]:
 
 def manifest(record: CallRecord) -> Manifest:
     kw = record.params()
-    parts, segments = request_parts(kw)
+    parts, segments = request_parts(kw, record.shared)
     if record.stream_events is not None:
         got = _from_stream(record.stream_events)
     else:

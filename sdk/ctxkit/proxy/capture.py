@@ -24,16 +24,15 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol
 
 from ctxkit import agents
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
 from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest, workspace_of
 from ctxkit.providers import Provider, for_api
+from ctxkit.providers.call import ObjectMemo
 from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.history import Entries, History
-from ctxkit.proxy.lru import ObjectMemo
 from ctxkit.proxy.runs import Delegation, RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.record.background import Background
@@ -129,9 +128,10 @@ class ParsedRequests:
     def __init__(self, limit: int = 20_000) -> None:
         self.entries: ObjectMemo[_Masked] = ObjectMemo(limit)
         self.history: Entries = ObjectMemo(limit)
+        self.mapping: ObjectMemo[Any] = ObjectMemo(limit)  # what the provider's mapping reads of them
 
     def _entry(self, entry: Any) -> _Masked:
-        return self.entries.get(entry, partial(_masked_entry, entry))
+        return self.entries.get(entry, _masked_entry)
 
     def masked(self, request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the request as it reads, as recorded); the same object twice when nothing was masked."""
@@ -339,9 +339,10 @@ class Capture:
         stored once; ``call_id`` (a uuid4 unless given) when the answer has none. ``unseen``: calls
         of its run just before it that the caller never saw (ctxkit.proxy.runs counts them in its step)."""
         known: Entries | None = None
+        shared: ObjectMemo[Any] | None = None
         if exchange.request is not None:
             request, sent = self.parsed.masked(exchange.request)
-            known = self.parsed.history
+            known, shared = self.parsed.history, self.parsed.mapping
         else:
             read = _read_request(exchange.request_body)
             if read is None:
@@ -367,7 +368,7 @@ class Capture:
             exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, call_id=call_id, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
-            evidence=evidence or None,
+            evidence=evidence or None, shared=shared,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
         manifest.workspace = workspace_of(*agents.workspace(sent))  # where the agent says it works

@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Any
 
 from ctxkit.agents import agent_context, summary_strategy, summary_trigger
 from ctxkit.providers import Provider, for_api
+from ctxkit.providers.call import ObjectMemo
 from ctxkit.providers.common import Message
-from ctxkit.proxy.lru import ObjectMemo
 
 __all__ = ["Entries", "History", "Summary"]
 
@@ -64,7 +64,7 @@ class History:
     def _read(self) -> list[tuple[bytes, Message]]:
         known = self._known
         assert known is not None
-        return [known.get(entry, partial(self._read_entry, entry)) for entry in self.entries]
+        return [known.get(entry, self._read_entry) for entry in self.entries]
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -1,14 +1,12 @@
-"""Bounded tables that forget their least recently used entries first: the memory the proxy's
-run resolver and compaction watch keep of recent calls (:class:`LRU`), and what the mapping keeps
-of the objects an imported session's requests share (:class:`ObjectMemo`)."""
+"""A bounded table that forgets its least recently used entries first: the memory the proxy's
+run resolver and compaction watch keep of recent calls."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["LRU", "ObjectMemo"]
+__all__ = ["LRU"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -47,30 +45,3 @@ class LRU(Generic[K, V]):
     def pop(self, key: K) -> V | None:
         return self._entries.pop(key, None)
 
-
-class ObjectMemo(Generic[V]):
-    """What was computed of an object, remembered by the object itself (its identity: a dict or
-    a list cannot be a key), at most ``limit`` of them. The entry holds the object, so its id is
-    not reused while remembered. Only for objects nobody changes in place: ``ctxkit import``'s
-    readers hand every request of a session the same message objects it repeats, never changed."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._entries: OrderedDict[int, tuple[object, V]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, obj: object, compute: Callable[[], V]) -> V:
-        """The value remembered for ``obj``, else ``compute()``, remembered."""
-        key = id(obj)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is obj:
-            self._entries.move_to_end(key)
-            return entry[1]
-        value = compute()
-        self._entries[key] = (obj, value)
-        self._entries.move_to_end(key)
-        if len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
-        return value

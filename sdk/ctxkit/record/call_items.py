@@ -111,10 +111,9 @@ def _item_id(part: Part, position: int) -> str:
     """The item's id: where it sits in the request (``messages[3].content[1]``), so the same
     message keeps its id from call to call and the call view's diff matches it up."""
     source = part.source
-    for prefix in _SOURCE_PREFIXES:
-        if source.startswith(prefix):
-            source = source[len(prefix):]
-            break
+    if source.startswith(_SOURCE_PREFIXES):  # an OTLP attribute's name
+        prefix = next(p for p in _SOURCE_PREFIXES if source.startswith(p))
+        source = source[len(prefix):]
     return short_id(source or f"{part.kind}-{position}")
 
 
