@@ -5,15 +5,16 @@
 
 Generates Claude Code transcripts as version 2.1.332 writes them (a real session's system prompt
 and tool definitions in an ``api-request-shape`` line, then per call: the user line with a tool
-result of 0.5-4 KB (numbered lines, as Read gives them), an attachment line, an ``api-request`` line naming its messages by hash after
-the ``keep`` of the call before, and the answer in one assistant line per content block; a text
-prompt every tenth call and a reminder blob on the first), many sessions in a temporary folder.
-Then, in alternating rounds on the same files: the baseline (each line through ``json.loads``),
-the reader alone (each call's request rebuilt, none mapped) and the import (``import_transcripts`` into a sink that only counts: no server, so the figure is
-the importer's own work, the reader and the proxy's mapping ``Capture.build`` of each call).
-Prints MB/s and calls/s of each (wall clock and this process's CPU time, the best of the
-rounds), the ratios import / baseline (goal >= 0.3x) and the load average. ``--profile``
-prints the import's top functions by own time.
+result of 0.5-4 KB in numbered lines as Read gives them, an attachment line, an ``api-request``
+line naming its messages by hash after the ``keep`` of the call before, and the answer in one
+assistant line per content block; a text prompt every tenth call and a reminder blob on the
+first), many sessions in a temporary folder. Then, in alternating rounds on the same files: the
+baseline (each line through ``json.loads``), the reader alone (each call's request rebuilt, none
+mapped) and the import (``import_transcripts`` into a sink that only counts: no server, so the
+figure is the importer's own work, the reader and the proxy's mapping ``Capture.build`` of each
+call). Prints MB/s and calls/s of each (wall clock and this process's CPU time, the best of the
+rounds), the ratios to the baseline (goal >= 0.3x) and the load average. ``--profile`` prints
+the import's top functions by own time.
 Not a test: figures vary with the machine; compare the ratio within one run.
 """
 
