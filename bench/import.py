@@ -13,7 +13,8 @@ baseline (each line through ``json.loads``), the reader alone (each call's reque
 mapped) and the import (``import_transcripts`` into a sink that only counts: no server, so the
 figure is the importer's own work, the reader and the proxy's mapping ``Capture.build`` of each
 call). Prints MB/s and calls/s of each (wall clock and this process's CPU time, the best of the
-rounds), the ratios to the baseline (goal >= 0.3x) and the load average. ``--profile`` prints
+rounds), the ratios to the baseline (goal >= 0.3x) and the load average; then the size of the
+manifests an import sends and what encoding them alone costs, against the same baseline. ``--profile`` prints
 the import's top functions by own time.
 Not a test: figures vary with the machine; compare the ratio within one run.
 """
@@ -32,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "sdk"))
@@ -157,6 +160,20 @@ class Count:
         self.calls += 1
 
 
+class Encode:
+    """A sink that encodes each manifest as the client does before sending it, and times only that."""
+
+    def __init__(self) -> None:
+        self.encoder = msgspec.json.Encoder()
+        self.bytes = 0
+        self.cpu = 0.0
+
+    def capture(self, manifest: object) -> None:
+        started = time.process_time()
+        self.bytes += len(self.encoder.encode(manifest))
+        self.cpu += time.process_time() - started
+
+
 def read_only(source: Source, files: list[str]) -> int:
     """The reader alone: each file's calls rebuilt, none mapped."""
     return sum(1 for path in files for _call in source.calls(path, 0, []))
@@ -219,6 +236,10 @@ def main() -> None:
         print(f"ratio import / json.loads: {read[0] / imported[0]:.4f}x wall, {read[1] / imported[1]:.4f}x CPU "
               f"(goal >= 0.3x); the reader alone {read[1] / reader[1]:.3f}x CPU; "
               f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        encoded = Encode()
+        import_transcripts(source, str(projects), encoded)
+        print(f"the manifests sent: {encoded.bytes / 1e6:.1f} MB ({encoded.bytes / size:.1f}x the files); encoding "
+              f"them alone (msgspec, as the client does) {read[1] / encoded.cpu:.3f}x json.loads CPU")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()
