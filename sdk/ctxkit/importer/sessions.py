@@ -54,14 +54,14 @@ class Source:
     files: Callable[[str, str], list[str]]  # (folder, project dir) -> transcript paths, oldest first
     calls: Callable[[str, int, list[str] | None], Iterator[tuple[TranscriptCall, int]]]
     # (path, malformed, start) -> a reader that parses each line once as the file grows (ctxkit watch)
-    reader: Callable[[str, list[str] | None, int], Reader] | None = None
+    reader: Callable[[str, list[str] | None, int], Reader]
 
 
 SOURCES: dict[str, Source] = {
     "claude-code": Source("claude-code", anthropic.MESSAGES, claude_code.transcripts_folder,
                           claude_code.transcript_files, claude_code.transcript_calls, claude_code.TranscriptReader),
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
-                    codex.transcript_calls),
+                    codex.transcript_calls, codex.RolloutReader),
     "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
                      gemini_cli.transcript_calls, gemini_cli.ChatReader),
 }
