@@ -5,15 +5,17 @@
 
 Generates Claude Code transcripts as version 2.1.332 writes them (a real session's system prompt
 and tool definitions in an ``api-request-shape`` line, then per call: the user line with a tool
-result of 0.5-4 KB, an attachment line, an ``api-request`` line naming its messages by hash after
-the ``keep`` of the call before, and the answer in one assistant line per content block; a text
-prompt every tenth call and a reminder blob on the first), many sessions in a temporary folder.
-Then, in alternating rounds on the same files: the baseline (each line through ``json.loads``)
-and the import (``import_transcripts`` into a sink that only counts: no server, so the figure is
-the importer's own work, the reader and the proxy's mapping ``Capture.build`` of each call).
-Prints MB/s and calls/s of each (wall clock and this process's CPU time, the best of the
-rounds), the ratios import / baseline (goal >= 0.3x) and the load average. ``--profile``
-prints the import's top functions by own time.
+result of 0.5-4 KB in numbered lines as Read gives them, an attachment line, an ``api-request``
+line naming its messages by hash after the ``keep`` of the call before, and the answer in one
+assistant line per content block; a text prompt every tenth call and a reminder blob on the
+first), many sessions in a temporary folder. Then, in alternating rounds on the same files: the
+baseline (each line through ``json.loads``), the reader alone (each call's request rebuilt, none
+mapped) and the import (``import_transcripts`` into a sink that only counts: no server, so the
+figure is the importer's own work, the reader and the proxy's mapping ``Capture.build`` of each
+call). Prints MB/s and calls/s of each (wall clock and this process's CPU time, the best of the
+rounds), the ratios to the baseline (goal >= 0.3x) and the load average; then the size of the
+manifests an import sends and what encoding them alone costs, against the same baseline. ``--profile`` prints
+the import's top functions by own time.
 Not a test: figures vary with the machine; compare the ratio within one run.
 """
 
@@ -32,10 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "sdk"))
 
-from ctxkit.importer.sessions import SOURCES, import_transcripts  # noqa: E402
+from ctxkit.importer.sessions import SOURCES, Source, import_transcripts  # noqa: E402
 
 DEMO = ROOT / "manifests" / "demo" / "transcripts" / "claude-code"
 WORDS = ("the refund rate parcel order customer invoice finance desk approved pending shipped returned "
@@ -55,6 +59,17 @@ def _text(rng: random.Random, size: int) -> str:
         words.append(word)
         length += len(word) + 1
     return " ".join(words)
+
+
+def _file(rng: random.Random, size: int) -> str:
+    """A tool result as Claude Code's Read gives one: numbered lines of 20-90 characters."""
+    lines: list[str] = []
+    length = 0
+    while length < size:
+        line = f"{len(lines) + 1:>6}\t{_text(rng, rng.randint(20, 90))}"
+        lines.append(line)
+        length += len(line) + 1
+    return "\n".join(lines)
 
 
 def _shape() -> dict[str, Any]:
@@ -90,7 +105,7 @@ def write_session(path: Path, number: int, turns: int, shape: dict[str, Any]) ->
         if turn == 0 or turn % 10 == 0 or not tool_id:
             question = {"role": "user", "content": f"please {_text(rng, rng.randint(40, 400))}"}
         else:
-            result = _text(rng, rng.randint(500, 4_000))
+            result = _file(rng, rng.randint(500, 4_000))
             question = {"role": "user", "content": [{"tool_use_id": tool_id, "type": "tool_result",
                                                      "content": result}]}
         line("user", message=question, isSidechain=False, promptId=f"p{turn}")
@@ -145,6 +160,25 @@ class Count:
         self.calls += 1
 
 
+class Encode:
+    """A sink that encodes each manifest as the client does before sending it, and times only that."""
+
+    def __init__(self) -> None:
+        self.encoder = msgspec.json.Encoder()
+        self.bytes = 0
+        self.cpu = 0.0
+
+    def capture(self, manifest: object) -> None:
+        started = time.process_time()
+        self.bytes += len(self.encoder.encode(manifest))
+        self.cpu += time.process_time() - started
+
+
+def read_only(source: Source, files: list[str]) -> int:
+    """The reader alone: each file's calls rebuilt, none mapped."""
+    return sum(1 for path in files for _call in source.calls(path, 0, []))
+
+
 def baseline(files: list[str]) -> int:
     lines = 0
     for path in files:
@@ -177,24 +211,35 @@ def main() -> None:
         print(f"{len(files)} sessions, {calls:,} calls, {baseline(files):,} lines, {size / 1e6:.1f} MB")
         read_times: list[tuple[float, float]] = []  # (wall, CPU) seconds
         import_times: list[tuple[float, float]] = []
+        reader_times: list[tuple[float, float]] = []
         for _round in range(args.rounds):
             wall, cpu = time.perf_counter(), time.process_time()
             baseline(files)
             read_times.append((time.perf_counter() - wall, time.process_time() - cpu))
+            wall, cpu = time.perf_counter(), time.process_time()
+            assert read_only(source, files) == calls
+            reader_times.append((time.perf_counter() - wall, time.process_time() - cpu))
             sink = Count()
             wall, cpu = time.perf_counter(), time.process_time()
             summary = import_transcripts(source, str(projects), sink)
             import_times.append((time.perf_counter() - wall, time.process_time() - cpu))
             assert sink.calls == calls == summary.calls, (sink.calls, calls, summary.calls)
-        for name, times in (("json.loads per line", read_times), ("ctxkit import", import_times)):
+        for name, times in (("json.loads per line", read_times), ("the reader alone", reader_times),
+                            ("ctxkit import", import_times)):
             wall, cpu = min(t[0] for t in times), min(t[1] for t in times)
             print(f"{name:20} {size / 1e6 / wall:7.2f} MB/s {calls / wall:9,.0f} calls/s wall; "
                   f"{size / 1e6 / cpu:7.2f} MB/s {calls / cpu:9,.0f} calls/s CPU "
                   f"(rounds, wall: {', '.join(f'{t[0]:.2f}' for t in times)} s)")
         read = (min(t[0] for t in read_times), min(t[1] for t in read_times))
+        reader = (min(t[0] for t in reader_times), min(t[1] for t in reader_times))
         imported = (min(t[0] for t in import_times), min(t[1] for t in import_times))
         print(f"ratio import / json.loads: {read[0] / imported[0]:.4f}x wall, {read[1] / imported[1]:.4f}x CPU "
-              f"(goal >= 0.3x); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+              f"(goal >= 0.3x); the reader alone {read[1] / reader[1]:.3f}x CPU; "
+              f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        encoded = Encode()
+        import_transcripts(source, str(projects), encoded)
+        print(f"the manifests sent: {encoded.bytes / 1e6:.1f} MB ({encoded.bytes / size:.1f}x the files); encoding "
+              f"them alone (msgspec, as the client does) {read[1] / encoded.cpu:.3f}x json.loads CPU")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import API_KEY, IngestServer
-from ctxkit.agents.codex import COMPACTION_PROMPT, SUMMARY_PREFIX, transcript_calls, transcript_files
+from ctxkit.agents.codex import COMPACTION_PROMPT, SUMMARY_PREFIX, RolloutReader, transcript_calls, transcript_files
 from ctxkit.cli import main
 from ctxkit.importer.sessions import NOT_ITEMISED
 
@@ -76,6 +76,22 @@ def sessions(tmp_path: Path) -> Path:
     path = folder / f"rollout-2026-12-01T10-00-00-{SESSION}.jsonl"
     path.write_text("\n".join(lines) + '\n{"timestamp": "2026-12-01T10:00:09.000Z", "type": "respo', encoding="utf-8")
     return tmp_path / "sessions"
+
+
+def test_it_reads_a_growing_rollout_once_line_by_line_as_a_whole_read_of_it(sessions: Path, tmp_path: Path) -> None:
+    [path] = transcript_files(str(sessions))
+    whole = [(call.key, call.request, end) for call, end in transcript_calls(path)]
+    growing = tmp_path / "growing.jsonl"
+    growing.write_bytes(b"")
+    reader = RolloutReader(str(growing))
+    seen = []
+    for line in Path(path).read_bytes().splitlines(keepends=True):
+        with open(growing, "ab") as handle:
+            handle.write(line)
+        seen += [(call.key, call.request, end) for call, end in reader.read()]
+    assert seen == whole
+    assert reader.offset == len(Path(path).read_bytes()) - len(line)  # all but the last line, cut short
+    assert list(reader.read()) == []
 
 
 def _import(sessions: Path, server: IngestServer) -> int:

@@ -20,11 +20,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ctxkit.agents.transcripts import TranscriptCall, time_of
+from ctxkit.agents.transcripts import JsonLines, TranscriptCall, time_of
 
 __all__ = ["SESSION_HEADERS", "COMPACTION_PROMPT", "SUMMARY_PREFIX", "session", "is_summary", "is_context",
            "memory_files", "working_directory",
-           "transcripts_folder", "transcript_files", "transcript_calls"]
+           "transcripts_folder", "transcript_files", "RolloutReader", "transcript_calls"]
 
 SESSION_HEADERS = ("session-id", "session_id")
 COMPACTION_PROMPT = (
@@ -169,92 +169,99 @@ def _after_compaction(payload: dict[str, Any], history: list[dict[str, Any]]) ->
     return [*kept, _message("user", str(payload.get("message") or ""))]
 
 
-def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
-                     ) -> Iterator[tuple[TranscriptCall, int]]:
-    """The model calls of one rollout, each with the byte offset after its ``token_usage_record``.
-    Lines before ``start`` are read for the history but yield no call."""
-    meta: dict[str, Any] = {}
-    model = ""
-    history: list[dict[str, Any]] = []
-    request: dict[str, Any] | None = None  # the request of the response being answered
-    output: list[dict[str, Any]] = []
-    fed = False  # an input item came after this response's output: a later output is a new response
-    before = 0.0  # the time of the line before this one: about when a request that follows it went out
-    started = 0.0
-    offset = 0
-    written = os.path.getmtime(path)
+class RolloutReader(JsonLines):
+    """One rollout read as it grows: each :meth:`read` takes the complete lines written since the
+    last one (``ctxkit watch`` parses each line once), keeping the history its lines built. A call
+    ends with its ``token_usage_record``, so every call it yields is whole."""
 
-    def sent(compaction: bool) -> dict[str, Any]:
-        base = meta.get("base_instructions")
-        text = base.get("text") if isinstance(base, dict) else base
-        head = [_message("developer", text)] if isinstance(text, str) and text else []
-        body: dict[str, Any] = {"model": model, "input": [*head, *history], "stream": True}
+    def __init__(self, path: str, malformed: list[str] | None = None, start: int = 0) -> None:
+        super().__init__(path, malformed, start)
+        self._meta: dict[str, Any] = {}
+        self._head: list[dict[str, Any]] = []  # the base instructions as the developer message sent first
+        self._model = ""
+        self._history: list[dict[str, Any]] = []
+        self._request: dict[str, Any] | None = None  # the request of the response being answered
+        self._output: list[dict[str, Any]] = []
+        self._fed = False  # an input item came after this response's output: a later output is a new response
+        self._before = 0.0  # the time of the line before this one: about when a request that follows it went out
+        self._started = 0.0
+        self._written = os.path.getmtime(path)  # the time of a call whose lines carry none
+
+    def last(self) -> tuple[TranscriptCall, int, bool] | None:
+        """None: a call is yielded when its record ends it, never before."""
+        return None
+
+    def _sent(self, compaction: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self._model, "input": [*self._head, *self._history], "stream": True}
         if compaction:
             body["input"].append(_message("user", COMPACTION_PROMPT))
             body["tools"] = []
         return body
 
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            offset += len(raw)
-            if not raw.endswith(b"\n"):  # a line still being written (or cut): read it next time
-                if malformed is not None and raw.strip():
-                    malformed.append(f"{path}:{number}: truncated line")
-                offset -= len(raw)
-                break
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                if malformed is not None and offset > start:
-                    malformed.append(f"{path}:{number}: not JSON")
-                continue
-            payload = line.get("payload") if isinstance(line, dict) else None
-            if not isinstance(payload, dict):
-                continue
-            kind = line.get("type")
-            stamp, before = before, time_of(line.get("timestamp")) or before
-            if kind == "session_meta":
-                meta = payload
-            elif kind == "turn_context":
-                model = str(payload.get("model") or model)
-            elif kind == "response_item" and payload.get("type") not in _UNSENT:
-                item = _item(payload)
-                compaction = bool((line.get("metadata") or {}).get("compaction_output"))
-                if _is_output(item):
-                    if request is None or fed:  # a response without a token_usage_record ended (aborted)
-                        request, output, fed, started = sent(compaction), [], False, stamp
-                    output.append(item)
-                    if compaction:  # the summary goes into the history through the compacted line
-                        continue
-                elif request is not None:
-                    fed = True
-                history.append(item)
-            elif kind == "compacted":
-                history = _after_compaction(payload, history)
-                request, output, fed = None, [], False
-            elif kind == "token_usage_record" or (kind == "event_msg" and payload.get("type") == "token_count"
-                                                  and request is not None):
-                # Earlier versions write no token_usage_record: their token_count event (which
-                # 0.171.0 writes after the record, when no response is pending) ends the response.
-                info = payload.get("info")
-                usage = payload.get("usage") if kind == "token_usage_record" else \
-                    info.get("last_token_usage") if isinstance(info, dict) else None
-                if kind != "token_usage_record" and not isinstance(usage, dict):
-                    continue
-                if request is None:
-                    request, started = sent(False), stamp
-                response_id = str(payload.get("response_id") or "")
-                response = {"id": response_id, "object": "response", "model": model, "status": "completed",
-                            "output": output, "usage": _usage(usage)}
-                session = str(meta.get("id") or meta.get("session_id") or payload.get("session_id") or "")
-                git = meta.get("git")
-                git = git if isinstance(git, dict) else {}
-                call = TranscriptCall(
-                    request=request, response=response, session=session, key=response_id or f"line-{number}",
-                    started=started or written, exact=False, cwd=str(meta.get("cwd") or ""),
-                    git_branch=str(git.get("branch") or ""),
-                    headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
-                             SESSION_HEADERS[0]: session})
-                request, output, fed = None, [], False
-                if offset > start:
-                    yield call, offset
+    def take(self, line: dict[str, Any]) -> Iterator[tuple[TranscriptCall, int]]:
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
+            return
+        kind = line.get("type")
+        stamp, self._before = self._before, time_of(line.get("timestamp")) or self._before
+        if kind == "session_meta":
+            self._meta = payload
+            base = payload.get("base_instructions")
+            text = base.get("text") if isinstance(base, dict) else base
+            self._head = [_message("developer", text)] if isinstance(text, str) and text else []
+        elif kind == "turn_context":
+            self._model = str(payload.get("model") or self._model)
+        elif kind == "response_item" and payload.get("type") not in _UNSENT:
+            item = _item(payload)
+            compaction = bool((line.get("metadata") or {}).get("compaction_output"))
+            if _is_output(item):
+                if self._request is None or self._fed:  # a response without a token_usage_record ended (aborted)
+                    self._request, self._output, self._fed, self._started = self._sent(compaction), [], False, stamp
+                self._output.append(item)
+                if compaction:  # the summary goes into the history through the compacted line
+                    return
+            elif self._request is not None:
+                self._fed = True
+            self._history.append(item)
+        elif kind == "compacted":
+            self._history = _after_compaction(payload, self._history)
+            self._request, self._output, self._fed = None, [], False
+        elif kind == "token_usage_record" or (kind == "event_msg" and payload.get("type") == "token_count"
+                                              and self._request is not None):
+            # Earlier versions write no token_usage_record: their token_count event (which
+            # 0.171.0 writes after the record, when no response is pending) ends the response.
+            info = payload.get("info")
+            usage = payload.get("usage") if kind == "token_usage_record" else \
+                info.get("last_token_usage") if isinstance(info, dict) else None
+            if kind != "token_usage_record" and not isinstance(usage, dict):
+                return
+            if self._request is None:
+                self._request, self._started = self._sent(False), stamp
+            meta = self._meta
+            response_id = str(payload.get("response_id") or "")
+            response = {"id": response_id, "object": "response", "model": self._model, "status": "completed",
+                        "output": self._output, "usage": _usage(usage)}
+            session = str(meta.get("id") or meta.get("session_id") or payload.get("session_id") or "")
+            git = meta.get("git")
+            git = git if isinstance(git, dict) else {}
+            call = TranscriptCall(
+                request=self._request, response=response, session=session,
+                key=response_id or f"line-{self._lines}", started=self._started or self._written, exact=False,
+                cwd=str(meta.get("cwd") or ""), git_branch=str(git.get("branch") or ""),
+                headers={"user-agent": f"{meta.get('originator') or 'codex'}/{meta.get('cli_version') or '0'}",
+                         SESSION_HEADERS[0]: session})
+            self._request, self._output, self._fed = None, [], False
+            yield call, self.offset
+
+
+def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = None
+                     ) -> Iterator[tuple[TranscriptCall, int]]:
+    """The model calls of one rollout, each with the byte offset after its ``token_usage_record``.
+    Lines before ``start`` are read for the history but yield no call."""
+    reader = RolloutReader(path, malformed, start)
+    for call, end in reader.read():
+        if end > start:
+            yield call, end
+    cut = reader.cut()
+    if cut and malformed is not None:
+        malformed.append(cut)

@@ -172,23 +172,28 @@ def _wire(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return role, [w for w in (_wire_part(p) for p in parts) if w is not None]
 
 
-def _contents(messages: list[dict[str, Any]], wired: dict[str, tuple[Any, str, list[dict[str, Any]]]]
-              ) -> list[dict[str, Any]]:
+# A message's record, its role and parts as sent, and its content on its own (``{role, parts}``).
+_Wired = tuple[Any, str, list[dict[str, Any]], dict[str, Any]]
+
+
+def _contents(messages: list[dict[str, Any]], wired: dict[str, _Wired]) -> list[dict[str, Any]]:
     """The conversation as the CLI sends it: user and gemini messages as contents, consecutive
-    ones of a role in one content (``wired``: each message's role and parts, by id, read once
-    while the message is the same record)."""
+    ones of a role in one content (``wired``: each message's role, parts and content, by id, read
+    once while the message is the same record). A content of one message is the same object in
+    every request that sends it (the importer's mapping reads it once); none is changed after."""
     out: list[dict[str, Any]] = []
     for message in messages:
         known = wired.get(message["id"])
         if known is None or known[0] is not message:
-            known = wired[message["id"]] = (message, *_wire(message))
-        _, role, parts = known
+            role, parts = _wire(message)
+            known = wired[message["id"]] = (message, role, parts, {"role": role, "parts": parts})
+        _, role, parts, content = known
         if not parts:
             continue
         if out and out[-1]["role"] == role:
-            out[-1]["parts"] = [*out[-1]["parts"], *parts]
+            out[-1] = {"role": role, "parts": [*out[-1]["parts"], *parts]}
         else:
-            out.append({"role": role, "parts": parts})
+            out.append(content)
     return out
 
 
@@ -237,7 +242,7 @@ class ChatReader(JsonLines):
         super().__init__(path, malformed, start)
         self._messages: list[dict[str, Any]] = []  # the conversation as the CLI holds it
         self._where: dict[str, int] = {}  # message id -> its index in _messages
-        self._wired: dict[str, tuple[Any, str, list[dict[str, Any]]]] = {}  # message id -> (record, role, parts)
+        self._wired: dict[str, _Wired] = {}  # message id -> (record, role, parts, content)
         self._meta: dict[str, Any] = {}
         self._pending: dict[str, Any] | None = None  # the last gemini message: request, started, record, offset
         self._called: set[str] = set()  # the gemini messages taken as calls

@@ -10,12 +10,14 @@ The server's line diff (manifests/selectors/prefix_lines.py) reads these fields.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 from ctxkit.manifest import MAX_LINES, MAX_TEXT, PrefixSegment
 
 __all__ = ["line_hash", "line_hashes", "prefix_segment"]
 
 
+@lru_cache(maxsize=65_536)  # a conversation's later calls send its earlier lines again
 def line_hash(line: str) -> str:
     return hashlib.sha256(line.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 

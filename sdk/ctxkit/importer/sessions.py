@@ -54,14 +54,14 @@ class Source:
     files: Callable[[str, str], list[str]]  # (folder, project dir) -> transcript paths, oldest first
     calls: Callable[[str, int, list[str] | None], Iterator[tuple[TranscriptCall, int]]]
     # (path, malformed, start) -> a reader that parses each line once as the file grows (ctxkit watch)
-    reader: Callable[[str, list[str] | None, int], Reader] | None = None
+    reader: Callable[[str, list[str] | None, int], Reader]
 
 
 SOURCES: dict[str, Source] = {
     "claude-code": Source("claude-code", anthropic.MESSAGES, claude_code.transcripts_folder,
                           claude_code.transcript_files, claude_code.transcript_calls, claude_code.TranscriptReader),
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
-                    codex.transcript_calls),
+                    codex.transcript_calls, codex.RolloutReader),
     "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
                      gemini_cli.transcript_calls, gemini_cli.ChatReader),
 }
@@ -82,8 +82,9 @@ class Summary:
 
 
 def exchange_of(source: Source, call: TranscriptCall) -> Exchange:
-    """The exchange the proxy would have seen for a call."""
-    return Exchange(api=source.api, request_body=json.dumps(call.request).encode(), headers=call.headers,
+    """The exchange the proxy would have seen for a call, its request parsed already (the reader's
+    objects, which the requests of a session share and nobody changes)."""
+    return Exchange(api=source.api, request_body=b"", headers=call.headers, request=call.request,
                     started=call.started, status=200, content_type="application/json",
                     chunks=[json.dumps(call.response).encode()], path=call.path)
 

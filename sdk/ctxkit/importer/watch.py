@@ -3,9 +3,8 @@ lines are written.
 
 Every ``interval`` seconds the watcher lists each source's transcripts and looks at their size
 and inode (polling: portable, no file-system events). A file that grew is read from where its
-reader stopped: an agent module with an incremental reader (``Source.reader``) parses each line
-once while the watcher runs; any other source's reader reads the file again, and the calls
-already seen are left out. A call whose answer ends the file is sent once the answer is whole
+reader stopped: each agent module's reader (``Source.reader``) parses each line once while the
+watcher runs. A call whose answer ends the file is sent once the answer is whole
 (it names its stop reason) or the file has been quiet for ``settle`` seconds; each call is
 mapped once, by its key, even where its agent writes its answer again, completed.
 
@@ -28,7 +27,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TextIO
@@ -37,25 +35,6 @@ from ctxkit.agents.transcripts import Reader, TranscriptCall
 from ctxkit.importer.sessions import Mapping, Source, load_state, save_state
 
 __all__ = ["Watcher", "run"]
-
-
-class _Rescan:
-    """A reader for a source without an incremental one: each read goes through the whole file.
-    The call that ends the file counts as one whose answer may still grow (an agent may write a
-    message again, completed, under its id)."""
-
-    def __init__(self, source: Source, path: str) -> None:
-        self.source, self.path, self.offset = source, path, 0
-        self._last: tuple[TranscriptCall, int, bool] | None = None
-
-    def read(self) -> Iterator[tuple[TranscriptCall, int]]:
-        self.offset = os.path.getsize(self.path)
-        calls = list(self.source.calls(self.path, 0, None))
-        self._last = (*calls[-1], False) if calls else None
-        yield from calls[:-1]
-
-    def last(self) -> tuple[TranscriptCall, int, bool] | None:
-        return self._last
 
 
 HEAD = 1024  # bytes of a file's start compared to tell a rewritten file from a grown one
@@ -179,8 +158,7 @@ class Watcher:
         if known.reader is None:
             if stat.st_size <= known.sent or stat.st_mtime < self.since or stat.st_size == known.broken:
                 return 0
-            known.reader = source.reader(path, known.malformed, known.sent) if source.reader is not None \
-                else _Rescan(source, path)
+            known.reader = source.reader(path, known.malformed, known.sent)
             known.head = _head(path)
         sent = 0
         for call, end in known.reader.read():

@@ -13,7 +13,7 @@ from typing import Any
 
 from ctxkit.manifest import Manifest
 from ctxkit.providers import adapter, for_api
-from ctxkit.providers.call import CallRecord
+from ctxkit.providers.call import CallRecord, ObjectMemo
 
 __all__ = ["ProviderError", "manifest_from_bodies", "well_formed"]
 
@@ -50,14 +50,16 @@ def manifest_from_bodies(
     include_text: bool = True,
     window: int | None = None,
     evidence: list[str] | dict[str, str] | None = None,
+    shared: ObjectMemo[Any] | None = None,
 ) -> Manifest:
     """The manifest of one call of ``api`` (a recorded API of ctxkit.providers). ``events``: the data of each
     server-sent event of a streamed response, in order (``response`` is then ignored);
-    ``started``: ``time.time()`` when the request was sent; ``duration`` in seconds."""
+    ``started``: ``time.time()`` when the request was sent; ``duration`` in seconds; ``shared``: what
+    the mapping may remember of the request's objects (:attr:`CallRecord.shared`)."""
     request, notes = well_formed(api, request)
     record = CallRecord(adapter(api), request, run_id, step, agent, evidence, window, include_text, started,
                         duration=duration, response=response, error=error, stream_events=events,
-                        _call_id=call_id)
+                        _call_id=call_id, json_kwargs=True, shared=shared)
     manifest: Manifest = record.adapter(record)
     if notes:
         manifest.warnings = [*manifest.warnings, *notes][:100]

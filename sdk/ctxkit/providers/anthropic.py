@@ -19,12 +19,13 @@ compaction summary in the first user message (ctxkit.agents). The manifest's
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Compaction, Manifest, Outcome
-from ctxkit.providers.call import Adapter, CallRecord, field, plain
+from ctxkit.providers.call import Adapter, CallRecord, ObjectMemo, field, plain
 from ctxkit.providers.common import (
     Message,
     ToolCall,
@@ -68,7 +69,7 @@ def _ttl_of(cache_control: Any) -> int | None:
 
 
 def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
-    """The prompt-cache TTL the request asked for, in seconds: the longest among its
+    """The prompt-cache TTL the request (its parameters as plain JSON) asked for, in seconds: the longest among its
     ``cache_control`` breakpoints (on tools, system blocks, message content blocks, and the
     top-level one of automatic caching); None without a breakpoint (or with only TTLs this
     mapping does not know, which the provider refuses anyway).
@@ -77,11 +78,11 @@ def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
     before shorter ones, so after a pause between the two the prefix up to the last 1-hour
     breakpoint is still read, and only a pause longer than the longest TTL leaves nothing to
     read: the server's *TTL expired* cause (docs/analysis.md)."""
-    blocks: list[Any] = [{"cache_control": plain(kwargs.get("cache_control"))}]
+    blocks: list[Any] = [{"cache_control": kwargs.get("cache_control")}]
     for name in ("tools", "system"):
-        value = plain(kwargs.get(name))
+        value = kwargs.get(name)
         blocks += value if isinstance(value, list) else []
-    messages = plain(kwargs.get("messages"))
+    messages = kwargs.get("messages")
     for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         blocks += content if isinstance(content, list) else []
@@ -90,15 +91,41 @@ def cache_ttl_seconds(kwargs: dict[str, Any]) -> int | None:
     return max(known) if known else None
 
 
-def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, str]]]:
+def _tool_line(tool: Any) -> str:
+    return canonical_json(_without_cache_control(tool))
+
+
+def _block_read(block: dict[str, Any]) -> tuple[str, str]:
+    """A content block's kind as the parts tell them apart, and its text."""
+    kind = block.get("type")
+    if kind == "tool_use":
+        return "tool_use", canonical_json({"name": block.get("name"), "input": block.get("input")})
+    if kind in ("tool_result", "compaction"):
+        return kind, text_of(block.get("content"))
+    if kind in ("text", None):
+        return "text", str(block.get("text", ""))
+    if kind in ("thinking", "redacted_thinking"):
+        return "thinking", str(block.get("thinking", ""))
+    # images, documents, server tool blocks: their JSON without base64 payloads
+    return "other", canonical_json({k: v for k, v in block.items() if k not in ("source", "cache_control")})
+
+
+def _read(obj: Any, read: Callable[[Any], Any], shared: ObjectMemo[Any] | None) -> Any:
+    return read(obj) if shared is None else shared.get(obj, read)
+
+
+def request_parts(kwargs: dict[str, Any], shared: ObjectMemo[Any] | None = None
+                  ) -> tuple[list[Part], list[tuple[str, str]]]:
+    """The parts and prefix segments of a request's parameters as plain JSON (:meth:`CallRecord.params`);
+    ``shared``: what is read of its tools and blocks, remembered (:attr:`CallRecord.shared`)."""
     parts: list[Part] = []
-    tools = plain(kwargs.get("tools")) or []
+    tools = kwargs.get("tools") or []
     tool_lines = []
     for index, tool in enumerate(tools):
-        line = canonical_json(_without_cache_control(tool))
+        line = _read(tool, _tool_line, shared)
         tool_lines.append(line)
         parts.append(Part(role="tools", text=line, segment="tools", source=f"tools[{index}]"))
-    system = plain(kwargs.get("system"))
+    system = kwargs.get("system")
     system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else (system or [])
     system_lines = []
     for index, block in enumerate(system_blocks):
@@ -106,7 +133,7 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
         system_lines.append(text)
         parts.append(Part(role="system", text=text, segment="system", source=f"system[{index}]"))
 
-    messages = plain(kwargs.get("messages")) or []
+    messages = kwargs.get("messages") or []
     message_lines: list[tuple[int, str]] = []
     cached_upto = len(messages) if kwargs.get("cache_control") else 0  # top-level: automatic caching
     first_user = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), -1)
@@ -115,32 +142,27 @@ def request_parts(kwargs: dict[str, Any]) -> tuple[list[Part], list[tuple[str, s
             continue
         role = str(message.get("role") or "user")
         content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else (content or [])
+        made = isinstance(content, str)  # a block made here: nothing to remember it by
+        blocks = [{"type": "text", "text": content}] if made else (content or [])
         for b_index, block in enumerate(blocks):
             if not isinstance(block, dict):
                 continue
             if block.get("cache_control"):
                 cached_upto = max(cached_upto, m_index + 1)
             source = f"messages[{m_index}].content[{b_index}]"
-            kind = block.get("type")
+            kind, text = _read(block, _block_read, None if made else shared)
             if kind == "tool_use":
-                text = canonical_json({"name": block.get("name"), "input": block.get("input")})
                 parts.append(Part(role="assistant", text=text, group=block.get("id"), source=source))
             elif kind == "tool_result":
-                text = text_of(block.get("content"))
                 parts.append(Part(role="tool", text=text, group=block.get("tool_use_id"), source=source))
             elif kind == "compaction":
-                text = text_of(block.get("content"))
                 parts.append(Part(role=role, kind="summary", text=text, source=source))
-            elif kind in ("text", None):
-                text = str(block.get("text", ""))
+            elif kind == "text":
                 summary = m_index == first_user and summary_strategy(text)
                 parts.append(Part(role=role, kind="summary" if summary else "", text=text, source=source))
-            elif kind in ("thinking", "redacted_thinking"):
-                text = str(block.get("thinking", ""))
+            elif kind == "thinking":
                 parts.append(Part(role=role, kind="history", text=text, source=source))
-            else:  # images, documents, server tool blocks: their JSON without base64 payloads
-                text = canonical_json({k: v for k, v in block.items() if k not in ("source", "cache_control")})
+            else:
                 parts.append(Part(role=role, text=text, source=source))
             message_lines.append((m_index, f"{role}: {text}"))
     segments = []
@@ -188,8 +210,8 @@ def _compactions(usage: dict[str, Any]) -> list[Compaction]:
 
 
 def manifest(record: CallRecord) -> Manifest:
-    kw = record.kwargs
-    parts, segments = request_parts(kw)
+    kw = record.params()
+    parts, segments = request_parts(kw, record.shared)
     if record.stream_events is not None:
         got = _from_stream(record.stream_events)
     else:

@@ -9,12 +9,45 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["CallRecord", "Adapter", "plain", "field", "is_api_response"]
+__all__ = ["CallRecord", "Adapter", "ObjectMemo", "plain", "field", "is_api_response"]
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class ObjectMemo(Generic[V]):
+    """What was computed of an object, remembered by the object itself (its identity: a dict or
+    a list cannot be a key), at most ``limit`` of them, the least recently used forgotten first.
+    The entry holds the object, so its id is not reused while remembered. Only for objects
+    nobody changes in place: ``ctxkit import``'s readers hand every request of a session the
+    same message objects it repeats, and never change them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._entries: OrderedDict[int, tuple[object, V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, obj: T, compute: Callable[[T], V]) -> V:
+        """The value remembered for ``obj``, else ``compute(obj)``, remembered."""
+        key = id(obj)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is obj:
+            self._entries.move_to_end(key)
+            return entry[1]
+        value = compute(obj)
+        self._entries[key] = (obj, value)
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+        return value
 
 
 @dataclass(slots=True)
@@ -35,6 +68,14 @@ class CallRecord:
     error: BaseException | None = None
     stream_events: list[Any] | None = None
     _call_id: str = ""
+    json_kwargs: bool = False  # ``kwargs`` is parsed JSON already (the proxy's and the importer's bodies)
+    # What the mapping may remember of the request's objects from call to call: given only by a
+    # caller whose requests share objects nobody changes (``ctxkit import``).
+    shared: ObjectMemo[Any] | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The call's parameters as plain JSON: the SDK's objects (pydantic models) as dicts and lists."""
+        return self.kwargs if self.json_kwargs else {k: plain(v) for k, v in self.kwargs.items()}
 
     @property
     def call_id(self) -> str:

@@ -30,8 +30,9 @@ from ctxkit import agents
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
 from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest, workspace_of
 from ctxkit.providers import Provider, for_api
+from ctxkit.providers.call import ObjectMemo
 from ctxkit.proxy.compactions import CompactionWatch
-from ctxkit.proxy.history import History
+from ctxkit.proxy.history import Entries, History
 from ctxkit.proxy.runs import Delegation, RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.record.background import Background
@@ -64,10 +65,24 @@ class Exchange:
     failure: str = ""  # why the exchange ended early, in words (client gone, upstream cut, unreachable)
     truncated: bool = False  # the response was longer than the proxy keeps a copy of
     path: str = ""  # the request's path, without its query (which may hold a key)
+    # The request body already parsed (``ctxkit import``), read instead of ``request_body``: its
+    # objects are not changed in place, so what a later request repeats is masked and read once.
+    request: dict[str, Any] | None = None
 
 
 # A JSON escape of a UTF-16 surrogate: a lone one decodes to a str that UTF-8 cannot encode.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_surrogates(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_has_surrogates(k) or _has_surrogates(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogates(v) for v in value)
+    return False
 
 
 def _encodable(value: Any) -> Any:
@@ -79,6 +94,69 @@ def _encodable(value: Any) -> Any:
     if isinstance(value, list):
         return [_encodable(v) for v in value]
     return value
+
+
+# A value of a parsed request as it reads (lone surrogates replaced) and as it is recorded (secrets
+# masked), and how many secrets were masked.
+_Masked = tuple[Any, Any, int]
+
+
+def _masked(value: Any, text: str) -> _Masked:
+    """``value`` and ``text``, its JSON, masked as :func:`mask_json_text` masks a whole body."""
+    odd = _SURROGATE_ESCAPE_TEXT.search(text) is not None and _has_surrogates(value)
+    readable = _encodable(value) if odd else value
+    masked, count = mask_json_text(text)
+    if not count:
+        return readable, readable, 0
+    try:
+        sent = json.loads(masked)
+    except ValueError:
+        sent = mask_json(readable)
+    return readable, _encodable(sent) if odd else sent, count
+
+
+def _masked_entry(entry: Any) -> _Masked:
+    return _masked(entry, json.dumps(entry))
+
+
+class ParsedRequests:
+    """The requests of an import, parsed already, masked one top-level field and one entry of a
+    list (a message, a tool, a system block) at a time, as :func:`mask_json_text` masks the whole
+    body (a pattern ends at a string's end, so none spans two of them): an entry a later request
+    repeats (the same object) is masked once. Also what the history's entries read as."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.entries: ObjectMemo[_Masked] = ObjectMemo(limit)
+        self.history: Entries = ObjectMemo(limit)
+        self.mapping: ObjectMemo[Any] = ObjectMemo(limit)  # what the provider's mapping reads of them
+
+    def _entry(self, entry: Any) -> _Masked:
+        return self.entries.get(entry, _masked_entry)
+
+    def masked(self, request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the request as it reads, as recorded); the same object twice when nothing was masked."""
+        readable: dict[str, Any] = {}
+        sent: dict[str, Any] = {}
+        total = 0
+        for key, value in request.items():
+            if not isinstance(value, list):
+                continue
+            done = [self._entry(entry) for entry in value]
+            count = sum(c for _r, _s, c in done)
+            if any(r is not e for (r, _s, _c), e in zip(done, value, strict=True)):
+                value = [r for r, _s, _c in done]
+            readable[key], sent[key] = value, [s for _r, s, _c in done] if count else value
+            total += count
+        rest = {key: value for key, value in request.items() if key not in readable}  # one text: small fields
+        read, out, count = _masked(rest, json.dumps(rest))
+        if count and not isinstance(out, dict):
+            out = mask_json(read)
+        total += count
+        readable = {key: readable[key] if key in readable else read[key] for key in request}
+        if not total:
+            return readable, readable
+        sent = {key: sent[key] if key in sent else out.get(key) for key in request}
+        return readable, sent
 
 
 class Recorder(Protocol):
@@ -187,6 +265,31 @@ def delegations_of(outcome: Outcome) -> tuple[Delegation, ...]:
     return tuple(d for d in found if d is not None)
 
 
+def _read_request(body: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The request body as it reads (lone surrogates replaced) and as recorded (secrets masked);
+    the same object twice when nothing was masked; None when it is not a JSON object."""
+    try:
+        text = body.decode("utf-8")
+        request = json.loads(text) if text else {}
+    except ValueError:  # not UTF-8, not JSON
+        return None
+    if not isinstance(request, dict):
+        return None
+    odd = _SURROGATE_ESCAPE.search(body) is not None
+    if odd:
+        request = _encodable(request)
+    masked, count = mask_json_text(text)
+    sent = request
+    if count:
+        try:
+            sent = _encodable(json.loads(masked)) if odd else json.loads(masked)
+        except ValueError:
+            sent = mask_json(request)
+        if not isinstance(sent, dict):
+            sent = mask_json(request)
+    return request, sent
+
+
 class Capture:
     """The proxy's recorder: exchanges go to the one background worker (ctxkit.record.background),
     which maps them.
@@ -202,6 +305,7 @@ class Capture:
         self.agent = agent
         self.resolver = resolver or RunResolver()
         self.compactions = CompactionWatch()
+        self.parsed = ParsedRequests()
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.background: Background[Exchange] = Background(self.handle, name="ctxkit-proxy-capture",
                                                            max_queue=max_queue, stats=self.stats)
@@ -234,31 +338,22 @@ class Capture:
         Gemini's ``responseId``), so a call recorded twice (captured live, then imported) is
         stored once; ``call_id`` (a uuid4 unless given) when the answer has none. ``unseen``: calls
         of its run just before it that the caller never saw (ctxkit.proxy.runs counts them in its step)."""
-        try:
-            text = exchange.request_body.decode("utf-8")
-            request = json.loads(text) if text else {}
-        except ValueError:  # not UTF-8, not JSON
-            return None
-        if not isinstance(request, dict):
-            return None
-        if _SURROGATE_ESCAPE.search(exchange.request_body):
-            request = _encodable(request)
-        masked, count = mask_json_text(text)
-        sent = request
-        if count:
-            try:
-                sent = _encodable(json.loads(masked)) if _SURROGATE_ESCAPE.search(exchange.request_body) \
-                    else json.loads(masked)
-            except ValueError:
-                sent = mask_json(request)
-            if not isinstance(sent, dict):
-                sent = mask_json(request)
+        known: Entries | None = None
+        shared: ObjectMemo[Any] | None = None
+        if exchange.request is not None:
+            request, sent = self.parsed.masked(exchange.request)
+            known, shared = self.parsed.history, self.parsed.mapping
+        else:
+            read = _read_request(exchange.request_body)
+            if read is None:
+                return None
+            request, sent = read
         provider = for_api(exchange.api)
         unmasked = sent is request
         request = provider.with_path(request, exchange.path)  # Gemini: the model is in the path
         sent = request if unmasked else provider.with_path(sent, exchange.path)
         outcome = read_response(exchange, provider.streamed(exchange.api, request, exchange.path))
-        history = History(exchange.api, request)
+        history = History(exchange.api, request, known)
         response_id = provider.response_id(exchange.api, outcome.response, outcome.events)
         call_id = response_id or call_id or uuid.uuid4().hex
         placement = self.resolver.place(exchange.api, request, exchange.headers, default_agent=self.agent,
@@ -273,7 +368,7 @@ class Capture:
             exchange.api, sent, response=outcome.response, events=outcome.events,
             error=outcome.error, call_id=call_id, run_id=placement.run_id, step=placement.step, agent=placement.agent,
             started=exchange.started, duration=exchange.duration, include_text=self.include_text,
-            evidence=evidence or None,
+            evidence=evidence or None, shared=shared,
         )
         manifest.builder = Builder(name="ctxkit.proxy", version=__version__)
         manifest.workspace = workspace_of(*agents.workspace(sent))  # where the agent says it works

@@ -20,9 +20,14 @@ from typing import Any
 
 from ctxkit.agents import agent_context, summary_strategy, summary_trigger
 from ctxkit.providers import Provider, for_api
+from ctxkit.providers.call import ObjectMemo
 from ctxkit.providers.common import Message
 
-__all__ = ["History", "Summary"]
+__all__ = ["Entries", "History", "Summary"]
+
+# What one history entry reads as: the digest of its compared form (ctxkit.providers' ``normal``)
+# and its view as a message.
+Entries = ObjectMemo[tuple[bytes, Message]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +44,27 @@ class Summary:
 class History:
     """The history of one call of ``api``."""
 
-    def __init__(self, api: str, request: dict[str, Any]) -> None:
+    def __init__(self, api: str, request: dict[str, Any], entries: Entries | None = None) -> None:
+        """``entries``: what earlier calls read of the entries this one repeats (the same objects,
+        as ``ctxkit import`` hands them), read again only when new."""
         self.provider: Provider = for_api(api)
         self.request = request
         self.entries: list[Any] = self.provider.history(api, request)
+        self._known = entries
+
+    def _digest(self, entry: Any) -> bytes:
+        text = json.dumps(self.provider.normal(entry), sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                          default=str)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+    def _read_entry(self, entry: Any) -> tuple[bytes, Message]:
+        return self._digest(entry), self.provider.message(entry)
+
+    @cached_property
+    def _read(self) -> list[tuple[bytes, Message]]:
+        known = self._known
+        assert known is not None
+        return [known.get(entry, self._read_entry) for entry in self.entries]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -50,17 +72,19 @@ class History:
     @cached_property
     def messages(self) -> list[Message]:
         """Each entry as the provider reads it (read once, when first asked)."""
+        if self._known is not None:
+            return [message for _digest, message in self._read]
         return [self.provider.message(entry) for entry in self.entries]
 
     @cached_property
     def chain(self) -> list[str]:
         """Running hashes: entry i identifies entries[:i + 1] (as the provider compares them)."""
+        digests = ([digest for digest, _message in self._read] if self._known is not None
+                   else [self._digest(entry) for entry in self.entries])
         out = []
         running = hashlib.sha256()
-        for entry in self.entries:
-            text = json.dumps(self.provider.normal(entry), sort_keys=True, ensure_ascii=False,
-                              separators=(",", ":"), default=str)
-            running.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+        for digest in digests:
+            running.update(digest)
             out.append(running.copy().hexdigest()[:32])
         return out
 

@@ -44,3 +44,4 @@ class LRU(Generic[K, V]):
 
     def pop(self, key: K) -> V | None:
         return self._entries.pop(key, None)
+

@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from ctxkit.agents import memory_files
@@ -110,15 +111,21 @@ def _item_id(part: Part, position: int) -> str:
     """The item's id: where it sits in the request (``messages[3].content[1]``), so the same
     message keeps its id from call to call and the call view's diff matches it up."""
     source = part.source
-    for prefix in _SOURCE_PREFIXES:
-        if source.startswith(prefix):
-            source = source[len(prefix):]
-            break
+    if source.startswith(_SOURCE_PREFIXES):  # an OTLP attribute's name
+        prefix = next(p for p in _SOURCE_PREFIXES if source.startswith(p))
+        source = source[len(prefix):]
     return short_id(source or f"{part.kind}-{position}")
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@lru_cache(maxsize=8192)
+def _text_facts(text: str) -> tuple[int, str]:
+    """An item text's tokens and content hash. Remembered: a conversation's later calls send its
+    earlier texts again (the proxy and ``ctxkit import`` map each call whole)."""
+    return clamp_tokens(estimate_tokens(text)), _sha(text)[:32]
 
 
 def _evidence(keys: Sequence[str] | dict[str, str], items: list[Item], texts: list[str]) -> list[Evidence]:
@@ -169,7 +176,7 @@ def call_manifest(
     texts: list[str] = []
     last = len(parts) - 1
     for position, p in enumerate(parts):
-        tokens = clamp_tokens(estimate_tokens(p.text))
+        tokens, content_hash = _text_facts(p.text)
         item_id = _item_id(p, position)
         zone: Zone = "head" if p.segment in ("system", "tools") else ("tail" if position == last else "middle")
         items.append(Item(
@@ -180,7 +187,7 @@ def call_manifest(
             trust="untrusted" if p.kind in UNTRUSTED_KINDS else "trusted",
             group=short_id(p.group) if p.group else None,
             source_ref=clip(p.ref or p.source, 1000) if p.ref or p.source else None,
-            content_hash=_sha(p.text)[:32],
+            content_hash=content_hash,
             text=clip(p.text, MAX_TEXT) if include_text and p.text else None,
             label=labels[position] or None,
         ))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
 from ctxkit.record.items import clip
@@ -50,6 +51,7 @@ class LabelledPart(Protocol):
     def source(self) -> str: ...
 
 
+@lru_cache(maxsize=4096)  # a conversation's later calls send the same tools and calls again
 def tool_name(text: str) -> str:
     """A tool's name from the JSON the mapping records for its definition or call (canonical
     JSON): its ``name``, else its function's ``name``, else its ``type``; empty when none."""
