@@ -30,7 +30,7 @@ from ctxkit.agents.transcripts import JsonLines, TranscriptCall, time_of
 
 __all__ = ["OPENING", "SESSION_HEADER", "SUBAGENT_TOOLS", "MCP_PREFIX", "MCP_MARK", "session", "delegation",
            "is_summary", "summary_trigger", "memory_files", "mcp_server", "workspace", "transcripts_folder",
-           "transcript_files", "TranscriptReader", "transcript_calls"]
+           "transcript_files", "session_file", "TranscriptReader", "transcript_calls"]
 
 OPENING = "This session is being continued from a previous conversation"
 SESSION_HEADER = "x-claude-code-session-id"
@@ -173,7 +173,7 @@ def transcripts_folder() -> str:
     return os.path.join(home, "projects")
 
 
-def _session_of_file(path: str) -> str:
+def session_file(path: str) -> str:
     """The session transcript a sub-agent's file belongs to (``<dir>/<session>/subagents/x.jsonl``
     -> ``<dir>/<session>.jsonl``), else the file itself."""
     folder = os.path.dirname(path)
@@ -185,7 +185,7 @@ def _session_of_file(path: str) -> str:
 def _file_order(path: str) -> tuple[float, str, int, float, str]:
     """Sessions oldest first, each followed by its sub-agents' files (the call that started a
     sub-agent is read before the sub-agent's own calls, so they become its child run)."""
-    session = _session_of_file(path)
+    session = session_file(path)
     try:
         written = os.path.getmtime(session)
     except OSError:

@@ -55,11 +55,14 @@ class Source:
     calls: Callable[[str, int, list[str] | None], Iterator[tuple[TranscriptCall, int]]]
     # (path, malformed, start) -> a reader that parses each line once as the file grows (ctxkit watch)
     reader: Callable[[str, list[str] | None, int], Reader]
+    # path -> the file of the session it belongs to (a sub-agent's file: its session's; else itself)
+    session_file: Callable[[str], str] = os.path.normpath
 
 
 SOURCES: dict[str, Source] = {
     "claude-code": Source("claude-code", anthropic.MESSAGES, claude_code.transcripts_folder,
-                          claude_code.transcript_files, claude_code.transcript_calls, claude_code.TranscriptReader),
+                          claude_code.transcript_files, claude_code.transcript_calls, claude_code.TranscriptReader,
+                          claude_code.session_file),
     "codex": Source("codex", openai_responses.RESPONSES, codex.transcripts_folder, codex.transcript_files,
                     codex.transcript_calls, codex.RolloutReader),
     "gemini": Source("gemini", gemini.GENERATE, gemini_cli.transcripts_folder, gemini_cli.transcript_files,
@@ -187,17 +190,22 @@ def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: st
     state = load_state(state_path) if state_path else {}
     mapping = Mapping(source, include_text=include_text)
     files = source.files(folder, project_dir)
-    todo = []
+    read = []
     for path in files:
         summary.files += 1
         size, start = os.path.getsize(path), state.get(path, 0)
         if start >= size or os.path.getmtime(path) < since:
             summary.skipped += 1
-        else:
-            todo.append((path, size, start))
+            start = size  # nothing of it to send
+        read.append((path, size, start))
+    # A file with nothing to send is still mapped (unsent) when another file of its session has
+    # calls to send: a sub-agent's file written after its session was imported becomes the child
+    # run of the call that started it only once that call is mapped before it.
+    sending = {source.session_file(path) for path, size, start in read if start < size}
+    todo = [(path, size, start) for path, size, start in read if source.session_file(path) in sending]
     bar = _Progress(sum(size for _path, size, _start in todo), len(files)) if progress else None
     done = 0
-    for number, (path, size, start) in enumerate(todo, start=summary.skipped + 1):
+    for number, (path, size, start) in enumerate(todo, start=len(files) - len(todo) + 1):
         problems: list[str] = []
         try:
             for call, end in source.calls(path, 0, problems):
