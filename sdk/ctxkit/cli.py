@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 
-DEFAULT_HOST = "http://127.0.0.1:8000"
+from ctxkit.record.transport import DEFAULT_HOST, ctxview_host
 
 
 def _count(args: argparse.Namespace) -> int:
@@ -50,7 +50,7 @@ def _send_spool(args: argparse.Namespace) -> int:
     from ctxkit.record.client import Client
 
     api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
-    host = args.host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST
+    host = ctxview_host(args.host)
     if not api_key:
         print("ctxkit send-spool: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)
         return 2

@@ -297,12 +297,13 @@ def _rebuilt(line: dict[str, Any], shapes: dict[str, Any], blobs: dict[str, Any]
 
 def _forms(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The shapes a transcript's message may have had on the wire (its role and content as
-    written, a text content as one text block, the line's whole message)."""
+    written, a text content as one text block, the line's whole message where it holds more)."""
     content = message.get("content")
     yield {"role": message.get("role"), "content": content}
     if isinstance(content, str):
         yield {"role": message.get("role"), "content": [{"type": "text", "text": content}]}
-    yield message
+    if message.keys() != {"role", "content"}:
+        yield message
 
 
 def _remember(blobs: dict[str, Any], message: dict[str, Any]) -> None:
@@ -416,9 +417,11 @@ class TranscriptReader(JsonLines):
             if self._response is not None and self._response.get("id") != message.get("id"):
                 yield from self._finish()
             self._meta.update((k, line[k]) for k in _META if k in line)
+            merged = self._response is not None or message.get("role") != "assistant"
             self._response = _merge(self._response, message)
             _remember(self._blobs, message)
-            _remember(self._blobs, {"role": "assistant", "content": self._response.get("content", [])})
+            if merged:  # the answer's blocks so far (else the same as the line's own message)
+                _remember(self._blobs, {"role": "assistant", "content": self._response.get("content", [])})
             self._answered = self.offset
         elif kind == "user" and isinstance(message, dict):
             yield from self._finish()

@@ -37,11 +37,11 @@ from typing import Any, TypeVar
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
 from ctxkit.manifest import Workspace, workspace_of
 from ctxkit.providers import sdk_resources
+from ctxkit.record.transport import ctxview_host
 
 logger = logging.getLogger("ctxkit")
 __all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
 
-DEFAULT_HOST = "http://127.0.0.1:8000"
 _recorders: dict[tuple[str, str], Recorder] = {}
 _last: list[Recorder] = []
 _exit_hook = False
@@ -171,7 +171,7 @@ class Instrument:
                 logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
                 return client
             sdk_resources(client)  # a client no provider knows: TypeError, before a recorder is made
-            recorder = _recorder(key, host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST, ctxkit_client,
+            recorder = _recorder(key, ctxview_host(host), ctxkit_client,
                                  agent, run_id, include_text, window, spool_dir, workspace_of(cwd, git_branch))
             _hook(client, recorder)
         except Exception:

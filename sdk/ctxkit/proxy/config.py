@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ProxyConfig", "DEFAULT_PORT", "ANTHROPIC_UPSTREAM", "OPENAI_UPSTREAM", "GEMINI_UPSTREAM",
-           "DEFAULT_CTXVIEW_HOST"]
+from ctxkit.record.transport import DEFAULT_HOST
+
+__all__ = ["ProxyConfig", "DEFAULT_PORT", "ANTHROPIC_UPSTREAM", "OPENAI_UPSTREAM", "GEMINI_UPSTREAM"]
 
 DEFAULT_PORT = 8788
 ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 OPENAI_UPSTREAM = "https://api.openai.com"
 GEMINI_UPSTREAM = "https://generativelanguage.googleapis.com"
-DEFAULT_CTXVIEW_HOST = "http://127.0.0.1:8000"
 
 
 @dataclass
@@ -21,7 +21,7 @@ class ProxyConfig:
     anthropic_upstream: str = ANTHROPIC_UPSTREAM
     openai_upstream: str = OPENAI_UPSTREAM
     gemini_upstream: str = GEMINI_UPSTREAM
-    ctxview_host: str = DEFAULT_CTXVIEW_HOST
+    ctxview_host: str = DEFAULT_HOST
     ctxview_api_key: str = ""
     include_text: bool = True
     agent: str = ""

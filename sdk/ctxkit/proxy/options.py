@@ -10,12 +10,12 @@ import sys
 
 from ctxkit.proxy.config import (
     ANTHROPIC_UPSTREAM,
-    DEFAULT_CTXVIEW_HOST,
     DEFAULT_PORT,
     GEMINI_UPSTREAM,
     OPENAI_UPSTREAM,
     ProxyConfig,
 )
+from ctxkit.record.transport import DEFAULT_HOST, ctxview_host
 
 __all__ = ["DESCRIPTION", "add_arguments", "config_from_args", "command", "main", "run"]
 
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {GEMINI_UPSTREAM})")
     parser.add_argument("--ctxview-host", default=None, metavar="URL",
                         help=f"ctxview server that receives the manifests (env CTXVIEW_HOST, "
-                             f"default {DEFAULT_CTXVIEW_HOST})")
+                             f"default {DEFAULT_HOST})")
     parser.add_argument("--ctxview-api-key", default=None, metavar="KEY",
                         help="ctxview project key with ingest scope (env CTXVIEW_API_KEY; without one the "
                              "proxy forwards and records nothing)")
@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     return ProxyConfig(
         host=args.host, port=args.port, anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream, gemini_upstream=args.gemini_upstream,
-        ctxview_host=args.ctxview_host or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_CTXVIEW_HOST,
+        ctxview_host=ctxview_host(args.ctxview_host),
         ctxview_api_key=args.ctxview_api_key or os.environ.get("CTXVIEW_API_KEY", ""),
         include_text=not args.no_text, agent=args.agent,
         spool_dir=None if args.no_spool else (args.spool_dir or True),

@@ -44,6 +44,7 @@ import msgspec
 from ctxkit.record.spool import Spool, default_spool_dir, encode_line
 from ctxkit.record.transport import (
     BODY_OVERHEAD,
+    DEFAULT_HOST,
     PATH,
     Response,
     backoff_delay,
@@ -70,7 +71,7 @@ class Client:
     def __init__(
         self,
         api_key: str,
-        host: str = "http://127.0.0.1:8000",
+        host: str = DEFAULT_HOST,
         *,
         max_queue: int = 10_000,
         batch_size: int = 100,

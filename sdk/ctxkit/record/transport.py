@@ -1,5 +1,5 @@
-"""The HTTP side of :class:`ctxkit.record.client.Client`: one POST of a batch, the
-retry timing helpers, and reading the server's per-manifest answer. Stdlib only."""
+"""The HTTP side of :class:`ctxkit.record.client.Client`: where the server is, one POST of a
+batch, the retry timing helpers, and reading the server's per-manifest answer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import email.utils
 import gzip
 import http.client
 import math
+import os
 import random
 import time
 import urllib.error
@@ -17,7 +18,13 @@ from typing import Any
 
 import msgspec
 
+DEFAULT_HOST = "http://127.0.0.1:8000"  # the server `make run` serves
 PATH = "/api/v1/manifests"
+
+
+def ctxview_host(given: str | None = None) -> str:
+    """The server to send to: ``given``, else ``CTXVIEW_HOST``, else :data:`DEFAULT_HOST`."""
+    return given or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST
 BODY_OVERHEAD = len(b'{"manifests":[]}')  # bytes a batch body adds around its manifests
 
 
