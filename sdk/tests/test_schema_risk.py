@@ -115,9 +115,9 @@ REFUND_MINIMAL = 'refund(order_id: string, mode: "full"|"partial") - Risky: move
 
 # Pieces of risk words in either case (and the characters IGNORECASE folds to ASCII letters), Chinese
 # words, and what sits at a word's edge.
-_RISK_PIECES = ["delete", "DELET", "Drop", "s", "ſ", "\u212a", "PII", "pii", "cannot be undone", "can't", "e-mail",
-                "sends an email", "prod", "uct", "ion", "费用", "退款", "删", "除", "敏感", "é", "_", "1", " ", ".",
-                "\n"]
+_RISK_PIECES = ["delete", "DELET", "Drop", "s", "ſ", "\u212a", "İ", "ı", "PII", "pii", "cannot be undone", "can't",
+                "e-mail", "sends an email", "prod", "uct", "ion", "费用", "退款", "删", "除", "敏感", "é", "_", "1",
+                " ", ".", "\n"]
 
 
 @settings(max_examples=500, deadline=None)

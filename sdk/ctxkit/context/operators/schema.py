@@ -64,8 +64,13 @@ RISK_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 
 # RISK's halves, searched apart: Chinese has no case, so its words need no IGNORECASE and are found
 # by a quick scan for their first characters; in the union, every one of them was tried at every
-# character, case-insensitively. The English words are tried at word starts only.
-_RISK_EN = re.compile(_RISK_WORDS, re.IGNORECASE)
+# character, case-insensitively. The English words are tried at word boundaries only, and only
+# where one of the letters they start with follows (re would try each word in turn at each one).
+_RISK_EN_WORDS = [word for _, en, _ in _RISK_KIND_WORDS for word in en.split("|")]
+if not all(word[:1].isalpha() for word in _RISK_EN_WORDS):
+    raise AssertionError("each English risk word starts with a letter")
+_RISK_EN_FIRST = "".join(sorted({word[0].lower() for word in _RISK_EN_WORDS}))
+_RISK_EN = re.compile(rf"\b(?=[{_RISK_EN_FIRST}])(" + "|".join(_RISK_EN_WORDS) + r")\b", re.IGNORECASE)
 _RISK_ZH = re.compile("|".join(zh for _, _, zh in _RISK_KIND_WORDS))
 
 
