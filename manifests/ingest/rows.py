@@ -24,6 +24,29 @@ def digest(canonical: bytes) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+def workspaces(manifests: list[Manifest]) -> dict[str, tuple[str, str]]:
+    """Each run's workspace in the batch: the first non-empty cwd and branch its calls give."""
+    places: dict[str, tuple[str, str]] = {}
+    for m in manifests:
+        if m.workspace is not None:
+            run_id = clean_text(m.run_id)
+            cwd, branch = places.get(run_id, ("", ""))
+            places[run_id] = (cwd or m.workspace.cwd, branch or m.workspace.git_branch)
+    return places
+
+
+def fill_workspaces(project: Project, manifests: list[Manifest]) -> None:
+    """Fill the empty cwd or branch of the runs of calls stored already from these copies of
+    them (recorded again: a Codex call captured by the proxy, whose requests name no branch, and
+    imported from its rollout, which does), as the upsert fills them: never replacing one."""
+    for run_id, (cwd, branch) in sorted(workspaces(manifests).items()):
+        runs = Run.objects.filter(project=project, run_id=run_id)
+        if cwd:
+            runs.filter(cwd="").update(cwd=cwd)
+        if branch:
+            runs.filter(git_branch="").update(git_branch=branch)
+
+
 def upsert_runs(project: Project, manifests: list[Manifest]) -> dict[str, int]:
     """Create the batch's missing runs and widen the others' time span (``runs_statement``).
     Returns {run_id: pk}."""
@@ -48,14 +71,11 @@ def runs_statement(project: Project, manifests: list[Manifest]) -> tuple[str, li
     It returns (run_id, id) rows.
     """
     bounds: dict[str, tuple[datetime, datetime, Manifest]] = {}
-    places: dict[str, tuple[str, str]] = {}
+    places = workspaces(manifests)
     for m in manifests:
         run_id = clean_text(m.run_id)
         first, last, sample = bounds.get(run_id, (m.started_at, m.started_at, m))
         bounds[run_id] = (min(first, m.started_at), max(last, m.started_at), sample)
-        if m.workspace is not None:
-            cwd, branch = places.get(run_id, ("", ""))
-            places[run_id] = (cwd or m.workspace.cwd, branch or m.workspace.git_branch)
     table = Run._meta.db_table
     least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("MIN", "MAX")
     when = connection.ops.adapt_datetimefield_value

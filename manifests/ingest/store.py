@@ -46,6 +46,7 @@ from manifests.ingest.rows import (
     call_row,
     clean_text,
     digest,
+    fill_workspaces,
     insert_rows,
     item_rows,
     register_keys,
@@ -331,6 +332,7 @@ def _store(
     existing, reserved = lock_and_look_up(project, [m.call_id for _, m, _ in valid])
     to_store: list[tuple[Manifest, bytes]] = []
     seen: dict[str, bytes] = {}
+    again: list[Manifest] = []  # copies recorded again whose workspace may fill their run's
     for index, manifest, canonical in valid:
         previous = existing.get(manifest.call_id)
         if previous is None and manifest.call_id in seen:
@@ -338,6 +340,8 @@ def _store(
         if previous is not None:
             if previous == digest(canonical) or _recorded_again(manifest):
                 results[index].status = DUPLICATE
+                if manifest.workspace is not None and _recorded_again(manifest):
+                    again.append(manifest)
             else:
                 results[index].status = REJECTED
                 results[index].errors = [_conflict(manifest.call_id)]
@@ -347,6 +351,7 @@ def _store(
     if not to_store:
         # Duplicates too are answered only for bytes without a repeated key.
         prove_while_checking(unproven, wrote=False)
+        fill_workspaces(project, again)
         return []
 
     # Rows in call_id order: any two writers meet their rows in the same order.
@@ -368,6 +373,7 @@ def _store(
         Item.objects.bulk_create([Item(**dict(zip(ITEM_COLUMNS, row))) for row in rows], batch_size=500)
         store_children(project, manifests, call_pks)
     prove_while_checking(unproven, wrote=True)
+    fill_workspaces(project, again)
     transaction.on_commit(partial(_on_commit_analysis, call_pks))
     return call_pks
 

@@ -45,6 +45,26 @@ def test_a_run_keeps_the_first_non_empty_cwd_and_branch_its_calls_sent(api):
     assert (Run.objects.get(run_id="run-g").cwd, Run.objects.get(run_id="run-g").git_branch) == ("", "fix/1")
 
 
+def test_a_call_recorded_again_fills_its_runs_empty_branch_and_changes_nothing_else(api):
+    # Codex through the proxy: its requests name the folder, not the branch; the same call
+    # imported from its rollout later names both.
+    proxy = {"name": "ctxkit.proxy", "version": "1"}
+    imported = {"name": "ctxkit.import", "version": "1"}
+    api.post(manifest("resp_1", run_id="run-c", builder=proxy, workspace={"cwd": "/repo"}))
+    r = api.post(manifest("resp_1", run_id="run-c", builder=imported, warnings=["imported"],
+                          workspace={"cwd": "/elsewhere", "git_branch": "feat/x"}))
+    assert r.json()["results"][0]["status"] == "duplicate"
+    run = Run.objects.get(run_id="run-c")
+    assert (run.cwd, run.git_branch) == ("/repo", "feat/x")
+    api.post(manifest("resp_1", run_id="run-c", builder=proxy, workspace={"git_branch": "other"}))
+    run.refresh_from_db()
+    assert (run.cwd, run.git_branch) == ("/repo", "feat/x")
+    # A copy sent again by anyone else, or the same bytes again, fills nothing.
+    api.post(manifest("d0", run_id="run-d"))
+    api.post(manifest("d0", run_id="run-d", workspace={"git_branch": "main"}))
+    assert Run.objects.get(run_id="run-d").git_branch == ""
+
+
 def test_it_names_a_bad_workspace_by_its_path(api):
     r = api.post({"manifests": [
         manifest("b0", workspace={"cwd": "/a\nb"}),

@@ -119,6 +119,11 @@ class Mapping:
         self.source = source
         self.capture = Capture(None, include_text=include_text)
 
+    def file_read(self) -> None:
+        """A file's calls are all mapped: what its requests shared is let go (the next file's share
+        nothing with them; its runs and steps stay known)."""
+        self.capture.parsed.forget()
+
     def manifest(self, call: TranscriptCall) -> Manifest | None:
         # The provider's id of the answer where the transcript keeps it (as the proxy stores it);
         # a compaction's own summary request, which the transcript does not keep, counts as a step.
@@ -220,6 +225,7 @@ def import_transcripts(source: Source, folder: str, sink: Any, *, state_path: st
                     bar.show(done + end, number, summary.calls)
         except Exception as exc:  # a file gone, or a shape no reader expected: the others go on
             summary.malformed.append(f"{path}: not read further ({type(exc).__name__}: {exc})")
+        mapping.file_read()
         before = _lines_before(path, start) if start else 0
         summary.malformed.extend(p for p in problems if _line_of(p, path) > before)
         done += size

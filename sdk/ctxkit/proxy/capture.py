@@ -126,9 +126,14 @@ class ParsedRequests:
     repeats (the same object) is masked once. Also what the history's entries read as."""
 
     def __init__(self, limit: int = 20_000) -> None:
-        self.entries: ObjectMemo[_Masked] = ObjectMemo(limit)
-        self.history: Entries = ObjectMemo(limit)
-        self.mapping: ObjectMemo[Any] = ObjectMemo(limit)  # what the provider's mapping reads of them
+        self.limit = limit
+        self.forget()
+
+    def forget(self) -> None:
+        """Let go of what was read (the requests that come next share nothing with those before)."""
+        self.entries: ObjectMemo[_Masked] = ObjectMemo(self.limit)
+        self.history: Entries = ObjectMemo(self.limit)
+        self.mapping: ObjectMemo[Any] = ObjectMemo(self.limit)  # what the provider's mapping reads of them
 
     def _entry(self, entry: Any) -> _Masked:
         return self.entries.get(entry, _masked_entry)

@@ -121,7 +121,7 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=4096)
 def _text_facts(text: str) -> tuple[int, str]:
     """An item text's tokens and content hash. Remembered: a conversation's later calls send its
     earlier texts again (the proxy and ``ctxkit import`` map each call whole)."""
