@@ -14,7 +14,9 @@ Screenshots go to test-artifacts/ (gitignored).
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 
 # Playwright's sync API runs an event loop in this thread; Django refuses database access
 # from a thread with a running loop unless told this is deliberate.
@@ -114,6 +116,17 @@ class Watched:
         return self.page.locator(f"{selector} .main-svg".strip()).count()
 
 
+def post(site: Site, *manifests: dict) -> None:
+    """Manifests through the real API over HTTP, as an agent sends them; all accepted."""
+    body = json.dumps({"manifests": list(manifests)}).encode()
+    request = urllib.request.Request(
+        f"{site.url}/api/v1/manifests", data=body, method="POST",
+        headers={"Authorization": f"Bearer {site.world.key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        report = json.loads(response.read())
+    assert report["accepted"] == len(manifests), report
+
+
 def login(page: Page, base: str, username: str, password: str) -> None:
     """Through the login form, as a person would (it is a CSRF-protected POST form)."""
     page.goto(f"{base}/accounts/login/")
@@ -143,6 +156,14 @@ def owner_state(site, browser) -> dict:
     state = context.storage_state()
     context.close()
     return state
+
+
+@pytest.fixture(scope="module")
+def owner_pages(browser, owner_state):
+    """Opens a browser context signed in as the project's owner, its CSP bypassed (axe is injected)."""
+    def open_context(**options):
+        return browser.new_context(storage_state=owner_state, bypass_csp=True, **options)
+    return open_context
 
 
 def watch(page: Page) -> Watched:

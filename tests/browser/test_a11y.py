@@ -67,13 +67,6 @@ def settle(page: Page) -> None:
     page.wait_for_timeout(150)
 
 
-@pytest.fixture(scope="module")
-def owner_pages(browser, owner_state):
-    def open_context(**options):
-        return browser.new_context(storage_state=owner_state, bypass_csp=True, **options)
-    return open_context
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_it_has_no_serious_accessibility_violation_on_any_page(site, owner_pages, browser, scheme):
     found = {}

@@ -9,9 +9,7 @@ module runs alone."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from datetime import UTC, datetime
 from uuid import uuid4
 
@@ -19,23 +17,12 @@ import pytest
 from playwright.sync_api import expect
 
 from manifests.selectors import live
-from tests.browser.conftest import ARTIFACTS, watch
+from tests.browser.conftest import ARTIFACTS, post, watch
 from tests.browser.test_a11y import PHONE, serious_violations
 from tests.support import manifest
 
 # The product's promise: a call shows at most two seconds after ingest answered.
 DEADLINE_MS = 2000
-
-
-def post(site, *manifests: dict) -> None:
-    """Through the real API over HTTP, as an agent sends them."""
-    body = json.dumps({"manifests": list(manifests)}).encode()
-    request = urllib.request.Request(
-        f"{site.url}/api/v1/manifests", data=body, method="POST",
-        headers={"Authorization": f"Bearer {site.world.key}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        report = json.loads(response.read())
-    assert report["accepted"] == len(manifests), report
 
 
 def live_step(run_id: str, step: int, **extra) -> dict:

@@ -281,3 +281,18 @@ def test_it_takes_a_webhook_host_without_a_scheme_as_https(project, owner):
     assert client_for(owner).post(url(project, "webhook"), data).status_code == 302
     project.refresh_from_db()
     assert project.webhook_url == "https://hooks.example/ctxview"
+
+
+def test_it_names_each_button_with_the_words_it_shows(project, owner, member):
+    # A voice user says what they see ("click Delete"): a button's accessible name holds its
+    # visible text (WCAG 2.5.3), for every labelled button of every list on the page.
+    from manifests import alerts, facts
+
+    services.create_api_key(project=project, name="agent-prod")
+    facts.create_fact(project=project, spec=facts.parse_fact({"label": "refund rate", "text": "0.0321"}))
+    alerts.create_rule(project=project, spec=alerts.parse_rule({"kind": "hit_rate_below", "threshold": 0.5}))
+    page = parse(client_for(owner).get(url(project)).content)
+    labelled = [b for b in page.select("button") if b.get("aria-label")]
+    assert {b.text for b in labelled} >= {"Revoke", "Remove", "Delete"}
+    assert [(b.text, b.get("aria-label")) for b in labelled
+            if b.text.lower() not in (b.get("aria-label") or "").lower()] == []

@@ -1,0 +1,33 @@
+// A wide table scrolls sideways in its own box (app.css: every table on a phone, and the
+// .table-wrap / .table-scroll boxes), never the page. A box that scrolls and holds no link or
+// control of its own cannot be scrolled from the keyboard: it gets a tab stop (WCAG 2.1.1),
+// given again when the page is resized.
+(function () {
+  "use strict";
+  var FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
+
+  function mark() {
+    var boxes = document.querySelectorAll("table.grid, .table-wrap, .table-scroll");
+    for (var i = 0; i < boxes.length; i++) {
+      var box = boxes[i];
+      var scrolls = box.scrollWidth > box.clientWidth + 1 && getComputedStyle(box).overflowX !== "visible";
+      if (box.getAttribute("data-scroll-stop") === "1") {
+        if (!scrolls) { box.removeAttribute("tabindex"); box.removeAttribute("data-scroll-stop"); }
+      } else if (scrolls && !box.hasAttribute("tabindex") && !box.querySelector(FOCUSABLE)) {
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("data-scroll-stop", "1");
+      }
+    }
+  }
+
+  var pending = 0;
+  window.addEventListener("resize", function () {
+    clearTimeout(pending);
+    pending = setTimeout(mark, 150);
+  });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", mark);
+  } else {
+    mark();
+  }
+})();

@@ -1,0 +1,69 @@
+"""Long names in narrow places: a provider's response id as a call id, a session's run id, a model's
+full name. They wrap, or their table scrolls in its own box, never the page, at 390 px and at
+1280 px; a table that scrolls and holds no link gets a tab stop (static/ctxview/scroll_regions.js),
+and axe finds no serious violation."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.browser.conftest import post
+from tests.browser.test_a11y import DESKTOP, PHONE, serious_violations, settle
+from tests.support import manifest
+
+pytestmark = pytest.mark.django_db
+
+RUN = "session-1a26dbf1-4ca7-420d-9a26-7ac8391756b6"
+CALL = "msg_cc_standin_a7e6d4dfc9bd4eaa8d4733446b561f43"
+MODEL = "claude-opus-5-5-" + "preview" * 12  # a full model name without a place to break
+PAGES = ["", "calls/", f"calls/?run={RUN}", "cache/", "evidence/", f"runs/{RUN}/"]
+
+
+@pytest.fixture(scope="module")
+def wide(site):
+    post(site, manifest(CALL, run_id=RUN, model=MODEL, started_at=datetime.now(UTC)))
+    return site
+
+
+def _wider_than(page, width: int) -> list[str]:
+    return page.evaluate("""(w) => [...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > w + 1).slice(0, 6)
+        .map(e => e.tagName + '#' + e.id + '.' + e.className)""", width)
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390px", "1280px"])
+def test_it_keeps_long_ids_and_names_inside_the_page(wide, owner_pages, viewport):
+    phone = viewport is PHONE
+    context = owner_pages(viewport=viewport, is_mobile=phone, has_touch=phone)
+    page = context.new_page()
+    found = {}
+    for path in PAGES:
+        page.goto(wide.project_url(path))
+        settle(page)
+        assert page.locator(f'a[href*="{CALL}"], td:has-text("{MODEL[:40]}")').count(), path  # shown here
+        width = page.evaluate("document.documentElement.scrollWidth")
+        violations = serious_violations(page)
+        if width > viewport["width"] or violations:
+            found[path] = (width, _wider_than(page, viewport["width"]), violations)
+    context.close()
+    assert found == {}, json.dumps(found, indent=1)
+
+
+def test_it_gives_a_table_that_scrolls_without_a_link_a_tab_stop_only_while_it_scrolls(wide, owner_pages):
+    context = owner_pages(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.goto(wide.project_url("cache/"))
+    settle(page)
+    table = page.locator("#miss-cost")  # the model's full name, no link: it scrolls in its box
+    assert table.evaluate("t => t.scrollWidth > t.clientWidth")
+    assert table.get_attribute("tabindex") == "0"
+    table.focus()
+    page.keyboard.press("ArrowRight")
+    assert table.evaluate("t => t.scrollLeft") > 0  # scrolled from the keyboard
+    assert page.locator("#by-agent-model").get_attribute("tabindex") is None  # it holds links
+    page.set_viewport_size(DESKTOP)
+    page.wait_for_function("() => !document.querySelector('#miss-cost').hasAttribute('tabindex')")
+    context.close()
