@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from ctxkit.manifest import Evidence, Item, Manifest, Outcome
-from ctxkit.record.builder import build_manifest
+from ctxkit.record.assemble import build_manifest
 from manifests.ingest import ingest_body
 from manifests.models import Call, Project
 

@@ -23,7 +23,8 @@ _EXPORTS: dict[str, str] = {
         "manifest",
     ),
     # building a manifest
-    **dict.fromkeys(("build_manifest", "ContextBuilder", "BuiltContext", "blocks_from_plan"), "record.builder"),
+    "build_manifest": "record.assemble",
+    **dict.fromkeys(("ContextBuilder", "BuiltContext", "blocks_from_plan"), "record.builder"),
     **dict.fromkeys(("record_items", "projection_items", "block_items", "short_id", "UNTRUSTED_KINDS"), "record.items"),
     # tokens
     **dict.fromkeys(
@@ -264,7 +265,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         json_schema,
     )
     from ctxkit.models import ModelFacts, UsdPrices, model_facts, window_for
-    from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan, build_manifest
+    from ctxkit.record.assemble import build_manifest
+    from ctxkit.record.builder import BuiltContext, ContextBuilder, blocks_from_plan
     from ctxkit.record.client import Client
     from ctxkit.record.items import UNTRUSTED_KINDS, block_items, projection_items, record_items, short_id
     from ctxkit.record.spool import Spool

@@ -18,7 +18,8 @@ from ctxkit.context.allocator import Segment, allocate
 from ctxkit.context.layout import Block
 from ctxkit.context.readback import KeyField
 from ctxkit.manifest import Builder, Compaction, ContextEdit, Evidence, Item, Outcome, Prefix, convert_manifest
-from ctxkit.record.builder import ContextBuilder, build_manifest, hand_made_parts
+from ctxkit.record.assemble import build_manifest, hand_made_parts
+from ctxkit.record.builder import ContextBuilder
 
 POLICIES = ["pin", "extract", "summarize", "truncate", "ref", "window", "schema", "drop"]
 KINDS = ["system", "task", "constraint", "memory", "history", "tool_result", "retrieval", "tools", "other"]

@@ -1,6 +1,6 @@
 """Manifest items from the parts of a build, and clipping to the schema's limits.
 
-Used by :mod:`ctxkit.record.builder`; the public helpers (:func:`record_items`,
+Used by :mod:`ctxkit.record.assemble`; the public helpers (:func:`record_items`,
 :func:`projection_items`, :func:`block_items`, :func:`short_id`) are for callers who assemble
 ``extra_items`` themselves. Every helper returns items the server accepts: ids of at most
 ``MAX_ID`` characters, reasons clipped, token counts in range, ``used <= granted``.
