@@ -11,6 +11,8 @@ non-blocking :class:`~ctxkit.record.client.Client` (bounded queue, retries, opti
 A call whose shorter history opens with a summary gets the compaction the agent did itself
 (ctxkit.proxy.compactions). ``X-Ctxview-Evidence`` (a JSON object ``{"key": "literal"}``)
 declares required evidence: each call of the request reports whether the literal was sent.
+``ctxkit import`` hands over requests it parsed already (``Exchange.request``), whose repeated
+messages are masked and read once (:class:`ParsedRequests`), with the same result.
 Nothing here can fail a proxied call: an exchange that cannot be read (malformed JSON, a body
 that is not an object) is counted and skipped; a full buffer drops the exchange (counted).
 """
