@@ -435,13 +435,4 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                      ) -> Iterator[tuple[TranscriptCall, int]]:
     """The model calls of one transcript file, each with the byte offset after its last line.
     Lines before ``start`` are read for shapes and messages but yield no call."""
-    reader = TranscriptReader(path, malformed, start)
-    for call, end in reader.read():
-        if end > start:
-            yield call, end
-    last = reader.last()
-    if last is not None and last[1] > start:
-        yield last[0], last[1]
-    cut = reader.cut()
-    if cut and malformed is not None:
-        malformed.append(cut)
+    return TranscriptReader(path, malformed, start).to_end()

@@ -258,10 +258,4 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
                      ) -> Iterator[tuple[TranscriptCall, int]]:
     """The model calls of one rollout, each with the byte offset after its ``token_usage_record``.
     Lines before ``start`` are read for the history but yield no call."""
-    reader = RolloutReader(path, malformed, start)
-    for call, end in reader.read():
-        if end > start:
-            yield call, end
-    cut = reader.cut()
-    if cut and malformed is not None:
-        malformed.append(cut)
+    return RolloutReader(path, malformed, start).to_end()

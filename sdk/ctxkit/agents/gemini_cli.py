@@ -321,13 +321,4 @@ def transcript_calls(path: str, start: int = 0, malformed: list[str] | None = No
     """The model calls of one chat (each gemini message with ``tokens``), each with the byte
     offset after the last record of its message. Records before ``start`` are read for the
     conversation but yield no call."""
-    reader = ChatReader(path, malformed, start)
-    for call, end in reader.read():
-        if end > start:
-            yield call, end
-    last = reader.last()
-    if last is not None and last[1] > start:
-        yield last[0], last[1]
-    cut = reader.cut()
-    if cut and malformed is not None:
-        malformed.append(cut)
+    return ChatReader(path, malformed, start).to_end()

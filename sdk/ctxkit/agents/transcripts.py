@@ -8,6 +8,7 @@ would have seen, so an imported call gives the same manifest as one captured liv
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -63,7 +64,7 @@ class Reader(Protocol):
         ...
 
 
-class JsonLines:
+class JsonLines(ABC):
     """A JSON-lines file read as it grows: :meth:`read` takes the complete lines written since the
     last read (a line still being written is left for the next), parses each once and hands the
     objects to :meth:`take`; a line that is not JSON is reported in ``malformed`` as file:line,
@@ -96,9 +97,27 @@ class JsonLines:
                 if isinstance(found, dict):
                     yield from self.take(found)
 
+    @abstractmethod
     def take(self, line: dict[str, Any]) -> Iterator[tuple[TranscriptCall, int]]:
         """The calls one parsed line completes, each with the byte offset after its last line."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def last(self) -> tuple[TranscriptCall, int, bool] | None:
+        """The call whose answer ends what was read (see :class:`Reader`)."""
+
+    def to_end(self) -> Iterator[tuple[TranscriptCall, int]]:
+        """The file's calls as it is now, the last one too (whole or not), each with its end offset;
+        only those that end after ``start`` (earlier lines are read for what later ones refer to).
+        A last line cut before its newline is reported in ``malformed``."""
+        for call, end in self.read():
+            if end > self._report_from:
+                yield call, end
+        last = self.last()
+        if last is not None and last[1] > self._report_from:
+            yield last[0], last[1]
+        cut = self.cut()
+        if cut and self.malformed is not None:
+            self.malformed.append(cut)
 
     def cut(self) -> str:
         """What is left of a last line without its newline (one being written, or cut)."""
