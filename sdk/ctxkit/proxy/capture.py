@@ -74,17 +74,11 @@ class Exchange:
 
 # A JSON escape of a UTF-16 surrogate: a lone one decodes to a str that UTF-8 cannot encode.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _has_surrogates(value: Any) -> bool:
-    if isinstance(value, str):
-        return any("\ud800" <= c <= "\udfff" for c in value)
-    if isinstance(value, dict):
-        return any(_has_surrogates(k) or _has_surrogates(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_surrogates(v) for v in value)
-    return False
+# In ``json.dumps`` output (ASCII, lower-case escapes), a surrogate escape that is not half of a
+# pair: a character outside the BMP is written as a pair, a lone surrogate alone.
+# (A parsed value never holds a pair: ``json.loads`` joins one into its character.)
+_LONE_SURROGATE_ESCAPE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])"
+                                    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
 
 
 def _encodable(value: Any) -> Any:
@@ -105,7 +99,7 @@ _Masked = tuple[Any, Any, int]
 
 def _masked(value: Any, text: str) -> _Masked:
     """``value`` and ``text``, its JSON, masked as :func:`mask_json_text` masks a whole body."""
-    odd = _SURROGATE_ESCAPE_TEXT.search(text) is not None and _has_surrogates(value)
+    odd = _LONE_SURROGATE_ESCAPE.search(text) is not None
     readable = _encodable(value) if odd else value
     masked, count = mask_json_text(text)
     if not count:
