@@ -342,7 +342,10 @@ def test_the_collector_is_paused_for_a_batch_and_running_again_after(project):
         assert collections
         collections.clear()
         report = ingest.ingest_body(project=project, body=body.replace(b'"gc-', b'"gc2-'))
-        assert report.count(ingest.ACCEPTED) == 60 and collections == []
+        # Counted before anything else allocates: once the collector runs again, the next
+        # container allocated (the assertion's own) may set it off, as it should.
+        collected_during_batch = len(collections)
+        assert collected_during_batch == 0 and report.count(ingest.ACCEPTED) == 60
         assert gc.isenabled()
         with pytest.raises(ingest.BadRequest):
             ingest.ingest_body(project=project, body=b"[")
