@@ -115,7 +115,7 @@ InvariantName = Literal["pending_obligations", "active_operations", "user_constr
 INVARIANT_NAMES: tuple[str, ...] = get_args(InvariantName)
 
 
-class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     pass
 
 

@@ -8,8 +8,10 @@ both; the allocator's docstring describes their fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ctxkit.context.operators.common import OpRecord
 from ctxkit.manifest import ITEM_KINDS, POLICIES, Action, Item, ItemAllocation, ItemKind, Policy, Trust, Zone
@@ -62,9 +64,10 @@ class Segment:
         return self.policy == "pin"
 
 
-@dataclass(slots=True)
-class Allocation:
-    """What the allocator did with one segment."""
+class Allocation(msgspec.Struct, gc=False):
+    """What the allocator did with one segment. A mutable struct (the allocator fills in the grant,
+    the action and the text as it goes): one is made per segment of every call, and a struct's
+    constructor costs a fraction of a dataclass's."""
 
     name: str
     kind: ItemKind
@@ -84,8 +87,8 @@ class Allocation:
     reason: str = ""
     text: str = ""
     content_hash: str = ""
-    operations: list[OpRecord] = field(default_factory=list)
-    merged_sources: list[str] = field(default_factory=list)
+    operations: list[OpRecord] = msgspec.field(default_factory=list)
+    merged_sources: list[str] = msgspec.field(default_factory=list)
     duplicate_of: str | None = None
     floor: int = 0  # the floor granted first (step 4): min_tokens, for window at least its pinned lines
     lossless: bool = False  # lossless steps (step 2) changed the text before it was counted

@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+import msgspec
+
 from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.operators.dedupe import content_key
 from ctxkit.context.tokens import CHARS_PER_TOKEN_LATIN, Estimator, clip, estimate_tokens, is_default_estimator
@@ -137,9 +139,19 @@ _KEEP_KEY = re.compile(
 )
 
 
+_JSON = msgspec.json.Encoder()
+
+
 def compact_json(value: Any) -> str:
-    """JSON without spaces, non-ASCII kept: what a compressed schema or a cut JSON value costs."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """JSON without spaces, non-ASCII kept: what a compressed schema or a cut JSON value costs.
+
+    msgspec's encoder (a tenth of ``json.dumps``'s time): floats in their shortest form (``1e16``),
+    NaN and infinities as ``null`` (JSON has neither). A value it cannot encode (a lone surrogate,
+    a key that is not a string or a number) is rendered by ``json.dumps``."""
+    try:
+        return _JSON.encode(value).decode()
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _fit_json(value: Any, budget: int, estimate: Estimator) -> tuple[Any, bool]:
