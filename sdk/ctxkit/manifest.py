@@ -116,7 +116,9 @@ INVARIANT_NAMES: tuple[str, ...] = get_args(InvariantName)
 
 
 class _Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
-    pass
+    """A manifest part. Not tracked by the cyclic collector (``gc=False``): a manifest is a tree of
+    values that never refers back to itself, and a call's hundreds of items then set off no
+    collection, in the agent building them or in the server decoding them."""
 
 
 class Builder(_Struct, kw_only=True):
