@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Sequence
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
+
+import msgspec
 
 from ctxkit.context.operators.dedupe import content_key, key_and_repeats, keys_and_repeats
 from ctxkit.context.tokens import count_cjk, count_cjk_many
@@ -30,10 +32,11 @@ from ctxkit.context.tokens import count_cjk, count_cjk_many
 MAX_CHARS = 4_000_000
 
 
-class TextFacts(NamedTuple):
+class TextFacts(msgspec.Struct, frozen=True, gc=False):
     """Facts about one text. ``repeats`` is ``line_repeats(text)`` (deduped text, removed
-    pairs) when asked for; ``deduped_cjk`` the CJK count of that deduped text. A named tuple:
-    immutable (entries are shared)."""
+    pairs) when asked for; ``deduped_cjk`` the CJK count of that deduped text. Frozen (entries
+    are shared) and untracked by the cyclic collector (it holds strings and counts): an agent's
+    first call makes one per text."""
 
     key: str
     cjk: int
