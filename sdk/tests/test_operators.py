@@ -7,6 +7,7 @@ import json
 import re
 import unicodedata
 
+import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -486,7 +487,7 @@ def test_op_records_stay_immutable_values_that_share_no_mutable_data() -> None:
         one.op = "changed"  # type: ignore[misc]
     with pytest.raises(TypeError):  # a record made without data gets a read-only mapping: none is shared
         one.data["k"] = 1  # type: ignore[index]
-    assert two.data == {} and one._replace(detail="x") == OpRecord("dedupe", 10, 8, "x")
+    assert two.data == {} and msgspec.structs.replace(one, detail="x") == OpRecord("dedupe", 10, 8, "x")
     assert json.loads(json.dumps(one.to_dict())) == {"op": "dedupe", "tokens_before": 10, "tokens_after": 8,
                                                      "detail": "", "data": {}}
 

@@ -342,7 +342,7 @@ def _signatures(tools: list[dict[str, Any]]) -> str:
         notes: list[str] = []
         for pname, spec in props.items():
             spec = spec if isinstance(spec, dict) else {}
-            kind = "|".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"]) if "enum" in spec else \
+            kind = "|".join(compact_json(v) for v in spec["enum"]) if "enum" in spec else \
                 str(spec.get("type", "any"))
             args.append(f"{pname}{'' if pname in required else '?'}: {kind}")
             if isinstance(spec.get("description"), str):  # only risk statements are left by then
