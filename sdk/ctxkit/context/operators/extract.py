@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+
+import msgspec
 
 from ctxkit.context.operators.common import OpRecord
 from ctxkit.context.tokens import (
@@ -89,14 +90,14 @@ def is_failure_line(line: str) -> bool:
     return _FAIL_HINT.search(line.lower()) is not None
 
 
-class LinePlan(NamedTuple):
+class LinePlan(msgspec.Struct, frozen=True, gc=False):
     """What :func:`extract_lines` / :func:`summarize_lines` settle before looking at the budget.
 
     The lines in the order they are taken (best first, blank lines never) with what each
     costs. It depends on the text, the pinned lines, ``keep_recent`` and the estimator, not on
     the budget, so :func:`cut_lines` can cut it again at another budget (the allocator keeps
-    plans across calls). Make one with :func:`plan_extract` or :func:`plan_summary`. A named
-    tuple: immutable (plans are shared), and quick to make.
+    plans across calls). Make one with :func:`plan_extract` or :func:`plan_summary`. A frozen
+    struct: immutable (plans are shared), quick to make, not tracked by the cyclic collector.
     """
 
     op: str  # "extract" or "summarize"

@@ -6,6 +6,7 @@ field-aware and stays valid JSON.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -107,7 +108,7 @@ def truncate_head_tail(
         ref = ref or m.group(2)
         head_src, tail_src = text[: m.start()], text[m.end() :]
     body = budget - estimate(_marker(before + prior, ref))
-    out, omitted = "", before + prior
+    out, omitted, after = "", before + prior, 0  # after: estimate(out), once out is not empty
     while body >= 0:
         hb = int(body * head_ratio)
         head = _head(head_src, hb, estimate).rstrip("\n")
@@ -119,15 +120,17 @@ def truncate_head_tail(
                 tail = text[len(head) :]
             omitted = max(0, before - estimate(head) - estimate(tail))
         out = head + _marker(omitted, ref) + tail
-        over = estimate(out) - budget
-        if over <= 0:
+        after = estimate(out)
+        if after <= budget:
             break
-        body -= over
+        body -= after - budget
         out, omitted = "", before + prior
     detail = _detail(head_ratio)
-    return out, OpRecord("truncate", before, estimate(out), detail, {"omitted_tokens": omitted, "ref": ref})
+    return out, OpRecord("truncate", before, after if out else estimate(out), detail,
+                         {"omitted_tokens": omitted, "ref": ref})
 
 
+@functools.lru_cache(maxsize=32)  # one ratio per segment setting, asked for at every cut
 def _detail(head_ratio: float) -> str:
     return f"head {int(head_ratio * 100)}% + tail {100 - int(head_ratio * 100)}% + ref marker"
 
