@@ -166,7 +166,7 @@ def test_exact_duplicate_segments_are_deduped_with_provenance() -> None:
     plan = allocate([b, a], budget=2000)
     assert plan.get("retrieved_2").action == "dedupe" and plan.get("retrieved_2").duplicate_of == "retrieved_1"
     assert plan.get("retrieved_2").granted == plan.get("retrieved_2").used == 0
-    assert plan.get("retrieved_1").merged_sources == ["doc#2"]
+    assert plan.get("retrieved_1").merged_sources == ("doc#2",)
     assert plan.dedupe_saved == plan.get("retrieved_2").raw_tokens
 
 
@@ -177,7 +177,7 @@ def test_near_duplicate_segments_merge_when_they_opt_in() -> None:
     c = seg("other", 50, text=text.replace("FAQ 3: refunds", "FAQ 3: all refunds"))
     plan = allocate([a, b, c], budget=2000)
     assert plan.get("mirror").action == "dedupe" and "near-duplicate" in plan.get("mirror").reason
-    assert plan.get("page").merged_sources == ["mirror"]
+    assert plan.get("page").merged_sources == ("mirror",)
     assert plan.get("other").action == "keep"  # did not opt in
 
 

@@ -49,7 +49,7 @@ negative only when over budget), dedupe_saved, starvation, warnings; ``outputs()
 segment name -> text, ``text()`` joins them, ``get(name)``, ``to_budget()`` -> manifest Budget.
 ``Allocation``: name, kind, policy, priority, effective_priority, pinned, trust, zone,
 source_ref, position, raw_tokens, requested, granted, used, action (manifest Action), reason,
-text, content_hash, operations (OpRecord list), merged_sources, duplicate_of;
+text, content_hash, operations (OpRecord tuple), merged_sources (tuple), duplicate_of;
 ``to_item(include_text=False)`` -> manifest Item.
 """
 
@@ -279,12 +279,12 @@ def _priority(
             continue
         text = seg.text
         if found is not None:  # never for JSON: line dedupe would break it
-            a.operations.append(dedupe_record(text, *found, estimate))
+            a.operations += (dedupe_record(text, *found, estimate),)
             text = found[0]
         if seg.near_dupes:
             text, rec = merge_near_duplicate_lines(text, estimate=estimate)
             if rec.data.get("merged"):
-                a.operations.append(rec)
+                a.operations += (rec,)
         texts[a.position] = text
         a.lossless = bool(a.operations)
         a.requested = estimate(text) if a.operations else a.raw_tokens
@@ -343,7 +343,7 @@ def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:
     dup.duplicate_of = keep.name
     dup.action = "dedupe"
     dup.reason = f"{how} {keep.name}; provenance merged into it"
-    keep.merged_sources.append(dup.source_ref or dup.name)
+    keep.merged_sources += (dup.source_ref or dup.name,)
 
 
 def _plan(

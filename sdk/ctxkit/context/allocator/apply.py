@@ -76,7 +76,7 @@ def apply_policies(
                 used = estimate(out)
             if out and used > granted:
                 out = ""
-            ops.append(rec)
+            a.operations = (*ops, rec)
             a.text, a.used = out, (used if out else 0)
             a.action = POLICY_ACTION[seg.policy] if out else "drop"
             note = rec.detail if out else f"{seg.policy} could not fit anything useful"

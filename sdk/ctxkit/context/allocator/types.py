@@ -87,8 +87,10 @@ class Allocation(msgspec.Struct, gc=False):
     reason: str = ""
     text: str = ""
     content_hash: str = ""
-    operations: list[OpRecord] = msgspec.field(default_factory=list)
-    merged_sources: list[str] = msgspec.field(default_factory=list)
+    # Tuples, grown by the allocator: an allocation that keeps or drops its text whole (most of
+    # them) shares the empty one instead of making two lists.
+    operations: tuple[OpRecord, ...] = ()
+    merged_sources: tuple[str, ...] = ()
     duplicate_of: str | None = None
     floor: int = 0  # the floor granted first (step 4): min_tokens, for window at least its pinned lines
     lossless: bool = False  # lossless steps (step 2) changed the text before it was counted
