@@ -5,10 +5,11 @@
 1. For N candidates (default 200: history turns, tool results, retrieved chunks, memory, pinned
    system/task, tool schemas; Chinese and English), the time of ``allocate`` + ``build_manifest``
    as a ratio to ``json.dumps`` of the same manifest as a dict (``msgspec.to_builtins``), at an
-   ample budget (everything fits) and a tight one (most candidates compressed). Target: <= 5x.
-   ``allocate`` keeps its per-text work (content keys, CJK counts, line dedupe, line ranking)
-   across calls, as an agent loop re-allocates mostly the same texts at every step: the main
-   figures are that steady state; "cold" is a first call on texts never seen (cache cleared).
+   ample budget (everything fits) and a tight one (most candidates compressed). Targets: <= 5x;
+   <= 6x on texts never seen; the ``ContextBuilder`` pipeline <= 4.5x. ``allocate`` keeps its
+   per-text work (content keys, CJK counts, line dedupe, line ranking) across calls, as an agent
+   loop re-allocates mostly the same texts at every step: the main figures are that steady state;
+   "cold" is a first call on texts never seen (cache cleared).
    Also the whole ``ContextBuilder`` pipeline (allocate, layout, read-back, manifest) and the
    builder alone, with and without the server's check (the default runs it only on hand-made parts).
 2. ``capture()`` latency of that manifest, p50/p99 (target p99 < 50 us), against a local dummy
@@ -36,7 +37,10 @@ from ctxkit.context.allocator import cache as alloc_cache
 from ctxkit.fixtures import SYSTEM, TASK, TOOLS
 from ctxkit.manifest import ItemKind, Manifest
 
-TARGET_RATIO = 5.0
+# The goals docs/performance.md holds the figures to, as ratios to json.dumps of the same manifest.
+TARGET_RATIO = 5.0  # allocate + build_manifest on texts seen before
+TARGET_COLD = 6.0  # the same on texts never seen (an agent's first call)
+TARGET_PIPELINE = 4.5  # ContextBuilder, texts seen before
 TARGET_P99_US = 50.0
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -146,16 +150,16 @@ def bench_build(n: int, repeat: int) -> Manifest:
         verdict = "OK" if both / dumps <= TARGET_RATIO else "OVER TARGET"
         print(f"  allocate + build_manifest            {both * 1e3:8.3f} ms  {both / dumps:5.2f}x  "
               f"(target <= {TARGET_RATIO:.0f}x: {verdict})")
-        verdict = "OK" if cold_both / dumps <= TARGET_RATIO else "OVER TARGET"
+        verdict = "OK" if cold_both / dumps <= TARGET_COLD else "OVER TARGET"
         print(f"  allocate + build_manifest, cold      {cold_both * 1e3:8.3f} ms  {cold_both / dumps:5.2f}x  "
-              f"(first call, texts never seen; target <= {TARGET_RATIO:.0f}x: {verdict})")
+              f"(first call, texts never seen; target <= {TARGET_COLD:.0f}x: {verdict})")
         print(f"    allocate alone                     {alloc * 1e3:8.3f} ms  {alloc / dumps:5.2f}x")
         print(f"    allocate alone, cold (no cache)    {cold * 1e3:8.3f} ms  {cold / dumps:5.2f}x")
         print(f"    build_manifest (validate=True)     {build_v * 1e3:8.3f} ms  {build_v / dumps:5.2f}x")
         print(f"    build_manifest (validate=False)    {build_nv * 1e3:8.3f} ms  {build_nv / dumps:5.2f}x")
-        verdict = "OK" if pipeline / dumps <= TARGET_RATIO else "OVER TARGET"
+        verdict = "OK" if pipeline / dumps <= TARGET_PIPELINE else "OVER TARGET"
         print(f"  ContextBuilder: allocate, layout, read-back, budget check, manifest "
-              f"{pipeline * 1e3:.3f} ms  {pipeline / dumps:.2f}x  (target <= {TARGET_RATIO:.0f}x: {verdict})")
+              f"{pipeline * 1e3:.3f} ms  {pipeline / dumps:.2f}x  (target <= {TARGET_PIPELINE}x: {verdict})")
         manifest = m
     assert manifest is not None
     return manifest
