@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from ctxkit import figures
@@ -336,7 +337,12 @@ def _priority(
 
 def priority_order(allocs: Sequence[Allocation]) -> list[Allocation]:
     """Pinned first, then by effective priority (highest first), then by name."""
-    return sorted(allocs, key=lambda a: (not a.pinned, -a.effective_priority, a.name))
+    # Three stable sorts, the least significant key first: on one attribute each, Python's sort
+    # compares with its fast paths for str and int keys (a tuple key compares item by item).
+    order = sorted(allocs, key=attrgetter("name"))
+    order.sort(key=attrgetter("effective_priority"), reverse=True)  # reverse keeps ties in order
+    order.sort(key=attrgetter("pinned"), reverse=True)
+    return order
 
 
 def _mark_duplicate(dup: Allocation, keep: Allocation, how: str) -> None:
