@@ -336,11 +336,15 @@ if ROLLUP_INTERVAL_SECONDS > 0 and not REDIS_URL:
     )
 CTXVIEW_ROLLUP_INTERVAL_SECONDS = ROLLUP_INTERVAL_SECONDS
 
-# The cache holds the API throttle counts: shared in Redis when there is one.
+# The cache holds the API throttle counts and each run's saved rereads walk, keyed by row ids:
+# shared in Redis when there is one. Deployments (or test workers, each with its own database)
+# sharing one Redis keep their keys apart by a prefix.
+CACHE_KEY_PREFIX = os.environ.get("CTXVIEW_CACHE_KEY_PREFIX", "")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": CACHE_KEY_PREFIX}}
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "KEY_PREFIX": CACHE_KEY_PREFIX}}
 
 LOGGING = {
     "version": 1,

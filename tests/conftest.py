@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # cost per hash would dominate them and tests nothing here. Django's documented fast
     # hasher for tests; production settings are untouched (tests/test_settings.py loads them).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Each xdist worker has a database of its own but shares Redis with the others: the cache's
+    # keys hold row ids (a throttle's key, a run's saved walk), which two databases both have.
+    # Set before any cache is opened; the environment carries it to the Celery workers tests start.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        prefix = f"{settings.CACHE_KEY_PREFIX}test-{worker}"
+        os.environ["CTXVIEW_CACHE_KEY_PREFIX"] = prefix
+        settings.CACHES["default"]["KEY_PREFIX"] = prefix
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -159,3 +159,24 @@ def test_it_opens_connections_as_each_database_needs(db):
         else:
             cursor.execute("PRAGMA journal_mode")
             assert cursor.fetchone()[0] == "wal"
+
+
+def test_it_keeps_apart_the_cache_keys_of_deployments_sharing_a_redis():
+    code = "import ctxview.settings as s; print(s.CACHES['default']['KEY_PREFIX'] or '-')"
+    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "CTXVIEW_CACHE_KEY_PREFIX"}}
+    prefixes = []
+    for prefix in ("", "deploy-a"):
+        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                                env={**env, "DEBUG": "1", "REDIS_URL": "redis://127.0.0.1:6379/0",
+                                     "CTXVIEW_CACHE_KEY_PREFIX": prefix})
+        assert result.returncode == 0, result.stderr
+        prefixes.append(result.stdout.strip())
+    assert prefixes == ["-", "deploy-a"]
+
+
+def test_each_test_worker_has_cache_keys_of_its_own():
+    from django.core.cache import cache
+
+    # Workers have databases of their own, so the same row ids: their keys must not meet in Redis.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    assert cache.make_key("k").startswith(f"test-{worker}:") if worker else cache.make_key("k") == ":1:k"

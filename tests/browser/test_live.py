@@ -1,5 +1,7 @@
 """The live tail in Chromium: a call posted through the API shows within two seconds of the
-answer, pause stops new rows and resume brings them, the page keeps a bounded window of
+answer (the page asks again at most a second after each answer, and the first question it sends
+after ingest answered brings the call: checked by the requests, not by a clock, so a busy machine
+cannot fail it), pause stops new rows and resume brings them, the page keeps a bounded window of
 rows, and it passes axe in light and dark at 390 px without scrolling sideways.
 
 The tests that post are not marked ``django_db``: a test transaction held open here would
@@ -9,7 +11,6 @@ module runs alone."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from uuid import uuid4
 
@@ -21,8 +22,12 @@ from tests.browser.conftest import ARTIFACTS, post, watch
 from tests.browser.test_a11y import PHONE, serious_violations
 from tests.support import manifest
 
-# The product's promise: a call shows at most two seconds after ingest answered.
-DEADLINE_MS = 2000
+# The product's promise: a call shows at most two seconds after ingest answered, which the page
+# keeps by asking again at most POLL_MS after each answer, the call in the first answer after.
+POLL_MS = 1000
+# How long a test waits for what the page is bound to do: generous, so that a loaded machine is
+# slow, not wrong.
+WAIT_MS = 15_000
 
 
 def live_step(run_id: str, step: int, **extra) -> dict:
@@ -34,6 +39,16 @@ def row(page, call_id: str):
     return page.locator(f'#live tbody tr[data-call="{call_id}"]')
 
 
+def feed_calls_after(page, requests: list, sent_before: int) -> list[str]:
+    """The call ids of the answer to the first feed request the page sent after ``sent_before``
+    of them (so after whatever happened then), waiting for that request and its answer."""
+    if len(requests) <= sent_before:
+        page.wait_for_event("request", predicate=lambda r: "/live.json" in r.url, timeout=WAIT_MS)
+    response = requests[sent_before].response()
+    assert response is not None and response.status == 200, response
+    return [c["call_id"] for c in response.json()["calls"]]
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_it_shows_a_posted_call_within_two_seconds_and_pauses(site, browser, scheme):
     run_id = f"live-{scheme}-{uuid4().hex[:6]}"
@@ -42,14 +57,16 @@ def test_it_shows_a_posted_call_within_two_seconds_and_pauses(site, browser, sch
                                   storage_state=site.state)
     page = context.new_page()
     w = watch(page)
-    feed_requests: list[float] = []
-    page.on("request", lambda r: feed_requests.append(time.monotonic()) if "/live.json" in r.url else None)
+    feed_requests: list = []
+    page.on("request", lambda r: feed_requests.append(r) if "/live.json" in r.url else None)
     page.goto(site.project_url(f"live/?run={run_id}"))
     expect(page.locator("#live-empty")).to_be_visible()
+    assert 0 < int(page.locator("#live").get_attribute("data-poll")) <= POLL_MS
 
     post(site, live_step(run_id, 0))
-    # A wait with a timeout: the deadline is the product requirement, counted from the answer.
-    expect(row(page, f"{run_id}/step-0")).to_have_count(1, timeout=DEADLINE_MS)
+    sent = len(feed_requests)  # the ones sent so far may have been read before the call was stored
+    assert f"{run_id}/step-0" in feed_calls_after(page, feed_requests, sent)
+    expect(row(page, f"{run_id}/step-0")).to_have_count(1, timeout=WAIT_MS)
     link = row(page, f"{run_id}/step-0").locator("a").first
     expect(link).to_have_attribute("href", f"/p/{site.world.project.slug}/calls/{run_id}/step-0/")
     expect(page.locator("#live-empty")).to_have_count(0)
@@ -60,23 +77,25 @@ def test_it_shows_a_posted_call_within_two_seconds_and_pauses(site, browser, sch
     page.click("#live-toggle")
     expect(page.locator("#live-toggle")).to_have_text("Resume")
     expect(page.locator("#live-status")).to_contain_text("Paused")
-    paused_at = time.monotonic()
+    sent_while_paused = len(feed_requests)
     watcher = context.new_page()
     watcher_requests: list[str] = []
     watcher.goto(site.project_url(f"live/?run={run_id}"))
     watcher.on("response", lambda r: watcher_requests.append(r.url) if "/live.json" in r.url else None)
     post(site, live_step(run_id, 1))
-    expect(row(watcher, f"{run_id}/step-1")).to_have_count(1, timeout=DEADLINE_MS)
+    expect(row(watcher, f"{run_id}/step-1")).to_have_count(1, timeout=WAIT_MS)
     watcher.wait_for_function("n => document.querySelectorAll('#live tbody tr').length === n", arg=2)
     while len(watcher_requests) < 2:
-        watcher.wait_for_event("response", predicate=lambda r: "/live.json" in r.url, timeout=10_000)
+        watcher.wait_for_event("response", predicate=lambda r: "/live.json" in r.url, timeout=WAIT_MS)
     assert row(page, f"{run_id}/step-1").count() == 0
-    assert [t for t in feed_requests if t > paused_at] == []
+    assert len(feed_requests) == sent_while_paused
 
     # Resume: it catches up at once.
+    sent = len(feed_requests)
     page.click("#live-toggle")
     expect(page.locator("#live-toggle")).to_have_text("Pause")
-    expect(row(page, f"{run_id}/step-1")).to_have_count(1, timeout=DEADLINE_MS)
+    assert f"{run_id}/step-1" in feed_calls_after(page, feed_requests, sent)
+    expect(row(page, f"{run_id}/step-1")).to_have_count(1, timeout=WAIT_MS)
     assert page.locator("#live tbody tr").evaluate_all("rows => rows.map(r => r.dataset.call)") == [
         f"{run_id}/step-1", f"{run_id}/step-0"]
     ARTIFACTS.mkdir(exist_ok=True)
@@ -104,10 +123,10 @@ def test_it_keeps_a_bounded_window_of_rows(site, browser):
     expect(page.locator("#live-empty")).to_be_visible()
     first = live.WINDOW - 50
     post(site, *[live_step(run_id, n) for n in range(first)])
-    expect(row(page, f"{run_id}/step-{first - 1}")).to_have_count(1, timeout=10_000)
+    expect(row(page, f"{run_id}/step-{first - 1}")).to_have_count(1, timeout=WAIT_MS)
     expect(page.locator("#live tbody tr")).to_have_count(first)
     post(site, *[live_step(run_id, n) for n in range(first, first + 100)])
-    expect(row(page, f"{run_id}/step-{first + 99}")).to_have_count(1, timeout=10_000)
+    expect(row(page, f"{run_id}/step-{first + 99}")).to_have_count(1, timeout=WAIT_MS)
     # The newest WINDOW stay, newest first (by arrival: ingest numbers a batch's calls in
     # its own order); the oldest of the first batch left the page.
     expect(page.locator("#live tbody tr")).to_have_count(live.WINDOW)
