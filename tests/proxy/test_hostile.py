@@ -289,7 +289,7 @@ def test_an_unreachable_upstream_answers_502_in_the_provider_shape(kept):
         # The SDK sees a 502 as it would a provider's: an InternalServerError, retried by default.
         client = anthropic.Anthropic(api_key="sk-test", base_url=proxy.url, max_retries=0)
         with pytest.raises(anthropic.InternalServerError):
-            client.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=MESSAGES)
+            client.messages.create(model="claude-sonnet-4-6", max_tokens=5, messages=MESSAGES)
 
 
 ODD_BODIES = [
