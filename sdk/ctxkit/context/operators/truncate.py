@@ -148,9 +148,9 @@ _JSON = msgspec.json.Encoder()
 def compact_json(value: Any) -> str:
     """JSON without spaces, non-ASCII kept: what a compressed schema or a cut JSON value costs.
 
-    msgspec's encoder (a tenth of ``json.dumps``'s time): floats in their shortest form (``1e16``),
-    NaN and infinities as ``null`` (JSON has neither). A value it cannot encode (a lone surrogate,
-    a key that is not a string or a number) is rendered by ``json.dumps``."""
+    msgspec's encoder, faster than ``json.dumps`` on a tool schema (docs/performance.md): floats in
+    their shortest form (``1e16``), NaN and infinities as ``null`` (JSON has neither). A value it
+    cannot encode (a lone surrogate, a key that is not a string or a number) goes through ``json.dumps``."""
     try:
         return _JSON.encode(value).decode()
     except (TypeError, ValueError, msgspec.EncodeError):
