@@ -503,3 +503,15 @@ def test_the_operators_module_still_exports_everything_it_did_before_the_split()
 def test_schema_compression_falls_back_to_extraction_for_non_json() -> None:
     out, rec = compress_schema("tool a: does x\n" * 30 + "tool b: must not run after 18:00", 40)
     assert rec.op == "extract" and "must not run after 18:00" in out
+
+
+def test_compact_json_renders_json_without_spaces_and_takes_any_json_value() -> None:
+    from ctxkit.context.operators.truncate import compact_json
+
+    tools = json.loads(TOOLS)
+    assert compact_json(tools) == json.dumps(tools, ensure_ascii=False, separators=(",", ":"))
+    assert compact_json({"退款": ["分", 1.5, None, True]}) == '{"退款":["分",1.5,null,true]}'
+    assert compact_json([float("nan"), float("inf")]) == "[null,null]"  # JSON has neither
+    # What msgspec cannot encode still renders, as json.dumps does.
+    assert compact_json({"s": "\ud800"}) == '{"s":"\ud800"}'
+    assert compact_json({True: 1, 2: "x"}) == '{"true":1,"2":"x"}'
