@@ -1,7 +1,8 @@
 // A wide table scrolls sideways in its own box (app.css: every table on a phone, and the
 // .table-wrap / .table-scroll boxes), never the page. A box that scrolls and holds no link or
 // control of its own cannot be scrolled from the keyboard: it gets a tab stop (WCAG 2.1.1),
-// given again when the page is resized.
+// looked at again when the page is resized or a script fills a table (the call view's what-if
+// replay, the live tail).
 (function () {
   "use strict";
   var FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
@@ -21,13 +22,20 @@
   }
 
   var pending = 0;
-  window.addEventListener("resize", function () {
+  function later() {
     clearTimeout(pending);
     pending = setTimeout(mark, 150);
-  });
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", mark);
-  } else {
+  }
+
+  function start() {
     mark();
+    new MutationObserver(later).observe(document.body, { childList: true, subtree: true });
+  }
+
+  window.addEventListener("resize", later);
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
   }
 })();

@@ -72,3 +72,16 @@ def test_it_gives_a_table_that_scrolls_without_a_link_a_tab_stop_only_while_it_s
     page.set_viewport_size(DESKTOP)
     page.wait_for_function("() => !document.querySelector('#miss-cost').hasAttribute('tabindex')")
     context.close()
+
+
+def test_it_gives_a_table_a_script_fills_a_tab_stop_once_it_scrolls(site, owner_pages):
+    context = owner_pages(viewport=PHONE, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.goto(site.project_url("calls/refunds-budget-800/step-6/"))
+    settle(page)
+    # The what-if replay fills its tables after the page loaded: wider than a phone, and no link.
+    page.locator("#whatif-items tbody tr").first.wait_for(state="attached", timeout=15_000)
+    assert page.locator("#whatif-items").evaluate("t => t.scrollWidth > t.clientWidth")
+    page.wait_for_function("() => document.querySelector('#whatif-items').getAttribute('tabindex') === '0'")
+    assert serious_violations(page) == []
+    context.close()
