@@ -9,11 +9,14 @@ compactions and outcome for the same call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxkit.manifest import Manifest
 from ctxkit.providers import adapter, for_api
-from ctxkit.providers.call import CallRecord, ObjectMemo
+from ctxkit.providers.call import CallRecord
+
+if TYPE_CHECKING:
+    from ctxkit.proxy.lru import ObjectMemo
 
 __all__ = ["ProviderError", "manifest_from_bodies", "well_formed"]
 

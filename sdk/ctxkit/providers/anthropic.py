@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxkit.agents import summary_strategy
 from ctxkit.context.layout import canonical_json
 from ctxkit.manifest import Builder, Compaction, Manifest, Outcome
-from ctxkit.providers.call import Adapter, CallRecord, ObjectMemo, field, plain
+from ctxkit.providers.call import Adapter, CallRecord, field, plain
 from ctxkit.providers.common import (
     Message,
     ToolCall,
@@ -40,6 +40,9 @@ from ctxkit.providers.common import well_formed as _well_formed
 from ctxkit.providers.sse import json_events
 from ctxkit.record.call_items import Part, call_manifest, text_of
 from ctxkit.record.usage import applied_edits_to_manifest, normalize_usage
+
+if TYPE_CHECKING:
+    from ctxkit.proxy.lru import ObjectMemo
 
 NAME = "anthropic"
 UPSTREAM = "anthropic"

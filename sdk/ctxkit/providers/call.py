@@ -9,45 +9,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["CallRecord", "Adapter", "ObjectMemo", "plain", "field", "is_api_response"]
+if TYPE_CHECKING:
+    from ctxkit.proxy.lru import ObjectMemo
 
-T = TypeVar("T")
-V = TypeVar("V")
-
-
-class ObjectMemo(Generic[V]):
-    """What was computed of an object, remembered by the object itself (its identity: a dict or
-    a list cannot be a key), at most ``limit`` of them, the least recently used forgotten first.
-    The entry holds the object, so its id is not reused while remembered. Only for objects
-    nobody changes in place: ``ctxkit import``'s readers hand every request of a session the
-    same message objects it repeats, and never change them."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._entries: OrderedDict[int, tuple[object, V]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, obj: T, compute: Callable[[T], V]) -> V:
-        """The value remembered for ``obj``, else ``compute(obj)``, remembered."""
-        key = id(obj)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is obj:
-            self._entries.move_to_end(key)
-            return entry[1]
-        value = compute(obj)
-        self._entries[key] = (obj, value)
-        self._entries.move_to_end(key)
-        if len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
-        return value
+__all__ = ["CallRecord", "Adapter", "plain", "field", "is_api_response"]
 
 
 @dataclass(slots=True)

@@ -32,9 +32,9 @@ from ctxkit import agents
 from ctxkit.instrumentation.bodies import ProviderError, manifest_from_bodies
 from ctxkit.manifest import MAX_EVIDENCE, Builder, Manifest, workspace_of
 from ctxkit.providers import Provider, for_api
-from ctxkit.providers.call import ObjectMemo
 from ctxkit.proxy.compactions import CompactionWatch
 from ctxkit.proxy.history import Entries, History
+from ctxkit.proxy.lru import ObjectMemo
 from ctxkit.proxy.runs import Delegation, RunResolver
 from ctxkit.proxy.secrets import mask_json, mask_json_text
 from ctxkit.record.background import Background
@@ -97,9 +97,9 @@ def _encodable(value: Any) -> Any:
 _Masked = tuple[Any, Any, int]
 
 
-def _masked(value: Any, text: str) -> _Masked:
-    """``value`` and ``text``, its JSON, masked as :func:`mask_json_text` masks a whole body."""
-    odd = _LONE_SURROGATE_ESCAPE.search(text) is not None
+def _masked(value: Any, text: str, odd: bool) -> _Masked:
+    """``value`` and ``text``, its JSON, masked as :func:`mask_json_text` masks a whole body
+    (``odd``: the text may escape a lone surrogate, which ``value`` then holds)."""
     readable = _encodable(value) if odd else value
     masked, count = mask_json_text(text)
     if not count:
@@ -111,8 +111,10 @@ def _masked(value: Any, text: str) -> _Masked:
     return readable, _encodable(sent) if odd else sent, count
 
 
-def _masked_entry(entry: Any) -> _Masked:
-    return _masked(entry, json.dumps(entry))
+def _masked_parsed(value: Any) -> _Masked:
+    """:func:`_masked` of a parsed value, its JSON written here (lower-case escapes, pairs joined)."""
+    text = json.dumps(value)
+    return _masked(value, text, _LONE_SURROGATE_ESCAPE.search(text) is not None)
 
 
 class ParsedRequests:
@@ -132,7 +134,7 @@ class ParsedRequests:
         self.mapping: ObjectMemo[Any] = ObjectMemo(self.limit)  # what the provider's mapping reads of them
 
     def _entry(self, entry: Any) -> _Masked:
-        return self.entries.get(entry, _masked_entry)
+        return self.entries.get(entry, _masked_parsed)
 
     def masked(self, request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the request as it reads, as recorded); the same object twice when nothing was masked."""
@@ -149,7 +151,7 @@ class ParsedRequests:
             readable[key], sent[key] = value, [s for _r, s, _c in done] if count else value
             total += count
         rest = {key: value for key, value in request.items() if key not in readable}  # one text: small fields
-        read, out, count = _masked(rest, json.dumps(rest))
+        read, out, count = _masked_parsed(rest)
         if count and not isinstance(out, dict):
             out = mask_json(read)
         total += count
@@ -276,19 +278,10 @@ def _read_request(body: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
         return None
     if not isinstance(request, dict):
         return None
-    odd = _SURROGATE_ESCAPE.search(body) is not None
-    if odd:
-        request = _encodable(request)
-    masked, count = mask_json_text(text)
-    sent = request
-    if count:
-        try:
-            sent = _encodable(json.loads(masked)) if odd else json.loads(masked)
-        except ValueError:
-            sent = mask_json(request)
-        if not isinstance(sent, dict):
-            sent = mask_json(request)
-    return request, sent
+    readable, sent, count = _masked(request, text, _SURROGATE_ESCAPE.search(body) is not None)
+    if count and not isinstance(sent, dict):
+        sent = mask_json(readable)
+    return readable, sent
 
 
 class Capture:

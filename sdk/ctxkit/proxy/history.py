@@ -20,8 +20,8 @@ from typing import Any
 
 from ctxkit.agents import agent_context, summary_strategy, summary_trigger
 from ctxkit.providers import Provider, for_api
-from ctxkit.providers.call import ObjectMemo
 from ctxkit.providers.common import Message
+from ctxkit.proxy.lru import ObjectMemo
 
 __all__ = ["Entries", "History", "Summary"]
 
