@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 
-from ctxkit.record.transport import DEFAULT_HOST, ctxview_host
+from ctxkit.record.transport import DEFAULT_HOST, ctxview_api_key, ctxview_host
 
 
 def _count(args: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def _count(args: argparse.Namespace) -> int:
 def _send_spool(args: argparse.Namespace) -> int:
     from ctxkit.record.client import Client
 
-    api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
+    api_key = ctxview_api_key(args.api_key)
     host = ctxview_host(args.host)
     if not api_key:
         print("ctxkit send-spool: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)

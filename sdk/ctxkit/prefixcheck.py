@@ -483,14 +483,15 @@ def parse_prices(text: str) -> dict[str, float]:
 def command(args: Any) -> int:
     """``ctxkit check-prefix``: 0 when the prefix is unchanged, 1 when it changed, 2 when a run
     cannot be read."""
-    import os
     import sys
+
+    from ctxkit.record.transport import ctxview_api_key
 
     try:
         prices = parse_prices(args.prices) if args.prices else None
         host = args.host
         if host:
-            key = args.key or os.environ.get("CTXVIEW_API_KEY") or ""
+            key = ctxview_api_key(args.key)
             if not key:
                 raise CheckError("no read key (use --key or set CTXVIEW_API_KEY)")
             before = run_prefixes(fetch_run(host, key, args.before, timeout=args.timeout))

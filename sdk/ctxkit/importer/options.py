@@ -10,7 +10,7 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from ctxkit.record.transport import DEFAULT_HOST, ctxview_host
+from ctxkit.record.transport import DEFAULT_HOST, ctxview_api_key, ctxview_host
 
 if TYPE_CHECKING:
     from ctxkit.record.client import Client
@@ -69,7 +69,7 @@ class _Setup(NamedTuple):
 
 def _setup(args: argparse.Namespace, command: str) -> _Setup | None:
     """Key, host, folders and --since of an import or watch, or None after saying what is wrong."""
-    api_key = args.api_key or os.environ.get("CTXVIEW_API_KEY", "")
+    api_key = ctxview_api_key(args.api_key)
     host = ctxview_host(args.host)
     if not api_key:
         print(f"ctxkit {command}: no API key (use --api-key or set CTXVIEW_API_KEY)", file=sys.stderr)

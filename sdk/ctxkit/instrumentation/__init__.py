@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from ctxkit.instrumentation.recorder import Recorder, Scope, run
 from ctxkit.manifest import Workspace, workspace_of
 from ctxkit.providers import sdk_resources
-from ctxkit.record.transport import ctxview_host
+from ctxkit.record.transport import ctxview_api_key, ctxview_host
 
 logger = logging.getLogger("ctxkit")
 __all__ = ["Instrument", "instrument", "run", "flush", "Scope"]
@@ -166,7 +166,7 @@ class Instrument:
         try:
             if getattr(client, "__ctxkit_instrumented__", False):
                 return client
-            key = api_key or os.environ.get("CTXVIEW_API_KEY", "")
+            key = ctxview_api_key(api_key)
             if not key and ctxkit_client is None:
                 logger.info("ctxkit.instrument: no CTXVIEW_API_KEY; calls are not recorded")
                 return client

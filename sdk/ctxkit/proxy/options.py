@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from ctxkit.proxy.config import (
@@ -15,7 +14,7 @@ from ctxkit.proxy.config import (
     OPENAI_UPSTREAM,
     ProxyConfig,
 )
-from ctxkit.record.transport import DEFAULT_HOST, ctxview_host
+from ctxkit.record.transport import DEFAULT_HOST, ctxview_api_key, ctxview_host
 
 __all__ = ["DESCRIPTION", "add_arguments", "config_from_args", "command", "main", "run"]
 
@@ -82,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         host=args.host, port=args.port, anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream, gemini_upstream=args.gemini_upstream,
         ctxview_host=ctxview_host(args.ctxview_host),
-        ctxview_api_key=args.ctxview_api_key or os.environ.get("CTXVIEW_API_KEY", ""),
+        ctxview_api_key=ctxview_api_key(args.ctxview_api_key),
         include_text=not args.no_text, agent=args.agent,
         spool_dir=None if args.no_spool else (args.spool_dir or True),
         max_record_bytes=args.max_record_bytes, connect_timeout=args.connect_timeout,

@@ -20,12 +20,17 @@ import msgspec
 
 DEFAULT_HOST = "http://127.0.0.1:8000"  # the server `make run` serves
 PATH = "/api/v1/manifests"
+BODY_OVERHEAD = len(b'{"manifests":[]}')  # bytes a batch body adds around its manifests
 
 
 def ctxview_host(given: str | None = None) -> str:
     """The server to send to: ``given``, else ``CTXVIEW_HOST``, else :data:`DEFAULT_HOST`."""
     return given or os.environ.get("CTXVIEW_HOST", "") or DEFAULT_HOST
-BODY_OVERHEAD = len(b'{"manifests":[]}')  # bytes a batch body adds around its manifests
+
+
+def ctxview_api_key(given: str | None = None) -> str:
+    """The project key to send with: ``given``, else ``CTXVIEW_API_KEY``; empty when neither."""
+    return given or os.environ.get("CTXVIEW_API_KEY", "")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
